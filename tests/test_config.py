@@ -1,0 +1,128 @@
+"""Options: YAML recipes set defaults, the command line wins, bad input is one line and exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from utils.config import get_args_parser, parse_args, save_config
+
+
+def reject(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.count("\n") == 1, f"expected one line, got: {err!r}"
+    return err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch_size", "0"], "batch_size: must be >= 1, got 0"),
+    (["--epochs", "0"], "epochs: must be >= 1"),
+    (["--lr", "-0.1"], "lr: must be > 0, got -0.1"),
+    (["--lr", "0"], "lr: must be > 0"),
+    (["--warmup_epochs", "20", "--epochs", "10"], "warmup_epochs: must be in [0, epochs=10)"),
+    (["--warmup_epochs", "10", "--epochs", "10"], "warmup_epochs: must be in [0, epochs=10)"),
+    (["--warmup_start_factor", "0"], "warmup_start_factor: must be in (0, 1]"),
+    (["--lr_schedule", "step"], "lr_milestones: required with lr_schedule step"),
+    (["--lr_schedule", "step", "--lr_milestones", "5", "40", "--epochs", "30"], "lr_milestones: each must lie"),
+    (["--lr_schedule", "step", "--lr_milestones", "0.5", "--warmup_epochs", "1"], "lr_milestones: each must lie"),
+    (["--lr_schedule", "step", "--lr_milestones", "8", "4"], "lr_milestones: must be strictly increasing"),
+    (["--momentum", "1.5"], "momentum: must be in [0, 1)"),
+    (["--grad_accum_steps", "0"], "grad_accum_steps: must be >= 1"),
+    (["--clip_grad_norm", "0"], "clip_grad_norm: must be > 0"),
+    (["--min_lr", "1", "--lr", "0.1"], "min_lr: must not exceed lr=0.1"),
+    (["--max_train_steps", "-1"], "max_train_steps: must be >= 0"),
+    (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification model; did you mean resnet18"),
+    (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+    (["--optimizer", "lamb"], "argument --optimizer: invalid choice: 'lamb'"),
+    (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+])
+def test_bad_command_line_is_one_line_exit_2(argv, message, capsys):
+    assert message in reject(argv, capsys)
+
+
+def write(tmp_path, text):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("batch_sise: 32\n", "batch_sise: unknown key in"),
+    ("batch_sise: 32\n", "(did you mean batch_size?)"),
+    ("batch_size: '32'\n", "batch_size: expected an integer, got '32'"),
+    ("batch_size: 32.5\n", "batch_size: expected an integer, got 32.5"),
+    ("lr: high\n", "lr: expected a number, got 'high'"),
+    ("nesterov: 1\n", "nesterov: expected true or false, got 1"),
+    ("optimizer: lamb\n", "optimizer: 'lamb' is not one of sgd, adamw"),
+    ("lr_milestones: 5\n", "lr_milestones: expected a list, got 5"),
+    ("batch_size: 0\n", "batch_size: must be >= 1, got 0"),
+    ("- a\n- b\n", "must hold a mapping"),
+    ("lr: [\n", "is not valid YAML"),
+])
+def test_bad_recipe_is_one_line_exit_2(tmp_path, text, message, capsys):
+    assert message in reject(["--config", write(tmp_path, text)], capsys)
+
+
+def test_missing_recipe_file(tmp_path, capsys):
+    assert "config: cannot read" in reject(["--config", str(tmp_path / "nope.yaml")], capsys)
+
+
+def test_recipe_sets_defaults_and_command_line_wins(tmp_path):
+    recipe = write(tmp_path, "batch_size: 32\nlr: 0.05\nlr_schedule: step\nlr_milestones: [6, 9]\nnesterov: false\n")
+    args = parse_args(["--config", recipe, "--lr", "0.2"])
+    assert (args.batch_size, args.lr, args.lr_schedule, args.lr_milestones, args.nesterov) == \
+        (32, 0.2, "step", [6.0, 9.0], False)
+    assert parse_args([]).batch_size == 64  # the recipe changed nothing global
+
+
+def test_saved_config_reads_back_identically(tmp_path):
+    args = parse_args(["--lr", "0.3", "--lr_schedule", "step", "--lr_milestones", "5", "10", "--seed", "7"])
+    save_config(args, tmp_path / "config.yaml")
+    again = parse_args(["--config", str(tmp_path / "config.yaml")])
+    assert vars(again) == {**vars(args), "config": str(tmp_path / "config.yaml")}
+
+
+def test_yaml_keys_are_the_flag_names():
+    for action in get_args_parser()._actions:
+        if action.option_strings and action.dest != "help":
+            assert f"--{action.dest}" in action.option_strings, action.dest
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_recipes_parse(recipe):
+    args = parse_args(["--config", str(recipe)])
+    assert set(yaml.safe_load(recipe.read_text())) <= set(vars(args))
+
+
+def test_script_rejects_bad_input_before_writing_anything(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--batch_size", "0",
+                           "--output_dir", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["train_classification.py: error: batch_size: must be >= 1, got 0"]
+    assert not out.exists()
+
+
+def test_script_refuses_to_overwrite_a_run(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("lr: 0.1\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--output_dir", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "output_dir:" in proc.stderr and "already holds a run" in proc.stderr
+    assert (out / "config.yaml").read_text() == "lr: 0.1\n"
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+
+
+def test_script_refuses_resume_from_a_non_checkpoint(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--resume", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"train_classification.py: error: resume: {tmp_path} is not a checkpoint folder (no training_state.json in it)"]

@@ -1,0 +1,1 @@
+"""Small single-purpose helpers for train_classification.py."""

@@ -1,0 +1,183 @@
+"""Command-line options, YAML recipes that set their defaults, and validation: the one source of config."""
+
+import argparse
+import sys
+import yaml
+
+DATASETS = ("digits", "synthetic")
+
+
+class ConfigError(ValueError):
+    """A bad option value; the message names the option."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage block on an error; we print one line and exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def get_args_parser(prog="train_classification.py"):
+    """Every option, with its default and help. YAML keys are these dest names (snake_case)."""
+    p = _OneLineParser(prog=prog, description="Train an image classifier with HuggingFace Accelerate.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", type=str, default=None,
+                   help="YAML recipe whose keys (option names) set defaults; the command line wins")
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", type=str, default="digits", choices=DATASETS,
+                   help="digits: scikit-learn's embedded 8x8 scans (offline); synthetic: random tensors, no I/O")
+    g.add_argument("--image_size", type=int, default=32, help="side of the square input images")
+    g.add_argument("--num_classes", type=int, default=10, help="class count of --dataset synthetic")
+    g.add_argument("--synthetic_train_samples", type=int, default=1024, help="train size of --dataset synthetic")
+    g.add_argument("--synthetic_val_samples", type=int, default=256, help="val size of --dataset synthetic")
+    g.add_argument("--num_workers", type=int, default=None,
+                   help="data-loading worker processes per process (default: chosen from the cores per process)")
+    g = p.add_argument_group("model and optimisation")
+    g.add_argument("--model", type=str, default="resnet18", help="any torchvision classification model name")
+    g.add_argument("--epochs", type=int, default=18, help="training epochs")
+    g.add_argument("--batch_size", type=int, default=64, help="batch size per process (global = this x processes)")
+    g.add_argument("--grad_accum_steps", type=int, default=1, help="micro-batches per optimizer step")
+    g.add_argument("--optimizer", type=str, default="sgd", choices=("sgd", "adamw"), help="optimizer")
+    g.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
+    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=True, help="SGD Nesterov momentum")
+    g.add_argument("--weight_decay", type=float, default=5e-4, help="weight decay")
+    g.add_argument("--label_smoothing", type=float, default=0.1, help="cross-entropy label smoothing")
+    g.add_argument("--clip_grad_norm", type=float, default=None, help="clip the global gradient norm to this value")
+    g.add_argument("--mixed_precision", type=str, default=None, choices=("no", "fp16", "bf16"),
+                   help="override the accelerate config's mixed precision")
+    g = p.add_argument_group("learning-rate schedule (in epochs, so it is the same for any world size)")
+    g.add_argument("--lr_schedule", type=str, default="cosine", choices=("cosine", "step"), help="decay after warmup")
+    g.add_argument("--warmup_epochs", type=float, default=1.0, help="linear warmup length in epochs (fractional ok)")
+    g.add_argument("--warmup_start_factor", type=float, default=0.1, help="warmup starts at this x lr (never 0)")
+    g.add_argument("--min_lr", type=float, default=0.0, help="cosine: final learning rate")
+    g.add_argument("--lr_milestones", type=float, nargs="+", default=None, help="step: epochs at which lr *= lr_gamma")
+    g.add_argument("--lr_gamma", type=float, default=0.1, help="step: decay factor")
+    g = p.add_argument_group("run")
+    g.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling and augmentation")
+    g.add_argument("--output_dir", type=str, default=None,
+                   help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
+    g.add_argument("--resume", type=str, default=None, help="checkpoint folder (.../checkpoints/epoch_N) to continue from")
+    g.add_argument("--max_train_steps", type=int, default=None,
+                   help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
+    g.add_argument("--val_every", type=int, default=1, help="validate every N epochs (and after the last)")
+    g.add_argument("--save_every", type=int, default=0, help="checkpoint every N epochs (0: only at the end)")
+    g.add_argument("--log_every", type=int, default=10, help="log a training line every N optimizer steps")
+    g.add_argument("--dump_rank_metrics", action="store_true",
+                   help="write each rank's validation sums to <output_dir>/eval/epoch_<E>/rank_<R>.json")
+    return p
+
+
+def _check_yaml_value(action, value):
+    """Return `value` if it fits `action`'s type and choices; raise ConfigError otherwise."""
+    def one(v):
+        if action.type is int:
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif action.type is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            v = float(v) if ok else v
+        elif action.type is str:
+            ok = isinstance(v, str)
+        else:  # flags: store_true / --x/--no-x
+            ok = isinstance(v, bool)
+        if not ok:
+            want = {int: "an integer", float: "a number", str: "a string"}.get(action.type, "true or false")
+            raise ConfigError(f"{action.dest}: expected {want}, got {v!r}")
+        if action.choices is not None and v not in action.choices:
+            raise ConfigError(f"{action.dest}: {v!r} is not one of {', '.join(map(str, action.choices))}")
+        return v
+
+    if value is None:
+        return None
+    if action.nargs in ("+", "*"):
+        if not isinstance(value, list) or (action.nargs == "+" and not value):
+            raise ConfigError(f"{action.dest}: expected a list, got {value!r}")
+        return [one(v) for v in value]
+    return one(value)
+
+
+def load_recipe(path, parser):
+    """Read a YAML recipe into {dest: value}, rejecting unknown keys and wrong types."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"config: cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping of option: value")
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
+    for key in data:
+        if key not in actions:
+            import difflib
+            close = difflib.get_close_matches(str(key), actions, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{key}: unknown key in {path}{hint}")
+    return {key: _check_yaml_value(actions[key], value) for key, value in data.items()}
+
+
+def validate(args):
+    """Reject impossible combinations before anything is built."""
+    def need(ok, key, problem):
+        if not ok:
+            raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
+
+    for key in ("epochs", "batch_size", "grad_accum_steps", "val_every", "log_every", "image_size",
+                "synthetic_train_samples", "synthetic_val_samples"):
+        need(getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("save_every", "weight_decay", "min_lr"):
+        need(getattr(args, key) >= 0, key, "must be >= 0")
+    need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")
+    need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
+    need(args.num_classes >= 2, "num_classes", "must be >= 2")
+    need(args.lr > 0, "lr", "must be > 0")
+    need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
+    need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
+    need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
+    need(0 < args.warmup_start_factor <= 1, "warmup_start_factor", "must be in (0, 1] (0 would waste the first step)")
+    need(0 <= args.warmup_epochs < args.epochs, "warmup_epochs", f"must be in [0, epochs={args.epochs})")
+    need(args.min_lr <= args.lr, "min_lr", f"must not exceed lr={args.lr}")
+    need(args.lr_gamma > 0, "lr_gamma", "must be > 0")
+    if args.lr_schedule == "step":
+        need(args.lr_milestones is not None, "lr_milestones", "required with lr_schedule step")
+        ms = args.lr_milestones
+        need(all(args.warmup_epochs < m < args.epochs for m in ms), "lr_milestones",
+             f"each must lie after warmup ({args.warmup_epochs}) and before the end of training ({args.epochs})")
+        need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
+    from utils.models import check_model_name
+    check_model_name(args.model)
+
+
+def parse_args(argv=None, prog="train_classification.py"):
+    """Parse `argv` (default sys.argv[1:]) over the recipe's defaults; exit 2 with one line on bad input."""
+    parser = get_args_parser(prog)
+    config_path = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
+    try:
+        if config_path is not None:
+            parser.set_defaults(**load_recipe(config_path, parser))
+        args = parser.parse_args(argv)
+        validate(args)
+    except ConfigError as e:
+        parser.exit(2, f"{prog}: error: {e}\n")
+    return args
+
+
+def _find_config_arg(argv, parser):
+    """Read --config alone first, so that the recipe can set the defaults of the full parse."""
+    pre = _OneLineParser(prog=parser.prog, add_help=False)
+    pre.add_argument("--config", type=str, default=None)
+    known, _ = pre.parse_known_args(argv)
+    return known.config
+
+
+def save_config(args, path, **resolved):
+    """Write the options in force (with `resolved` values, e.g. the real output_dir) as a recipe.
+
+    `--config <that file>` reproduces the run; the recipe it came from is not a key of its own.
+    """
+    from utils.io import write_text_atomic
+    options = {key: value for key, value in vars(args).items() if key != "config"}
+    write_text_atomic(path, yaml.safe_dump({**options, **resolved}, sort_keys=False))

@@ -1,0 +1,39 @@
+"""Files written whole: a reader never sees half a file, even if the writer dies mid-write."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomic(path, text):
+    """Write to a temporary file in the same folder, then rename it into place (atomic on POSIX)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_json_atomic(path, obj):
+    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+def append_jsonl(path, obj):
+    """One JSON object per line; a line is one write() call, so a crash cuts at most the last line."""
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")

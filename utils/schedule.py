@@ -1,0 +1,24 @@
+"""Learning-rate schedule laid out in epochs: linear warmup, then cosine or step decay."""
+
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, MultiStepLR, SequentialLR
+
+
+def build_lr_scheduler(optimizer, args, steps_per_epoch):
+    """A scheduler to step once per optimizer step.
+
+    Lengths are given in epochs and converted with this process's `steps_per_epoch`, so at the same
+    point of training (same fraction of epochs) the LR is the same for any number of processes and
+    any `grad_accum_steps`: only how many steps an epoch has changes.
+    """
+    total_steps = args.epochs * steps_per_epoch
+    warmup_steps = round(args.warmup_epochs * steps_per_epoch)
+    if args.lr_schedule == "cosine":
+        decay = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=args.min_lr)
+    else:
+        milestones = [round(m * steps_per_epoch) - warmup_steps for m in args.lr_milestones]
+        decay = MultiStepLR(optimizer, milestones=milestones, gamma=args.lr_gamma)
+    if warmup_steps == 0:
+        return decay
+    # LinearLR's first value is start_factor * lr, never 0: the first step already learns something.
+    warmup = LinearLR(optimizer, start_factor=args.warmup_start_factor, end_factor=1.0, total_iters=warmup_steps)
+    return SequentialLR(optimizer, [warmup, decay], milestones=[warmup_steps])
