@@ -145,7 +145,7 @@ def evaluate(model, val_loader, accelerator, metric, k):
 
 def dump_rank_metrics(out, epoch, figures, own, accelerator):
     """GluonCV's per-rank eval files, made right: sums that add up exactly to global.json."""
-    folder = out / "eval" / f"epoch_{epoch}"
+    folder = out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init")  # init: scored before any epoch
     write_json_atomic(folder / f"rank_{accelerator.process_index}.json", own)
     if accelerator.is_main_process:
         keys = ("samples", "correct_top1", "correct_topk", "loss_sum")
@@ -232,7 +232,8 @@ def main(argv=None):
         global_step = train_one_epoch(epoch, global_step, model, optimizer, scheduler, criterion, train_loader,
                                       accelerator, args, logger)
         train_time += time.perf_counter() - t0
-        finished = global_step >= (args.max_train_steps or math.inf) or epoch + 1 == args.epochs
+        stopped_early = args.max_train_steps is not None and global_step >= args.max_train_steps
+        finished = stopped_early or epoch + 1 == args.epochs
         epochs_completed = epoch + 1 if global_step % steps_per_epoch == 0 else epoch
         figures = None
         if (epoch + 1) % args.val_every == 0 or finished:
@@ -241,8 +242,8 @@ def main(argv=None):
         if args.save_every and (epoch + 1) % args.save_every == 0 and not finished:
             save_checkpoint(out, f"epoch_{epoch}", epoch, global_step, accelerator)
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
-        figures = validate(out, epochs_completed, global_step, steps_per_epoch, model, val_loader, accelerator,
-                           metric, k, args, logger)
+        figures = validate(out, epochs_completed - 1, global_step, steps_per_epoch, model, val_loader,
+                           accelerator, metric, k, args, logger)
     if global_step > first_step:  # a resumed run that trained nothing keeps the checkpoint it came from
         at_epoch_end = global_step % steps_per_epoch == 0
         save_checkpoint(out, f"epoch_{epochs_completed - 1}" if at_epoch_end else f"step_{global_step}",

@@ -75,14 +75,14 @@ def test_validation_is_sample_exact_on_1_and_2_processes(tmp_path):
     r1, r2 = read_json(one / "results.json"), read_json(two / "results.json")
     assert (r1["world_size"], r2["world_size"]) == (1, 2)
     assert r1["val_samples"] == r2["val_samples"] == 37
-    g1, g2 = read_json(one / "eval/epoch_0/global.json"), read_json(two / "eval/epoch_1/global.json")
+    g1, g2 = read_json(one / "eval/epoch_0/global.json"), read_json(two / "eval/epoch_0/global.json")
     assert {k: g1[k] for k in ("samples", "correct_top1", "correct_topk")} == \
         {k: g2[k] for k in ("samples", "correct_top1", "correct_topk")}
     assert g2["loss_sum"] == pytest.approx(g1["loss_sum"], rel=1e-6)
     assert r2["val_top1"] == r1["val_top1"] and r2["val_topk"] == r1["val_topk"]
 
-    for run, epoch, results, world in ((one, 0, r1, 1), (two, 1, r2, 2)):
-        folder = run / "eval" / f"epoch_{epoch}"
+    for run, results, world in ((one, r1, 1), (two, r2, 2)):
+        folder = run / "eval" / "epoch_0"
         ranks = [read_json(folder / f"rank_{r}.json") for r in range(world)]
         glob = read_json(folder / "global.json")
         assert sorted(p.name for p in folder.iterdir()) == ["global.json"] + [f"rank_{r}.json" for r in range(world)]
@@ -93,7 +93,7 @@ def test_validation_is_sample_exact_on_1_and_2_processes(tmp_path):
         assert glob["correct_top1"] / glob["samples"] == results["val_top1"]
         assert glob["loss_sum"] / glob["samples"] == pytest.approx(results["val_loss"], rel=1e-12)
     # 37 = 24 + 13 on two ranks: batches of 8 alternate, the padded repeats are not counted.
-    assert [read_json(two / f"eval/epoch_1/rank_{r}.json")["samples"] for r in (0, 1)] == [21, 16]
+    assert [read_json(two / f"eval/epoch_0/rank_{r}.json")["samples"] for r in (0, 1)] == [21, 16]
 
 
 @pytest.mark.slow
