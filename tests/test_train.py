@@ -119,3 +119,21 @@ def test_default_job_reaches_99_percent(tmp_path):
     out = tmp_path / "run"
     run_ok(["--output_dir", out], timeout=600)
     assert read_json(out / "results.json")["val_top1"] >= 0.99
+
+
+@pytest.mark.slow
+def test_torchrun_also_works(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, free_port
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(ROOT / "train_classification.py"), *TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = read_json(out / "results.json")
+    assert (results["world_size"], results["val_samples"], results["global_step"]) == (2, 37, 4)
