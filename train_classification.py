@@ -94,12 +94,16 @@ def train_one_epoch(epoch, global_step, model, optimizer, scheduler, criterion, 
     # rank, different every epoch, and independent of which epochs ran before in this process.
     train_loader.set_epoch(epoch)
     logger.start_epoch(epoch, first_step=global_step - epoch * logger.steps_per_epoch)
+    # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
+    # not divide evenly, its last group is shorter, and its gradient would come out too small.
+    short_group = len(train_loader) % args.grad_accum_steps
     fetch_start = time.perf_counter()
-    for batch in train_loader:
+    for index, batch in enumerate(train_loader):
         data_time = time.perf_counter() - fetch_start
         with accelerator.accumulate(model):
             loss = criterion(model(batch["pixel_values"]), batch["labels"])
-            accelerator.backward(loss)
+            in_short_group = short_group and index >= len(train_loader) - short_group
+            accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             if args.clip_grad_norm is not None and accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
             optimizer.step()  # a no-op on micro-batches that only accumulate

@@ -38,18 +38,25 @@ def _with_preset(ds, transform):
 
 
 class SyntheticDataset(Dataset):
-    """Random images and labels, a pure function of (seed, index): no I/O, for benchmarks and tests."""
+    """Random images and labels, a pure function of (seed, index): no I/O, for benchmarks and tests.
+
+    Each class adds its own fixed pattern to the noise, so a model can learn something (a loss
+    that falls is a useful smoke test) while the data stays free to generate.
+    """
 
     def __init__(self, size, image_size, num_classes, seed):
         self.size, self.image_size, self.num_classes, self.seed = size, image_size, num_classes, seed
+        shape = (num_classes, 3, image_size, image_size)
+        self.patterns = torch.randn(shape, generator=torch.Generator().manual_seed(12345))  # shared by splits
 
     def __len__(self):
         return self.size
 
     def __getitem__(self, index):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        return {"pixel_values": torch.randn(3, self.image_size, self.image_size, generator=g),
-                "labels": int(torch.randint(self.num_classes, (), generator=g))}
+        label = int(torch.randint(self.num_classes, (), generator=g))
+        noise = torch.randn(3, self.image_size, self.image_size, generator=g)
+        return {"pixel_values": noise + self.patterns[label], "labels": label}
 
 
 def build_datasets(args):
