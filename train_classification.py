@@ -24,23 +24,27 @@ model.safetensors, checkpoints/ and, with --dump_rank_metrics, eval/epoch_<E>/ra
 
 import json
 import math
+import re
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import broadcast_object_list, set_seed
+from accelerate.utils import broadcast_object_list, gather_object, set_seed
 
 from utils.config import parse_args, save_config
-from utils.data import build_dataloaders, build_datasets
-from utils.io import append_jsonl, write_json_atomic
+from utils.data import BadImages, build_dataloaders, build_datasets
+from utils.io import write_json_atomic, write_text_atomic
 from utils.metrics import load_topk_metric, rank_sums, summarize, topk_for
 from utils.models import build_model
+from utils.presets import source_name
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
+from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
 
 PROG = "train_classification.py"
@@ -71,7 +75,8 @@ def output_dir_for(args, accelerator):
     if args.resume is not None:
         return Path(args.resume).resolve().parent.parent
     # The name holds a timestamp: take the main process's, so that every rank writes to one folder.
-    name = [f"runs/{datetime.now():%Y%m%d-%H%M%S}-{args.dataset}-{args.model}"]
+    dataset = re.sub(r"[^\w.-]+", "_", source_name(args))
+    name = [f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"]
     broadcast_object_list(name)
     return Path(name[0])
 
@@ -86,65 +91,105 @@ def build_optimizer(model, args):
     return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
 
 
-def train_one_epoch(epoch, global_step, model, optimizer, scheduler, criterion, train_loader, accelerator, args,
-                    logger):
+@dataclass
+class Job:
+    """What a run is made of, built once in main(); the loop functions read it and change none of it."""
+
+    args: object
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    criterion: torch.nn.Module
+    train_loader: object
+    val_loader: object
+    steps_per_epoch: int
+    metric: object
+    k: int
+    out: Path
+    logger: StepLogger
+    bad_images: BadImages
+
+
+def train_one_epoch(job, epoch, global_step):
     """One pass over this process's shard; returns the global optimizer step reached."""
+    args, accelerator, model, loader = job.args, job.accelerator, job.model, job.train_loader
     model.train()
     # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
     # rank, different every epoch, and independent of which epochs ran before in this process.
-    train_loader.set_epoch(epoch)
-    logger.start_epoch(epoch, first_step=global_step - epoch * logger.steps_per_epoch)
+    loader.set_epoch(epoch)
+    job.logger.start_epoch(epoch, first_step=global_step - epoch * job.steps_per_epoch)
     # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
-    short_group = len(train_loader) % args.grad_accum_steps
+    short_group = len(loader) % args.grad_accum_steps
     fetch_start = time.perf_counter()
-    for index, batch in enumerate(train_loader):
+    for index, batch in enumerate(loader):
         data_time = time.perf_counter() - fetch_start
+        job.bad_images.check(batch)
         with accelerator.accumulate(model):
-            loss = criterion(model(batch["pixel_values"]), batch["labels"])
-            in_short_group = short_group and index >= len(train_loader) - short_group
+            # Mean over the batch's valid samples: a skipped (undecodable) image weighs nothing.
+            valid = batch["valid"].float()
+            per_sample = job.criterion(model(batch["pixel_values"]), batch["labels"])
+            loss = (per_sample * valid).sum() / valid.sum().clamp(min=1)
+            in_short_group = short_group and index >= len(loader) - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             if args.clip_grad_norm is not None and accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-            optimizer.step()  # a no-op on micro-batches that only accumulate
-            optimizer.zero_grad(set_to_none=True)
-        logger.micro_batch(loss, batch["labels"].shape[0], data_time)
+            job.optimizer.step()  # a no-op on micro-batches that only accumulate
+            job.optimizer.zero_grad(set_to_none=True)
+        job.logger.micro_batch(loss, len(batch["source"]), data_time)
         if accelerator.sync_gradients:
             # Stepped once per optimizer step on every rank (see build_accelerator), so the LR
             # follows epoch progress whatever the world size or accumulation.
-            scheduler.step()
+            job.scheduler.step()
             global_step += 1
-            logger.optimizer_step(global_step, scheduler.get_last_lr()[0])
+            job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
             if args.max_train_steps is not None and global_step >= args.max_train_steps:
                 break
         fetch_start = time.perf_counter()
-    logger.end_epoch()
+    job.logger.end_epoch()
     return global_step
 
 
 @torch.no_grad()
-def evaluate(model, val_loader, accelerator, metric, k):
+def evaluate(job):
     """Exact figures over the whole validation set, plus this rank's own sums.
 
     Accelerate pads the last batches so that every rank gets the same number; gather_for_metrics
     drops those repeats, so each sample is counted exactly once whatever the world size.
     """
-    model.eval()
-    ranked, labels, losses, owners = [], [], [], []
-    for batch in val_loader:
-        logits = model(batch["pixel_values"]).float()
+    accelerator = job.accelerator
+    job.model.eval()
+    ranked, labels, losses, owners, valid = [], [], [], [], []
+    for batch in job.val_loader:
+        job.bad_images.check(batch)
+        logits = job.model(batch["pixel_values"]).float()
         per_sample_loss = F.cross_entropy(logits, batch["labels"], reduction="none")
         # Which rank scored each sample: after the gather this tells every rank which of the kept
         # samples are its own, with no shard arithmetic.
         owner = torch.full_like(batch["labels"], accelerator.process_index)
-        gathered = accelerator.gather_for_metrics((logits.topk(k, dim=1).indices, batch["labels"],
-                                                   per_sample_loss, owner))
-        for store, tensor in zip((ranked, labels, losses, owners), gathered):
+        gathered = accelerator.gather_for_metrics((logits.topk(job.k, dim=1).indices, batch["labels"],
+                                                   per_sample_loss, owner, batch["valid"]))
+        for store, tensor in zip((ranked, labels, losses, owners, valid), gathered):
             store.append(tensor.cpu())
-    ranked, labels, losses, owners = (torch.cat(t) for t in (ranked, labels, losses, owners))
-    figures = summarize(metric, ranked, labels, losses, k)
-    own = rank_sums(ranked, labels, losses, owners, accelerator.process_index, k)
+    keep = torch.cat(valid)  # skipped images are not scored
+    ranked, labels, losses, owners = (torch.cat(t)[keep] for t in (ranked, labels, losses, owners))
+    figures = summarize(job.metric, ranked, labels, losses, job.k)
+    own = rank_sums(ranked, labels, losses, owners, accelerator.process_index, job.k)
     return figures, own
+
+
+def validate(job, epoch, global_step):
+    """Evaluate, log a validation row, and write the per-rank dump if asked."""
+    figures, own = evaluate(job)
+    row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
+           **{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")}}
+    job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
+                          f"{figures['val_topk']:.4f} loss {figures['val_loss']:.4f} "
+                          f"({figures['val_samples']} images)")
+    if job.args.dump_rank_metrics:
+        dump_rank_metrics(job.out, epoch, figures, own, job.accelerator)
+    return figures
 
 
 def dump_rank_metrics(out, epoch, figures, own, accelerator):
@@ -166,18 +211,6 @@ def save_checkpoint(out, name, epoch, global_step, accelerator):
     accelerator.wait_for_everyone()
 
 
-def validate(out, epoch, global_step, steps_per_epoch, model, val_loader, accelerator, metric, k, args, logger):
-    """Evaluate, log a validation row, and write the per-rank dump if asked."""
-    figures, own = evaluate(model, val_loader, accelerator, metric, k)
-    row = {"step": global_step, "epoch": round(global_step / steps_per_epoch, 6),
-           **{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")}}
-    logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{k} {figures['val_topk']:.4f} "
-                      f"loss {figures['val_loss']:.4f} ({figures['val_samples']} images)")
-    if args.dump_rank_metrics:
-        dump_rank_metrics(out, epoch, figures, own, accelerator)
-    return figures
-
-
 def build_accelerator(args):
     return Accelerator(
         # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
@@ -193,17 +226,13 @@ def build_accelerator(args):
     )
 
 
-def main(argv=None):
-    args = parse_args(argv, prog=PROG)
-    check_paths(args)
-    accelerator = build_accelerator(args)
-    threads = use_all_cores(accelerator.device)
-    out = output_dir_for(args, accelerator)
-    set_seed(args.seed)  # same initial weights on every rank
-
+def build_job(args, accelerator, out):
+    """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
-        train_ds, val_ds, class_names = build_datasets(args)
+        train_ds, val_ds, class_names, notes = build_datasets(args)
         metric = load_topk_metric()
+    for note in notes:
+        accelerator.print(f"data: {note}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
     model = build_model(args.model, num_classes=len(class_names))
@@ -211,59 +240,82 @@ def main(argv=None):
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    k = topk_for(len(class_names))
-
-    start_epoch, global_step = 0, 0
-    if args.resume is not None:
-        accelerator.load_state(args.resume)
-        state = json.loads((Path(args.resume) / "training_state.json").read_text())
-        start_epoch, global_step = state["epoch"] + 1, state["global_step"]
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        save_config(args, out / "config.yaml", output_dir=str(out))
-    accelerator.print(f"{args.model} on {args.dataset}: {len(train_ds)} train / {len(val_ds)} val images, "
-                      f"{accelerator.num_processes} process(es) on {accelerator.device.type} "
-                      f"({threads} threads, {num_workers} workers each), {steps_per_epoch} steps/epoch -> {out}")
-
-    first_step = global_step
+    # Per-sample losses: batches may hold skipped images, which the loop masks out.
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch)
-    figures, epochs_completed, train_time = None, start_epoch, 0.0
+    job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
+              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images))
+    accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
+                      f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
+                      f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
+                      f"{steps_per_epoch} steps/epoch -> {out}")
+    return job, class_names, len(train_ds)
+
+
+def main(argv=None):
+    args = parse_args(argv, prog=PROG)
+    check_paths(args)
+    accelerator = build_accelerator(args)
+    use_all_cores(accelerator.device)
+    out = output_dir_for(args, accelerator)
+    set_seed(args.seed)  # same initial weights on every rank
+    try:
+        job, class_names, train_samples = build_job(args, accelerator, out)
+        start_epoch, global_step = 0, 0
+        if args.resume is not None:
+            accelerator.load_state(args.resume)
+            state = json.loads((Path(args.resume) / "training_state.json").read_text())
+            start_epoch, global_step = state["epoch"] + 1, state["global_step"]
+        if accelerator.is_main_process:
+            out.mkdir(parents=True, exist_ok=True)
+            save_config(args, out / "config.yaml", output_dir=str(out))
+            write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
+        results = train(job, start_epoch, global_step)
+    except DataError as e:  # bad data: one line, exit 2 (checks before training, or a broken image during it)
+        fail(str(e))
+    # Every rank met its own broken files; the report holds all of them, once each.
+    errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
+    skipped = sorted(errors)
+    results.update(train_samples=train_samples, skipped_images=skipped)
+    if accelerator.is_main_process:
+        if skipped:
+            write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{errors[p]}\n" for p in skipped))
+        write_json_atomic(out / "results.json", results)
+    accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
+                      f"loss {results['val_loss']:.4f} on {results['val_samples']} images"
+                      f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
+                      f"train {results['train_time_s']:.1f} s -> {out}")
+    accelerator.end_training()
+    return results
+
+
+def train(job, start_epoch, global_step):
+    """The epoch loop: train, validate every val_every epochs and at the end, checkpoint; returns results."""
+    args, accelerator = job.args, job.accelerator
+    first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
     for epoch in range(start_epoch, args.epochs):
         if args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
         t0 = time.perf_counter()
-        global_step = train_one_epoch(epoch, global_step, model, optimizer, scheduler, criterion, train_loader,
-                                      accelerator, args, logger)
+        global_step = train_one_epoch(job, epoch, global_step)
         train_time += time.perf_counter() - t0
         stopped_early = args.max_train_steps is not None and global_step >= args.max_train_steps
         finished = stopped_early or epoch + 1 == args.epochs
-        epochs_completed = epoch + 1 if global_step % steps_per_epoch == 0 else epoch
-        figures = None
-        if (epoch + 1) % args.val_every == 0 or finished:
-            figures = validate(out, epoch, global_step, steps_per_epoch, model, val_loader, accelerator, metric, k,
-                               args, logger)
+        epochs_completed = epoch + 1 if global_step % job.steps_per_epoch == 0 else epoch
+        figures = validate(job, epoch, global_step) if (epoch + 1) % args.val_every == 0 or finished else None
         if args.save_every and (epoch + 1) % args.save_every == 0 and not finished:
-            save_checkpoint(out, f"epoch_{epoch}", epoch, global_step, accelerator)
+            save_checkpoint(job.out, f"epoch_{epoch}", epoch, global_step, accelerator)
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
-        figures = validate(out, epochs_completed - 1, global_step, steps_per_epoch, model, val_loader,
-                           accelerator, metric, k, args, logger)
+        figures = validate(job, epochs_completed - 1, global_step)
     if global_step > first_step:  # a resumed run that trained nothing keeps the checkpoint it came from
-        at_epoch_end = global_step % steps_per_epoch == 0
-        save_checkpoint(out, f"epoch_{epochs_completed - 1}" if at_epoch_end else f"step_{global_step}",
+        at_epoch_end = global_step % job.steps_per_epoch == 0
+        save_checkpoint(job.out, f"epoch_{epochs_completed - 1}" if at_epoch_end else f"step_{global_step}",
                         epochs_completed - 1, global_step, accelerator)
-    accelerator.save_model(model, str(out))  # <out>/model.safetensors, a plain torchvision state dict
-    results = {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
-               "train_samples": len(train_ds), "epochs_completed": epochs_completed, "global_step": global_step,
-               "world_size": accelerator.num_processes, "train_time_s": round(train_time, 3),
-               "model": args.model, "dataset": args.dataset}
-    if accelerator.is_main_process:
-        write_json_atomic(out / "results.json", results)
-    accelerator.print(f"done: val top-1 {figures['val_top1']:.4f}, top-{k} {figures['val_topk']:.4f}, "
-                      f"loss {figures['val_loss']:.4f} on {figures['val_samples']} images; "
-                      f"train {train_time:.1f} s -> {out}")
-    accelerator.end_training()
-    return results
+    accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
+    return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
+            "epochs_completed": epochs_completed, "global_step": global_step,
+            "world_size": accelerator.num_processes, "train_time_s": round(train_time, 3),
+            "model": args.model, "dataset": source_name(args)}
 
 
 if __name__ == "__main__":

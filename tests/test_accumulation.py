@@ -4,9 +4,9 @@ import torch
 from torch.utils.data import Dataset
 
 import conftest  # noqa: F401  (puts the repo root on sys.path)
-from train_classification import build_accelerator, train_one_epoch
+from train_classification import Job, build_accelerator, train_one_epoch
 from utils.config import parse_args
-from utils.data import build_dataloaders
+from utils.data import BadImages, build_dataloaders
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
 
@@ -20,7 +20,7 @@ class Points(Dataset):
         return 64
 
     def __getitem__(self, i):
-        return {"pixel_values": self.x[i], "labels": int(self.y[i])}
+        return {"pixel_values": self.x[i], "labels": int(self.y[i]), "valid": True, "source": "", "error": ""}
 
 
 def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state):
@@ -39,8 +39,9 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch=3)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3)
-    step = train_one_epoch(0, 0, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(), train_loader,
-                           accelerator, args, logger)
+    job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
+              train_loader, None, 3, None, 1, tmp_path, logger, BadImages(skip=False))
+    step = train_one_epoch(job, 0, 0)
     assert step == 3
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

@@ -4,8 +4,6 @@ import argparse
 import sys
 import yaml
 
-DATASETS = ("digits", "synthetic")
-
 
 class ConfigError(ValueError):
     """A bad option value; the message names the option."""
@@ -25,14 +23,40 @@ def get_args_parser(prog="train_classification.py"):
     p.add_argument("--config", type=str, default=None,
                    help="YAML recipe whose keys (option names) set defaults; the command line wins")
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", type=str, default="digits", choices=DATASETS,
-                   help="digits: scikit-learn's embedded 8x8 scans (offline); synthetic: random tensors, no I/O")
-    g.add_argument("--image_size", type=int, default=32, help="side of the square input images")
+    g.add_argument("--dataset", type=str, default="digits",
+                   help="digits (embedded 8x8 scans, offline), synthetic (random tensors, no I/O), imagefolder "
+                        "(with --data_dir), a folder written by save_to_disk, or a Hub dataset name (e.g. cifar10)")
+    g.add_argument("--dataset_config", type=str, default=None, help="Hub dataset configuration name")
+    g.add_argument("--train_split", type=str, default="train", help="split to train on")
+    g.add_argument("--val_split", type=str, default=None,
+                   help="split to validate on (default: validation, val, valid or test, whichever exists)")
+    g.add_argument("--val_fraction", type=float, default=0.1,
+                   help="without a validation split: this fraction of train, stratified, fixed seed")
+    g.add_argument("--image_column", type=str, default=None, help="image column (default: image, img, ...)")
+    g.add_argument("--label_column", type=str, default=None, help="label column (default: label, labels, ...)")
+    g.add_argument("--train_dir", type=str, default=None, help="folder of <class>/<image> files to train on")
+    g.add_argument("--val_dir", type=str, default=None, help="folder of <class>/<image> files to validate on")
+    g.add_argument("--data_dir", type=str, default=None,
+                   help="with --dataset imagefolder: a folder holding train/ and val/ (or validation/)")
+    g.add_argument("--max_train_samples", type=int, default=None, help="train on a seeded subset of this size")
+    g.add_argument("--max_val_samples", type=int, default=None, help="validate on a seeded subset of this size")
+    g.add_argument("--skip_bad_images", action="store_true",
+                   help="skip images that cannot be decoded (listed in bad_images.txt) instead of stopping")
+    g.add_argument("--image_size", type=int, default=None,
+                   help="side of the square input images (default: 32 for digits and synthetic, else 224)")
     g.add_argument("--num_classes", type=int, default=10, help="class count of --dataset synthetic")
     g.add_argument("--synthetic_train_samples", type=int, default=1024, help="train size of --dataset synthetic")
     g.add_argument("--synthetic_val_samples", type=int, default=256, help="val size of --dataset synthetic")
     g.add_argument("--num_workers", type=int, default=None,
                    help="data-loading worker processes per process (default: chosen from the cores per process)")
+    g = p.add_argument_group("augmentation (images from files; digits keeps its own recipe)")
+    g.add_argument("--no_hflip", action="store_true", help="no random horizontal flip")
+    g.add_argument("--auto_augment", type=str, default=None, choices=("imagenet", "cifar10", "svhn"),
+                   help="AutoAugment policy")
+    g.add_argument("--rand_augment", type=int, default=None, help="RandAugment with this magnitude (0-30)")
+    g.add_argument("--crop_pct", type=float, default=0.875, help="eval: resize to image_size / crop_pct, crop")
+    g.add_argument("--mean", type=float, nargs=3, default=None, help="normalisation mean (default: ImageNet's)")
+    g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--model", type=str, default="resnet18", help="any torchvision classification model name")
     g.add_argument("--epochs", type=int, default=18, help="training epochs")
@@ -90,9 +114,12 @@ def _check_yaml_value(action, value):
 
     if value is None:
         return None
-    if action.nargs in ("+", "*"):
+    fixed = isinstance(action.nargs, int) and action.nargs > 0  # e.g. --mean R G B
+    if action.nargs in ("+", "*") or fixed:
         if not isinstance(value, list) or (action.nargs == "+" and not value):
             raise ConfigError(f"{action.dest}: expected a list, got {value!r}")
+        if fixed and len(value) != action.nargs:
+            raise ConfigError(f"{action.dest}: expected {action.nargs} values, got {value!r}")
         return [one(v) for v in value]
     return one(value)
 
@@ -125,9 +152,21 @@ def validate(args):
         if not ok:
             raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
 
-    for key in ("epochs", "batch_size", "grad_accum_steps", "val_every", "log_every", "image_size",
+    for key in ("epochs", "batch_size", "grad_accum_steps", "val_every", "log_every",
                 "synthetic_train_samples", "synthetic_val_samples"):
         need(getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("image_size", "max_train_samples", "max_val_samples"):
+        need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
+    need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
+    need(0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
+    need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
+    need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
+    need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
+    need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")
+    folders = args.train_dir or args.data_dir
+    need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
+         "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
+    need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")
     for key in ("save_every", "weight_decay", "min_lr"):
         need(getattr(args, key) >= 0, key, "must be >= 0")
     need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")

@@ -1,12 +1,23 @@
-"""Datasets (embedded digits, synthetic) and their dataloaders, sharded by Accelerate."""
+"""Datasets with their transforms, fast image decoding, and dataloaders sharded by Accelerate."""
+
+import io
+import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from utils import presets
+from utils.sources import SPLIT_SEED, DataError, load_splits
 
-DIGITS_SPLIT_SEED = 0  # fixed, so that every run (any --seed) is scored on the same 360 images
+# torchvision 0.29 marks its decoders deprecated in favour of torchcodec; they are still the fastest
+# decoder we can count on here (libjpeg-turbo, no PIL round trip). PIL takes over if they go away.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
+try:
+    from torchvision.io import ImageReadMode, decode_image
+except ImportError:  # pragma: no cover - a future torchvision without decoders
+    decode_image = None
 
 
 def load_digits_dataset():
@@ -25,15 +36,49 @@ def load_digits_dataset():
     features = datasets.Features(image=datasets.Image(),
                                  label=datasets.ClassLabel(names=[str(d) for d in range(10)]))
     full = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
-    split = full.train_test_split(test_size=0.2, stratify_by_column="label", seed=DIGITS_SPLIT_SEED)
+    split = full.train_test_split(test_size=0.2, stratify_by_column="label", seed=SPLIT_SEED)
     return datasets.DatasetDict(train=split["train"], validation=split["test"])
 
 
-def _with_preset(ds, transform):
-    """Apply `transform` lazily, at access time, rather than rewriting the dataset."""
+def decode_rgb(image):
+    """A (3, H, W) uint8 tensor from an undecoded `datasets.Image` value ({"bytes", "path"})."""
+    data = image["bytes"] if image["bytes"] is not None else Path(image["path"]).read_bytes()
+    if decode_image is not None:
+        try:
+            return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        except RuntimeError:
+            pass  # a format torchvision does not read (BMP, TIFF...), or a broken file: PIL decides
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        return torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1).contiguous()
+
+
+def _with_transform(ds, transform, image_size, decoded):
+    """Attach `transform` lazily (applied per batch at access time; the dataset is not rewritten).
+
+    A file that cannot be decoded becomes a zero image with valid=False and its path in `source`,
+    so every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
+    """
+    import datasets
+
+    if not decoded:
+        ds = ds.cast_column("image", datasets.Image(decode=False))
+
     def apply(batch):
-        return {"pixel_values": [transform(img.convert("RGB")) for img in batch["image"]],
-                "labels": batch["label"]}
+        out = {"pixel_values": [], "labels": batch["label"], "valid": [], "source": [], "error": []}
+        for image in batch["image"]:
+            try:
+                pixels, source, error = transform(image.convert("RGB") if decoded else decode_rgb(image)), "", ""
+            except (OSError, ValueError, RuntimeError, SyntaxError) as e:  # PIL raises all of these
+                pixels = torch.zeros(3, image_size, image_size)
+                source, error = image.get("path") or "<embedded image bytes>", f"{type(e).__name__}: {e}"
+            out["pixel_values"].append(pixels)
+            out["valid"].append(not source)
+            out["source"].append(source)
+            out["error"].append(error)
+        return out
+
     return ds.with_transform(apply)
 
 
@@ -56,21 +101,41 @@ class SyntheticDataset(Dataset):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         label = int(torch.randint(self.num_classes, (), generator=g))
         noise = torch.randn(3, self.image_size, self.image_size, generator=g)
-        return {"pixel_values": noise + self.patterns[label], "labels": label}
+        return {"pixel_values": noise + self.patterns[label], "labels": label, "valid": True, "source": "",
+                "error": ""}
 
 
 def build_datasets(args):
-    """(train, val, class_names) for `args.dataset`, transforms attached."""
-    if args.dataset == "synthetic":
+    """(train, val, class_names, notes) for the source `args` names, transforms attached."""
+    size = presets.image_size(args)
+    if presets.source_kind(args) == "synthetic":
         names = [f"class_{i}" for i in range(args.num_classes)]
-        return (SyntheticDataset(args.synthetic_train_samples, args.image_size, args.num_classes, seed=1),
-                SyntheticDataset(args.synthetic_val_samples, args.image_size, args.num_classes, seed=2),
-                names)
-    splits = load_digits_dataset()
-    names = splits["train"].features["label"].names
-    return (_with_preset(splits["train"], presets.digits_train(args.image_size)),
-            _with_preset(splits["validation"], presets.digits_eval(args.image_size)),
-            names)
+        return (SyntheticDataset(args.synthetic_train_samples, size, args.num_classes, seed=1),
+                SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
+    if presets.source_kind(args) == "digits":
+        splits = load_digits_dataset()
+        train, val, names, notes = splits["train"], splits["validation"], splits["train"].features["label"].names, []
+        return (_with_transform(train, presets.digits_train(size), size, decoded=True),
+                _with_transform(val, presets.digits_eval(size), size, decoded=True), names, notes)
+    train, val, names, notes = load_splits(args)
+    return (_with_transform(train, presets.train_preset(args), size, decoded=False),
+            _with_transform(val, presets.eval_preset(args), size, decoded=False), names, notes)
+
+
+class BadImages:
+    """Images that could not be decoded: stop at the first one (default), or skip and list them all."""
+
+    def __init__(self, skip):
+        self.skip, self.found = skip, {}
+
+    def check(self, batch):
+        # Host-side strings: no device sync. A skipped image is masked out of loss and metrics.
+        bad = {source: error for source, error in zip(batch["source"], batch["error"]) if source}
+        if bad and not self.skip:
+            source, error = next(iter(bad.items()))
+            raise DataError(f"cannot decode image {source} ({error.splitlines()[0]}); pass --skip_bad_images "
+                            f"to skip such files (they are then listed in bad_images.txt)")
+        self.found.update(bad)
 
 
 def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
