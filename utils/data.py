@@ -146,6 +146,9 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
     """
     common = dict(batch_size=batch_size, num_workers=num_workers,
                   pin_memory=accelerator.device.type == "cuda", persistent_workers=num_workers > 0)
-    train = DataLoader(train_ds, shuffle=True, **common)
+    # One process leaves the epoch's last batch ragged (several pad it to full size); a ragged batch
+    # of a single image would make BatchNorm fail in training, so that one image waits an epoch.
+    lone_last = accelerator.num_processes == 1 and len(train_ds) % batch_size == 1
+    train = DataLoader(train_ds, shuffle=True, drop_last=lone_last, **common)
     val = DataLoader(val_ds, shuffle=False, **common)
     return accelerator.prepare(train, val)

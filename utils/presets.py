@@ -49,7 +49,7 @@ def train_preset(args):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here."""
     size = image_size(args)
     steps = [v2.RandomResizedCrop(size, antialias=True)]
-    if args.hflip:
+    if not args.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
     if args.auto_augment:
         steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(args.auto_augment)))

@@ -154,13 +154,13 @@ def load_splits(args):
         loaded = datasets.DatasetDict(train=loaded)
     if args.train_split not in loaded:
         _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(loaded)}")
+    if not len(loaded[args.train_split]):
+        _fail(f"train_split: split {args.train_split!r} is empty")
     train = _normalise(loaded[args.train_split], args)
     names = train.features["label"].names
     val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
     if args.val_split and args.val_split not in loaded:
         _fail(f"val_split: no split {args.val_split!r}; splits are: {', '.join(loaded)}")
-    if not len(train):
-        _fail(f"train_split: split {args.train_split!r} is empty")
     _check_range(train, names)
     if val_split is None:
         carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
@@ -168,6 +168,8 @@ def load_splits(args):
         notes.append(f"no validation split: carved {len(val)} images ({args.val_fraction:.0%}) from "
                      f"{args.train_split!r}, stratified, seed {SPLIT_SEED}")
     else:
+        if not len(loaded[val_split]):
+            _fail(f"val_split: the validation split {val_split!r} is empty")
         val = _normalise(loaded[val_split], args, class_names=names)
         if isinstance(val.features["label"], datasets.ClassLabel) and val.features["label"].names != names:
             extra = sorted(set(val.features["label"].names) - set(names))
@@ -176,8 +178,6 @@ def load_splits(args):
             # Same classes in another order: remap by name, not by index.
             val = val.align_labels_with_mapping({name: i for i, name in enumerate(names)}, "label")
         notes.append(f"validation split: {val_split!r}")
-    if not len(val):
-        _fail(f"val_split: the validation split {val_split!r} is empty")
     _check_range(val, names)
     train, val = _subset(train, args.max_train_samples), _subset(val, args.max_val_samples)
     return train, val, names, notes

@@ -1,0 +1,215 @@
+"""Data sources and bad data: real files in temporary folders, a save_to_disk dataset, the offline Hub path."""
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import ROOT, read_json, run_ok
+from utils.config import parse_args
+from utils.sources import DataError, load_splits
+
+FAST = ["--image_size", "16", "--batch_size", "4", "--num_workers", "0", "--epochs", "1", "--warmup_epochs", "0"]
+
+
+KINDS = [(".png", "RGB"), (".jpg", "L"), (".png", "RGBA"), (".jpg", "RGB")]  # grayscale and RGBA too
+
+
+def make_folder(root, counts):
+    """root/<class>/<i>.<ext>: small PNG and JPEG files, one colour per class."""
+    colors = {"cat": (200, 40, 40), "dog": (40, 200, 40), "eel": (40, 40, 200)}
+    for name, n in counts.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            ext, mode = KINDS[i % len(KINDS)]
+            Image.new("RGB", (24, 20), colors[name]).convert(mode).save(root / name / f"{i}{ext}")
+    return root
+
+
+def splits(argv):
+    return load_splits(parse_args(argv))
+
+
+def test_image_folders_with_sorted_class_order(tmp_path):
+    make_folder(tmp_path / "train", {"eel": 3, "cat": 4, "dog": 2})
+    make_folder(tmp_path / "val", {"cat": 2, "eel": 1})
+    train, val, names, _ = splits(["--train_dir", str(tmp_path / "train"), "--val_dir", str(tmp_path / "val")])
+    assert names == ["cat", "dog", "eel"]
+    assert sorted(train["label"]) == [0] * 4 + [1] * 2 + [2] * 3
+    assert sorted(val["label"]) == [0, 0, 2]  # val's own folders mapped by name, not position
+
+
+def test_data_dir_layout_and_carving(tmp_path):
+    make_folder(tmp_path / "d" / "train", {"cat": 10, "dog": 10})
+    make_folder(tmp_path / "d" / "validation", {"cat": 1, "dog": 1})
+    _, val, _, notes = splits(["--dataset", "imagefolder", "--data_dir", str(tmp_path / "d")])
+    assert len(val) == 2 and notes == ["validation split: 'validation'"]
+    make_folder(tmp_path / "e" / "train", {"cat": 10, "dog": 10})
+    train, val, _, notes = splits(["--dataset", "imagefolder", "--data_dir", str(tmp_path / "e"),
+                                   "--val_fraction", "0.2"])
+    assert (len(train), len(val)) == (16, 4) and sorted(val["label"]) == [0, 0, 1, 1]  # stratified
+    assert "carved 4 images (20%)" in notes[0]
+
+
+@pytest.fixture
+def saved_dataset(tmp_path):
+    import datasets
+
+    g = np.random.default_rng(0)
+    images = [Image.fromarray(g.integers(0, 255, (10, 12, 3), dtype=np.uint8)) for _ in range(40)]
+    features = datasets.Features(img=datasets.Image(), fine_label=datasets.ClassLabel(names=list("abcd")),
+                                 extra=datasets.Value("string"))
+    ds = datasets.Dataset.from_dict({"img": images, "fine_label": [i % 4 for i in range(40)],
+                                     "extra": ["x"] * 40}, features=features)
+    path = tmp_path / "saved"
+    datasets.DatasetDict(train=ds.select(range(30)), test=ds.select(range(30, 40))).save_to_disk(str(path))
+    return path
+
+
+def test_save_to_disk_round_trip_and_column_detection(saved_dataset):
+    train, val, names, notes = splits(["--dataset", str(saved_dataset)])
+    assert (len(train), len(val), names) == (30, 10, list("abcd"))
+    assert train.column_names == ["image", "label"] and notes == ["validation split: 'test'"]
+    train, val, _, _ = splits(["--dataset", str(saved_dataset), "--max_train_samples", "7", "--max_val_samples", "3"])
+    assert (len(train), len(val)) == (7, 3)
+    again, _, _, _ = splits(["--dataset", str(saved_dataset), "--max_train_samples", "7"])
+    assert again["label"] == train["label"]  # a seeded subset
+
+
+def test_missing_column_lists_the_columns(saved_dataset):
+    with pytest.raises(DataError, match=r"label_column: no column 'nope'; columns are: img, fine_label, extra"):
+        splits(["--dataset", str(saved_dataset), "--label_column", "nope"])
+
+
+@pytest.mark.parametrize("setup, argv, message", [
+    (lambda t: make_folder(t / "tr", {"cat": 2}) and (t / "tr" / "dog").mkdir(),
+     ["--train_dir", "{t}/tr"], "train_dir: class folder {t}/tr/dog holds no images"),
+    (lambda t: make_folder(t / "tr", {"cat": 2}) and make_folder(t / "va", {"cat": 1, "eel": 1}),
+     ["--train_dir", "{t}/tr", "--val_dir", "{t}/va"], "val_dir: classes not in train_dir: eel"),
+    (lambda t: None, ["--train_dir", "{t}/missing"], "train_dir: {t}/missing is not a readable folder"),
+    (lambda t: (t / "empty").mkdir(), ["--train_dir", "{t}/empty"], "train_dir: {t}/empty has no class sub-folders"),
+    (lambda t: (t / "d").mkdir(), ["--dataset", "imagefolder", "--data_dir", "{t}/d"], "data_dir: {t}/d has no train/"),
+])
+def test_bad_folders_are_one_line(tmp_path, setup, argv, message):
+    setup(tmp_path)
+    with pytest.raises(DataError) as e:
+        splits([a.format(t=tmp_path) for a in argv])
+    assert message.format(t=tmp_path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_labels_and_empty_splits(tmp_path):
+    import datasets
+
+    img = Image.new("RGB", (4, 4))
+    feats = datasets.Features(image=datasets.Image(), label=datasets.Value("int64"))
+    bad = datasets.Dataset.from_dict({"image": [img] * 4, "label": [0, 1, 2, 1]}, features=feats)
+    datasets.DatasetDict(train=bad, validation=bad.map(lambda r: {"label": 5}))\
+        .save_to_disk(str(tmp_path / "a"))
+    with pytest.raises(DataError, match=r"label_column: 4 labels outside \[0, 3\), e.g. 5"):
+        splits(["--dataset", str(tmp_path / "a")])
+    datasets.DatasetDict(train=bad, validation=bad.filter(lambda r: False)).save_to_disk(str(tmp_path / "b"))
+    with pytest.raises(DataError, match="val_split: the validation split 'validation' is empty"):
+        splits(["--dataset", str(tmp_path / "b")])
+    datasets.DatasetDict(train=bad.filter(lambda r: False), validation=bad).save_to_disk(str(tmp_path / "c"))
+    with pytest.raises(DataError, match="train_split: split 'train' is empty"):
+        splits(["--dataset", str(tmp_path / "c")])
+
+
+def make_cached_hub_dataset(cache_dir, name):
+    """What `load_dataset(name)` leaves in HF_DATASETS_CACHE after one online download."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=["red", "green", "blue"]))
+    colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+    files = {}
+    for split, n in {"train": 9, "test": 3}.items():
+        ds = datasets.Dataset.from_dict({"image": [Image.new("RGB", (8, 8), colors[i % 3]) for i in range(n)],
+                                         "label": [i % 3 for i in range(n)]}, features=features)
+        files[split] = str(cache_dir.parent / f"{split}.parquet")
+        ds.to_parquet(files[split])
+    owner, short = name.split("/")
+    out = cache_dir / f"{owner}___{camelcase_to_snakecase(short)}" / "default" / "0.0.0" / \
+        hashlib.sha1(name.encode()).hexdigest()
+    Parquet(cache_dir=str(cache_dir), dataset_name=short, config_name="default", config_id="default",
+            data_files=files, features=features).download_and_prepare(output_dir=str(out))
+
+
+def offline_env(tmp_path):
+    home = tmp_path / "hf_home"
+    return {**os.environ, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"),
+            "HF_DATASETS_CACHE": str(home / "datasets"), "HF_HUB_OFFLINE": "1"}
+
+
+def test_hub_dataset_from_the_local_cache_offline(tmp_path):
+    env = offline_env(tmp_path)
+    make_cached_hub_dataset(Path(env["HF_DATASETS_CACHE"]), "tester/tiny-images")
+    out = tmp_path / "run"
+    run_ok(["--dataset", "tester/tiny-images", *FAST, "--output_dir", out], env=env)
+    results = read_json(out / "results.json")
+    assert (results["dataset"], results["train_samples"], results["val_samples"]) == ("tester/tiny-images", 9, 3)
+    assert read_json(out / "labels.json") == {"0": "red", "1": "green", "2": "blue"}
+
+
+def test_hub_dataset_not_cached_is_one_line_exit_2(tmp_path):
+    env = offline_env(tmp_path)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--dataset", "tester/not-cached",
+                           "--output_dir", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "could not reach 'tester/not-cached' on the Hub" in errors[0]
+    assert "HF_DATASETS_CACHE" in errors[0] and "HF_HUB_OFFLINE=1" in errors[0]
+    assert not (out / "results.json").exists()
+
+
+def test_corrupt_image_stops_with_the_file_named(tmp_path):
+    make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
+    (tmp_path / "tr" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--train_dir", str(tmp_path / "tr"),
+                           "--val_fraction", "0.3", *FAST, "--output_dir", str(out)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert f"cannot decode image {tmp_path}/tr/dog/broken.jpg" in errors[0] and "--skip_bad_images" in errors[0]
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_skipped_images_are_reported_exactly_on_2_processes(tmp_path):
+    make_folder(tmp_path / "tr", {"cat": 6, "dog": 5})
+    make_folder(tmp_path / "va", {"cat": 4, "dog": 3})  # 7 val images: odd, and batch 4
+    good = tmp_path / "tr" / "cat" / "0.png"
+    (tmp_path / "tr" / "cat" / "truncated.jpg").write_bytes(
+        (tmp_path / "tr" / "cat" / "1.jpg").read_bytes()[:60])
+    (tmp_path / "va" / "dog" / "empty.png").write_bytes(b"")
+    out = tmp_path / "run"
+    run_ok(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", *FAST, "--skip_bad_images",
+            "--output_dir", out], nproc=2)
+    results = read_json(out / "results.json")
+    expected = sorted([str(tmp_path / "tr" / "cat" / "truncated.jpg"), str(tmp_path / "va" / "dog" / "empty.png")])
+    assert results["skipped_images"] == expected
+    assert [line.split("\t")[0] for line in (out / "bad_images.txt").read_text().splitlines()] == expected
+    assert (results["val_samples"], results["train_samples"], results["world_size"]) == (7, 12, 2)
+    assert good.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_folder_run_counts_every_val_image_once(tmp_path, nproc):
+    make_folder(tmp_path / "tr", {"cat": 5, "dog": 4, "eel": 3})
+    make_folder(tmp_path / "va", {"cat": 3, "dog": 2, "eel": 2})  # 7: divides by neither 2 nor 4
+    out = tmp_path / "run"
+    run_ok(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", *FAST, "--output_dir", out], nproc=nproc)
+    results = read_json(out / "results.json")
+    assert (results["val_samples"], results["train_samples"], results["world_size"]) == (7, 12, nproc)
+    assert results["dataset"] == f"imagefolder:{tmp_path / 'tr'}" and results["skipped_images"] == []
+    assert read_json(out / "labels.json") == {"0": "cat", "1": "dog", "2": "eel"}
