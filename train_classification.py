@@ -7,8 +7,9 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     # 2 processes on CPU (gloo), e.g. to see sharding at work
     accelerate launch --config_file accel_configs/cpu_2proc.yaml train_classification.py
     # one GPU / all GPUs of one node (bf16)
-    accelerate launch --config_file accel_configs/single_gpu.yaml train_classification.py --config configs/digits_resnet18.yaml
-    accelerate launch --config_file accel_configs/multi_gpu.yaml train_classification.py --config configs/<recipe>.yaml --lr 0.2
+    accelerate launch --config_file accel_configs/single_gpu.yaml train_classification.py --train_dir D --val_dir V
+    accelerate launch --config_file accel_configs/multi_gpu.yaml train_classification.py \
+        --config configs/<recipe>.yaml --lr 0.2
     # several nodes: accel_configs/multi_node.yaml, or sbatch accel_configs/slurm_multi_node.sbatch
     # torchrun works too
     torchrun --nproc_per_node 8 train_classification.py --config configs/<recipe>.yaml
@@ -56,15 +57,29 @@ def fail(message):
     raise SystemExit(2)
 
 
-def check_paths(args):
-    """Refuse to overwrite another run or to resume from something that is not a checkpoint.
+# Options that lay out the LR schedule: a resumed run must use the values its checkpoint was made with.
+SCHEDULE_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
+                 "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma")
 
-    Runs on every process before the Accelerator exists: process-group setup waits for all ranks,
-    so no rank can already have written into the folder while another one checks it.
-    """
-    if args.resume is not None and not (Path(args.resume) / "training_state.json").is_file():
-        fail(f"resume: {args.resume} is not a checkpoint folder (no training_state.json in it)")
-    if args.output_dir is not None and args.resume is None and (Path(args.output_dir) / "config.yaml").exists():
+
+def check_paths(args, world_size):
+    """Refuse to overwrite another run, or to resume from anything but a matching epoch-end checkpoint."""
+    if args.resume is not None:
+        state_file = Path(args.resume) / "training_state.json"
+        if not state_file.is_file():
+            fail(f"resume: {args.resume} is not a checkpoint folder (no training_state.json in it)")
+        state = json.loads(state_file.read_text())
+        if not state.get("epoch_end"):
+            fail(f"resume: {args.resume} was saved mid-epoch (--max_train_steps); resume from an epoch_<E> one")
+        changed = [k for k in SCHEDULE_KEYS if state["schedule"].get(k) != getattr(args, k)]
+        if state["world_size"] != world_size:
+            changed.append(f"world size ({state['world_size']} -> {world_size})")
+        if changed:
+            fail(f"resume: the checkpoint's schedule was laid out for other values of: {', '.join(changed)}; "
+                 f"resume with the same ones")
+    run_dir = Path(args.resume).resolve().parent.parent if args.resume else None
+    if args.output_dir is not None and (Path(args.output_dir) / "config.yaml").exists() \
+            and Path(args.output_dir).resolve() != run_dir:
         fail(f"output_dir: {args.output_dir} already holds a run; pick another folder or --resume its checkpoint")
 
 
@@ -75,8 +90,12 @@ def output_dir_for(args, accelerator):
     if args.resume is not None:
         return Path(args.resume).resolve().parent.parent
     # The name holds a timestamp: take the main process's, so that every rank writes to one folder.
-    dataset = re.sub(r"[^\w.-]+", "_", source_name(args))
-    name = [f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"]
+    name = [None]
+    if accelerator.is_main_process:
+        dataset = re.sub(r"[^\w.-]+", "_", source_name(args))  # a Hub name or a path: no slashes
+        base = f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"
+        name[0] = next(f"{base}{suffix}" for suffix in [""] + [f"-{i}" for i in range(2, 1000)]
+                       if not Path(f"{base}{suffix}").exists())
     broadcast_object_list(name)
     return Path(name[0])
 
@@ -112,7 +131,7 @@ class Job:
 
 
 def train_one_epoch(job, epoch, global_step):
-    """One pass over this process's shard; returns the global optimizer step reached."""
+    """One pass over this process's shard; returns the global step reached and whether the epoch ended."""
     args, accelerator, model, loader = job.args, job.accelerator, job.model, job.train_loader
     model.train()
     # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
@@ -144,11 +163,13 @@ def train_one_epoch(job, epoch, global_step):
             job.scheduler.step()
             global_step += 1
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
-            if args.max_train_steps is not None and global_step >= args.max_train_steps:
-                break
+            if args.max_train_steps is not None and global_step >= args.max_train_steps \
+                    and index + 1 < len(loader):
+                job.logger.end_epoch()
+                return global_step, False
         fetch_start = time.perf_counter()
     job.logger.end_epoch()
-    return global_step
+    return global_step, True
 
 
 @torch.no_grad()
@@ -202,13 +223,15 @@ def dump_rank_metrics(out, epoch, figures, own, accelerator):
                                                    **{k: figures[k] for k in keys[1:]}})
 
 
-def save_checkpoint(out, name, epoch, global_step, accelerator):
-    """Model, optimizer, scheduler, RNG and sampler states, plus the last completed epoch and the step."""
-    folder = out / "checkpoints" / name
+def save_checkpoint(job, epoch, global_step, epoch_end):
+    """Model, optimizer, scheduler, RNG and sampler states, plus where training stood and its schedule."""
+    accelerator = job.accelerator
+    folder = job.out / "checkpoints" / (f"epoch_{epoch}" if epoch_end else f"step_{global_step}")
     accelerator.save_state(str(folder))
     if accelerator.is_main_process:
-        write_json_atomic(folder / "training_state.json", {"epoch": epoch, "global_step": global_step})
-    accelerator.wait_for_everyone()
+        write_json_atomic(folder / "training_state.json", {
+            "epoch": epoch, "global_step": global_step, "epoch_end": epoch_end,
+            "world_size": accelerator.num_processes, "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}})
 
 
 def build_accelerator(args):
@@ -222,7 +245,9 @@ def build_accelerator(args):
         # By default a prepared scheduler steps once per *process* at every call, assuming a schedule
         # counted in single-process batches. Ours is laid out in epochs of this process's steps.
         step_scheduler_with_optimizer=False,
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=args.seed),
+        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s,
+        # epoch e+1 is not the permutation of seed s+1, epoch e.
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=args.seed * 1_000_003),
     )
 
 
@@ -235,7 +260,10 @@ def build_job(args, accelerator, out):
         accelerator.print(f"data: {note}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
-    model = build_model(args.model, num_classes=len(class_names))
+    model = build_model(args.model, num_classes=len(class_names))  # same weights on every rank (one seed)
+    # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
+    # with one seed for all, every rank would crop and flip alike at the same batch position.
+    set_seed(args.seed, device_specific=True)
     optimizer = build_optimizer(model, args)
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
@@ -249,18 +277,19 @@ def build_job(args, accelerator, out):
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
-    return job, class_names, len(train_ds)
+    return job, class_names, len(train_ds), num_workers
 
 
 def main(argv=None):
     args = parse_args(argv, prog=PROG)
-    check_paths(args)
     accelerator = build_accelerator(args)
+    check_paths(args, accelerator.num_processes)
+    accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
     use_all_cores(accelerator.device)
     out = output_dir_for(args, accelerator)
-    set_seed(args.seed)  # same initial weights on every rank
+    set_seed(args.seed)
     try:
-        job, class_names, train_samples = build_job(args, accelerator, out)
+        job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
         start_epoch, global_step = 0, 0
         if args.resume is not None:
             accelerator.load_state(args.resume)
@@ -268,7 +297,9 @@ def main(argv=None):
             start_epoch, global_step = state["epoch"] + 1, state["global_step"]
         if accelerator.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
-            save_config(args, out / "config.yaml", output_dir=str(out))
+            if args.resume is None:  # a resumed run keeps the config it started with
+                save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
+                            mixed_precision=accelerator.mixed_precision)
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
         results = train(job, start_epoch, global_step)
     except DataError as e:  # bad data: one line, exit 2 (checks before training, or a broken image during it)
@@ -293,24 +324,23 @@ def train(job, start_epoch, global_step):
     """The epoch loop: train, validate every val_every epochs and at the end, checkpoint; returns results."""
     args, accelerator = job.args, job.accelerator
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
+    epoch_end = True
     for epoch in range(start_epoch, args.epochs):
         if args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
         t0 = time.perf_counter()
-        global_step = train_one_epoch(job, epoch, global_step)
+        global_step, epoch_end = train_one_epoch(job, epoch, global_step)
         train_time += time.perf_counter() - t0
         stopped_early = args.max_train_steps is not None and global_step >= args.max_train_steps
         finished = stopped_early or epoch + 1 == args.epochs
-        epochs_completed = epoch + 1 if global_step % job.steps_per_epoch == 0 else epoch
+        epochs_completed = epoch + 1 if epoch_end else epoch
         figures = validate(job, epoch, global_step) if (epoch + 1) % args.val_every == 0 or finished else None
         if args.save_every and (epoch + 1) % args.save_every == 0 and not finished:
-            save_checkpoint(job.out, f"epoch_{epoch}", epoch, global_step, accelerator)
+            save_checkpoint(job, epoch, global_step, epoch_end=True)
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
         figures = validate(job, epochs_completed - 1, global_step)
     if global_step > first_step:  # a resumed run that trained nothing keeps the checkpoint it came from
-        at_epoch_end = global_step % job.steps_per_epoch == 0
-        save_checkpoint(job.out, f"epoch_{epochs_completed - 1}" if at_epoch_end else f"step_{global_step}",
-                        epochs_completed - 1, global_step, accelerator)
+        save_checkpoint(job, epochs_completed - 1, global_step, epoch_end)
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
             "epochs_completed": epochs_completed, "global_step": global_step,

@@ -23,10 +23,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(args, nproc=1, timeout=300, env=None, script="train_classification.py", launcher_args=()):
-    """Run `script args` under `accelerate launch` with `nproc` CPU processes; return CompletedProcess."""
+def launch(args, nproc=1, timeout=300, env=None, script="train_classification.py", launcher_args=(),
+           torchrun=False):
+    """Run `script args` under `accelerate launch` (or torchrun) with `nproc` CPU processes."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher_args]
-    if nproc > 1:
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+               "--master_port", str(free_port())]
+    elif nproc > 1:
         cmd += ["--config_file", str(ROOT / "accel_configs" / "cpu_2proc.yaml"),
                 "--num_processes", str(nproc), "--main_process_port", str(free_port())]
     cmd += [str(ROOT / script), *map(str, args)]

@@ -41,4 +41,7 @@ def test_accelerate_test_passes(name, tmp_path):
         cmd[-1] = str(patched)
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "Test is a success" in proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "Test is a success" in output
+    if name == "cpu_2proc.yaml":  # "success" is also printed by two unrelated single processes
+        assert "Distributed environment: DistributedType.MULTI_CPU" in output and "Num processes: 2" in output

@@ -58,6 +58,7 @@ def write(tmp_path, text):
     ("batch_size: 32.5\n", "batch_size: expected an integer, got 32.5"),
     ("lr: high\n", "lr: expected a number, got 'high'"),
     ("nesterov: 1\n", "nesterov: expected true or false, got 1"),
+    ("mixed_precision: no\n", "mixed_precision: expected a string, got False (YAML reads no/yes/off/on as booleans"),
     ("optimizer: lamb\n", "optimizer: 'lamb' is not one of sgd, adamw"),
     ("lr_milestones: 5\n", "lr_milestones: expected a list, got 5"),
     ("batch_size: 0\n", "batch_size: must be >= 1, got 0"),
@@ -70,6 +71,10 @@ def test_bad_recipe_is_one_line_exit_2(tmp_path, text, message, capsys):
 
 def test_missing_recipe_file(tmp_path, capsys):
     assert "config: cannot read" in reject(["--config", str(tmp_path / "nope.yaml")], capsys)
+
+
+def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
+    assert parse_args(["--config", write(tmp_path, "lr: 1e-3\nweight_decay: 5e-5\n")]).lr == 0.001
 
 
 def test_recipe_sets_defaults_and_command_line_wins(tmp_path):

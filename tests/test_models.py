@@ -2,7 +2,6 @@
 
 import pytest
 
-from utils.config import ConfigError
 from utils.models import build_model, check_model_name
 
 
@@ -15,10 +14,10 @@ def test_classifier_has_num_classes_outputs(name):
 
 
 def test_unknown_name_suggests_close_ones():
-    with pytest.raises(ConfigError, match=r"'resnet19' is not a torchvision classification model; did you mean "
+    with pytest.raises(ValueError, match=r"'resnet19' is not a torchvision classification model; did you mean "
                                           r"resnet18"):
         check_model_name("resnet19")
-    with pytest.raises(ConfigError, match="see torchvision.models.list_models"):
+    with pytest.raises(ValueError, match="see torchvision.models.list_models"):
         check_model_name("qqqqqqqq")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValueError):
         check_model_name("fasterrcnn_resnet50_fpn")  # a detection model is not a classifier

@@ -1,12 +1,11 @@
 """The real script, end to end: files it writes, exact validation on 1 vs 2 processes, LR invariance."""
 
 import pytest
-import torch
 import torchvision
 import yaml
 from safetensors.torch import load_file
 
-from conftest import TINY, read_json, read_jsonl, run_ok
+from conftest import TINY, launch, read_json, read_jsonl, run_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images"}
@@ -40,7 +39,9 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
     model = torchvision.models.get_model("resnet18", num_classes=7)
     model.load_state_dict(load_file(out / "model.safetensors"))  # strict: a plain torchvision state dict
     assert (out / "checkpoints" / "epoch_0" / "training_state.json").is_file()
-    assert read_json(out / "checkpoints" / "epoch_1" / "training_state.json") == {"epoch": 1, "global_step": 16}
+    state = read_json(out / "checkpoints" / "epoch_1" / "training_state.json")
+    assert (state["epoch"], state["global_step"], state["epoch_end"], state["world_size"]) == (1, 16, True, 1)
+    assert state["schedule"]["epochs"] == 2 and state["schedule"]["warmup_epochs"] == 0.5
 
 
 def test_default_dataset_is_the_embedded_digits(tmp_path):
@@ -54,35 +55,60 @@ def test_default_dataset_is_the_embedded_digits(tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_from_the_saved_epoch(tmp_path):
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    run_ok([*TINY, "--epochs", "3", "--save_every", "1", "--log_every", "1", "--output_dir", whole])
+    run_ok([*TINY, "--epochs", "3", "--log_every", "1", "--resume", whole / "checkpoints" / "epoch_0",
+            "--output_dir", resumed])
+    results = read_json(resumed / "results.json")
+    assert (results["epochs_completed"], results["global_step"]) == (3, 24)
+    lr = {r["step"]: r["lr"] for r in read_jsonl(whole / "metrics.jsonl") if "lr" in r}
+    rows = [r for r in read_jsonl(resumed / "metrics.jsonl") if "lr" in r]
+    assert [r["step"] for r in rows] == list(range(9, 25))  # continues after epoch 0's 8 steps
+    assert all(r["lr"] == pytest.approx(lr[r["step"]], rel=1e-12) for r in rows)
+
+
+@pytest.mark.parametrize("change, message", [
+    (["--epochs", "4"], "error: resume: the checkpoint's schedule was laid out for other values of: epochs; "),
+    (["--batch_size", "4", "--lr", "0.2"], "error: resume: the checkpoint's schedule was laid out for other values "
+                                           "of: batch_size, lr; "),
+])
+def test_resume_refuses_another_schedule(tmp_path, change, message):
     out = tmp_path / "run"
     run_ok([*TINY, "--epochs", "2", "--save_every", "1", "--output_dir", out])
-    first = read_jsonl(out / "metrics.jsonl")
-    run_ok([*TINY, "--epochs", "3", "--resume", out / "checkpoints" / "epoch_1"])  # output_dir: the run's own
-    results = read_json(out / "results.json")
-    assert (results["epochs_completed"], results["global_step"]) == (3, 24)
-    rows = read_jsonl(out / "metrics.jsonl")
-    assert rows[:len(first)] == first and rows[-1]["step"] == 24 and rows[-1]["epoch"] == 3.0
+    argv = [*TINY, "--epochs", "2", *change, "--resume", str(out / "checkpoints" / "epoch_0")]
+    proc = launch(argv)
+    assert proc.returncode != 0
+    assert f"train_classification.py: {message}" in proc.stderr
+    assert read_json(out / "results.json")["epochs_completed"] == 2  # nothing was overwritten
+
+
+def test_resume_refuses_a_mid_epoch_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    run_ok([*TINY, "--epochs", "2", "--max_train_steps", "3", "--output_dir", out])
+    proc = launch([*TINY, "--epochs", "2", "--resume", str(out / "checkpoints" / "step_3")])
+    assert "resume: " in proc.stderr and "was saved mid-epoch" in proc.stderr and proc.returncode != 0
 
 
 @pytest.mark.slow
 def test_validation_is_sample_exact_on_1_and_2_processes(tmp_path):
-    # Train on one process, then score the very same weights on two: 37 val images, batch 8,
-    # so the last batch is ragged on one process and padded with repeats on two.
+    # The same weights on one and on two processes (one seed, nothing trained): 37 val images, batch
+    # 8, so the last batch is ragged on one process and padded with repeats on two.
     one, two = tmp_path / "one", tmp_path / "two"
-    run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--dump_rank_metrics", "--output_dir", one])
-    run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--dump_rank_metrics", "--output_dir", two,
-            "--resume", one / "checkpoints" / "epoch_0"], nproc=2)
+    for out, nproc in ((one, 1), (two, 2)):
+        run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--max_train_steps", "0", "--dump_rank_metrics",
+                "--output_dir", out],
+               nproc=nproc)
     r1, r2 = read_json(one / "results.json"), read_json(two / "results.json")
     assert (r1["world_size"], r2["world_size"]) == (1, 2)
     assert r1["val_samples"] == r2["val_samples"] == 37
-    g1, g2 = read_json(one / "eval/epoch_0/global.json"), read_json(two / "eval/epoch_0/global.json")
+    g1, g2 = read_json(one / "eval/init/global.json"), read_json(two / "eval/init/global.json")
     assert {k: g1[k] for k in ("samples", "correct_top1", "correct_topk")} == \
         {k: g2[k] for k in ("samples", "correct_top1", "correct_topk")}
     assert g2["loss_sum"] == pytest.approx(g1["loss_sum"], rel=1e-6)
     assert r2["val_top1"] == r1["val_top1"] and r2["val_topk"] == r1["val_topk"]
 
     for run, results, world in ((one, r1, 1), (two, r2, 2)):
-        folder = run / "eval" / "epoch_0"
+        folder = run / "eval" / "init"
         ranks = [read_json(folder / f"rank_{r}.json") for r in range(world)]
         glob = read_json(folder / "global.json")
         assert sorted(p.name for p in folder.iterdir()) == ["global.json"] + [f"rank_{r}.json" for r in range(world)]
@@ -93,7 +119,7 @@ def test_validation_is_sample_exact_on_1_and_2_processes(tmp_path):
         assert glob["correct_top1"] / glob["samples"] == results["val_top1"]
         assert glob["loss_sum"] / glob["samples"] == pytest.approx(results["val_loss"], rel=1e-12)
     # 37 = 24 + 13 on two ranks: batches of 8 alternate, the padded repeats are not counted.
-    assert [read_json(two / f"eval/epoch_0/rank_{r}.json")["samples"] for r in (0, 1)] == [21, 16]
+    assert [read_json(two / f"eval/init/rank_{r}.json")["samples"] for r in (0, 1)] == [21, 16]
 
 
 @pytest.mark.slow
@@ -103,7 +129,9 @@ def test_lr_follows_epoch_progress_for_any_world_size_and_accumulation(tmp_path)
         out = tmp_path / f"p{nproc}a{accum}"
         run_ok([*TINY, "--epochs", "3", "--warmup_epochs", "1", "--log_every", "1", "--val_every", "3",
                 "--grad_accum_steps", accum, "--output_dir", out], nproc=nproc)
-        runs[nproc, accum] = {r["epoch"]: r["lr"] for r in read_jsonl(out / "metrics.jsonl") if "lr" in r}
+        rows = [r for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
+        assert len({r["step"] for r in rows}) == len(rows)  # one writer: the main process
+        runs[nproc, accum] = {r["epoch"]: r["lr"] for r in rows}
     # 64 samples, batch 8: 8, 4, 4 and 2 optimizer steps per epoch.
     assert [len(runs[k]) for k in ((1, 1), (2, 1), (1, 2), (2, 2))] == [24, 12, 12, 6]
     common = set.intersection(*(set(r) for r in runs.values()))
@@ -123,17 +151,7 @@ def test_default_job_reaches_99_percent(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_also_works(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from conftest import ROOT, free_port
-
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(ROOT / "train_classification.py"), *TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", out], nproc=2, torchrun=True)
     results = read_json(out / "results.json")
     assert (results["world_size"], results["val_samples"], results["global_step"]) == (2, 37, 4)

@@ -1,8 +1,12 @@
 """Command-line options, YAML recipes that set their defaults, and validation: the one source of config."""
 
 import argparse
+import difflib
 import sys
 import yaml
+
+from utils.io import write_text_atomic
+from utils.models import check_model_name
 
 
 class ConfigError(ValueError):
@@ -82,7 +86,8 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling and augmentation")
     g.add_argument("--output_dir", type=str, default=None,
                    help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
-    g.add_argument("--resume", type=str, default=None, help="checkpoint folder (.../checkpoints/epoch_N) to continue from")
+    g.add_argument("--resume", type=str, default=None,
+                   help="epoch checkpoint folder (.../checkpoints/epoch_N) to continue from, same schedule options")
     g.add_argument("--max_train_steps", type=int, default=None,
                    help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
     g.add_argument("--val_every", type=int, default=1, help="validate every N epochs (and after the last)")
@@ -99,6 +104,11 @@ def _check_yaml_value(action, value):
         if action.type is int:
             ok = isinstance(v, int) and not isinstance(v, bool)
         elif action.type is float:
+            if isinstance(v, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
             ok = isinstance(v, (int, float)) and not isinstance(v, bool)
             v = float(v) if ok else v
         elif action.type is str:
@@ -107,7 +117,8 @@ def _check_yaml_value(action, value):
             ok = isinstance(v, bool)
         if not ok:
             want = {int: "an integer", float: "a number", str: "a string"}.get(action.type, "true or false")
-            raise ConfigError(f"{action.dest}: expected {want}, got {v!r}")
+            hint = " (YAML reads no/yes/off/on as booleans: quote the word)" if isinstance(v, bool) else ""
+            raise ConfigError(f"{action.dest}: expected {want}, got {v!r}{hint}")
         if action.choices is not None and v not in action.choices:
             raise ConfigError(f"{action.dest}: {v!r} is not one of {', '.join(map(str, action.choices))}")
         return v
@@ -139,14 +150,13 @@ def load_recipe(path, parser):
     actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
     for key in data:
         if key not in actions:
-            import difflib
             close = difflib.get_close_matches(str(key), actions, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"{key}: unknown key in {path}{hint}")
     return {key: _check_yaml_value(actions[key], value) for key, value in data.items()}
 
 
-def validate(args):
+def check_args(args):
     """Reject impossible combinations before anything is built."""
     def need(ok, key, problem):
         if not ok:
@@ -186,8 +196,10 @@ def validate(args):
         need(all(args.warmup_epochs < m < args.epochs for m in ms), "lr_milestones",
              f"each must lie after warmup ({args.warmup_epochs}) and before the end of training ({args.epochs})")
         need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
-    from utils.models import check_model_name
-    check_model_name(args.model)
+    try:
+        check_model_name(args.model)
+    except ValueError as e:
+        raise ConfigError(f"model: {e}") from None
 
 
 def parse_args(argv=None, prog="train_classification.py"):
@@ -198,7 +210,7 @@ def parse_args(argv=None, prog="train_classification.py"):
         if config_path is not None:
             parser.set_defaults(**load_recipe(config_path, parser))
         args = parser.parse_args(argv)
-        validate(args)
+        check_args(args)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return args
@@ -217,6 +229,5 @@ def save_config(args, path, **resolved):
 
     `--config <that file>` reproduces the run; the recipe it came from is not a key of its own.
     """
-    from utils.io import write_text_atomic
-    options = {key: value for key, value in vars(args).items() if key != "config"}
+    options = {key: value for key, value in vars(args).items() if key not in ("config", "resume")}
     write_text_atomic(path, yaml.safe_dump({**options, **resolved}, sort_keys=False))

@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-import torch
-
 TOPK_MODULE = str(Path(__file__).parent / "evaluate_modules" / "topk_accuracy")
 
 

@@ -12,13 +12,11 @@ def classification_models():
 
 def check_model_name(name):
     """Raise ValueError naming close matches when `name` is not a torchvision classification model."""
-    from utils.config import ConfigError
-
     names = classification_models()
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see torchvision.models.list_models()"
-        raise ConfigError(f"model: {name!r} is not a torchvision classification model{hint}")
+        raise ValueError(f"{name!r} is not a torchvision classification model{hint}")
 
 
 def build_model(name, num_classes):

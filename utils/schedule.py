@@ -11,7 +11,8 @@ def build_lr_scheduler(optimizer, args, steps_per_epoch):
     any `grad_accum_steps`: only how many steps an epoch has changes.
     """
     total_steps = args.epochs * steps_per_epoch
-    warmup_steps = round(args.warmup_epochs * steps_per_epoch)
+    # Rounded to whole steps; at least one step is left for the decay, even for a tiny run.
+    warmup_steps = min(round(args.warmup_epochs * steps_per_epoch), total_steps - 1)
     if args.lr_schedule == "cosine":
         decay = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=args.min_lr)
     else:

@@ -1,0 +1,108 @@
+"""Images/s of the project's input pipeline against torchvision's ImageFolder + DataLoader.
+
+    python benchmarks/data_throughput.py                   # 400 generated 500x375 JPEGs, 1 and 2 workers
+    python benchmarks/data_throughput.py --workers 4 8 --data_dir /path/to/imagefolder/train
+
+Both loaders read the same folder with the same train transforms (RandomResizedCrop 224, flip,
+float, ImageNet normalisation), batch size and worker count, and persistent workers. The baseline
+decodes with PIL and transforms PIL images (what torchvision's ImageFolder does); the project's goes
+through `datasets`' imagefolder builder, decodes with libjpeg-turbo into uint8 tensors and transforms
+those. Each figure is the median of several epochs, timed from the first batch of the epoch on.
+"""
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFilter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def generate_folder(root, classes=10, per_class=40, size=(500, 375), seed=0):
+    """Deterministic photo-like JPEGs (gradients, shapes, blur, noise) in root/<class>/<n>.jpg."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    for c in range(classes):
+        folder = Path(root) / f"class_{c:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            ramp = np.linspace(0, 255, w, dtype=np.float32)[None, :, None] * rng.random(3)[None, None, :]
+            img = Image.fromarray(np.broadcast_to(ramp, (h, w, 3)).astype(np.uint8))
+            draw = ImageDraw.Draw(img)
+            for _ in range(12):
+                x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+                box = [x0, y0, x0 + int(rng.integers(20, 200)), y0 + int(rng.integers(20, 200))]
+                fill = tuple(int(v) for v in rng.integers(0, 255, 3))
+                (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=fill)
+            pixels = np.asarray(img.filter(ImageFilter.GaussianBlur(1)), dtype=np.float32)
+            pixels = np.clip(pixels + rng.normal(0, 12, pixels.shape), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
+
+
+def images_per_second(loader, epochs):
+    rates = []
+    for _ in range(epochs):
+        it = iter(loader)
+        next(it)  # the first batch carries worker start-up and prefetch: not timed
+        start, n = time.perf_counter(), 0
+        for batch in it:
+            n += len(batch["labels"] if isinstance(batch, dict) else batch[1])
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def baseline_loader(folder, batch_size, workers):
+    import torchvision
+    from torchvision.transforms import v2
+
+    from utils.presets import IMAGENET_MEAN, IMAGENET_STD
+
+    transform = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.ToImage(),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                       persistent_workers=workers > 0)
+
+
+def project_loader(folder, batch_size, workers):
+    from train_classification import build_accelerator
+    from utils.config import parse_args
+    from utils.data import build_dataloaders, build_datasets
+
+    args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
+                       "--num_workers", str(workers), "--val_fraction", "0.1"])
+    train, val, _, _ = build_datasets(args)
+    loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
+    return loader
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data_dir", default=None, help="an image folder (default: generate 400 JPEGs)")
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs per figure (median)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.data_dir
+        if folder is None:
+            folder = Path(tmp) / "images"
+            generate_folder(folder)
+        n = sum(1 for _ in Path(folder).rglob("*.jpg"))
+        print(f"{n} images in {folder}, batch {args.batch_size}, 224 px train transforms, "
+              f"{torch.get_num_threads()} threads in the main process")
+        for workers in args.workers:
+            base = images_per_second(baseline_loader(folder, args.batch_size, workers), args.epochs)
+            ours = images_per_second(project_loader(folder, args.batch_size, workers), args.epochs)
+            print(f"workers {workers}: ImageFolder+PIL {base:7.1f} img/s | project {ours:7.1f} img/s | "
+                  f"ratio {ours / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
