@@ -13,6 +13,9 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     # several nodes: accel_configs/multi_node.yaml, or sbatch accel_configs/slurm_multi_node.sbatch
     # torchrun works too
     torchrun --nproc_per_node 8 train_classification.py --config configs/<recipe>.yaml
+    # your data: image folders, a Hub dataset (cached offline: HF_HUB_OFFLINE=1), a save_to_disk folder
+    accelerate launch train_classification.py --train_dir data/train --val_dir data/val
+    accelerate launch train_classification.py --dataset cifar10 --image_size 32
     # continue a run from a saved epoch
     accelerate launch train_classification.py --resume runs/<run>/checkpoints/epoch_9
     # tests

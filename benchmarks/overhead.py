@@ -64,7 +64,7 @@ def main():
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--steps", type=int, default=60, help="timed steps on each side")
     p.add_argument("--log_every", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--launcher", default="accelerate launch",
                    help="how the project is started (the README's way: accelerate launch)")
     p.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
