@@ -250,7 +250,9 @@ def build_accelerator(args):
         step_scheduler_with_optimizer=False,
         # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s,
         # epoch e+1 is not the permutation of seed s+1, epoch e.
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=args.seed * 1_000_003),
+        # non_blocking: host-to-GPU copies of pinned batches overlap with compute.
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=args.seed * 1_000_003,
+                                                  non_blocking=True),
     )
 
 
@@ -310,7 +312,7 @@ def main(argv=None):
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
     skipped = sorted(errors)
-    results.update(train_samples=train_samples, skipped_images=skipped)
+    results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped)
     if accelerator.is_main_process:
         if skipped:
             write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{errors[p]}\n" for p in skipped))

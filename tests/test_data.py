@@ -86,6 +86,28 @@ def test_missing_column_lists_the_columns(saved_dataset):
         splits(["--dataset", str(saved_dataset), "--label_column", "nope"])
 
 
+def script_error(argv, tmp_path):
+    """Run the script; return its one error line (and assert exit code 2 and that nothing was written)."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), *map(str, argv),
+                           "--output_dir", str(out)], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
+    assert not (out / "results.json").exists()
+    return errors[0]
+
+
+def bad_labels(t):
+    import datasets
+
+    feats = datasets.Features(image=datasets.Image(), label=datasets.Value("int64"))
+    ds = datasets.Dataset.from_dict({"image": [Image.new("RGB", (4, 4))] * 4, "label": [0, 1, 2, 1]}, features=feats)
+    datasets.DatasetDict(train=ds, validation=ds.map(lambda r: {"label": 5})).save_to_disk(str(t / "a"))
+    datasets.DatasetDict(train=ds, validation=ds.filter(lambda r: False)).save_to_disk(str(t / "b"))
+    datasets.DatasetDict(train=ds.filter(lambda r: False), validation=ds).save_to_disk(str(t / "c"))
+
+
 @pytest.mark.parametrize("setup, argv, message", [
     (lambda t: make_folder(t / "tr", {"cat": 2}) and (t / "tr" / "dog").mkdir(),
      ["--train_dir", "{t}/tr"], "train_dir: class folder {t}/tr/dog holds no images"),
@@ -94,30 +116,17 @@ def test_missing_column_lists_the_columns(saved_dataset):
     (lambda t: None, ["--train_dir", "{t}/missing"], "train_dir: {t}/missing is not a readable folder"),
     (lambda t: (t / "empty").mkdir(), ["--train_dir", "{t}/empty"], "train_dir: {t}/empty has no class sub-folders"),
     (lambda t: (t / "d").mkdir(), ["--dataset", "imagefolder", "--data_dir", "{t}/d"], "data_dir: {t}/d has no train/"),
-])
-def test_bad_folders_are_one_line(tmp_path, setup, argv, message):
+    (bad_labels, ["--dataset", "{t}/a"], "label_column: 4 labels outside [0, 3), e.g. 5"),
+    (bad_labels, ["--dataset", "{t}/b"], "val_split: the validation split 'validation' is empty"),
+    (bad_labels, ["--dataset", "{t}/c"], "train_split: split 'train' is empty"),
+    (bad_labels, ["--dataset", "{t}/a", "--label_column", "nope"],
+     "label_column: no column 'nope'; columns are: image, label"),
+], ids=["empty-class", "unknown-val-class", "missing", "no-classes", "no-train", "labels", "empty-val",
+        "empty-train", "no-column"])
+def test_bad_data_is_one_line_exit_2_before_training(tmp_path, setup, argv, message):
     setup(tmp_path)
-    with pytest.raises(DataError) as e:
-        splits([a.format(t=tmp_path) for a in argv])
-    assert message.format(t=tmp_path) in str(e.value) and "\n" not in str(e.value)
-
-
-def test_bad_labels_and_empty_splits(tmp_path):
-    import datasets
-
-    img = Image.new("RGB", (4, 4))
-    feats = datasets.Features(image=datasets.Image(), label=datasets.Value("int64"))
-    bad = datasets.Dataset.from_dict({"image": [img] * 4, "label": [0, 1, 2, 1]}, features=feats)
-    datasets.DatasetDict(train=bad, validation=bad.map(lambda r: {"label": 5}))\
-        .save_to_disk(str(tmp_path / "a"))
-    with pytest.raises(DataError, match=r"label_column: 4 labels outside \[0, 3\), e.g. 5"):
-        splits(["--dataset", str(tmp_path / "a")])
-    datasets.DatasetDict(train=bad, validation=bad.filter(lambda r: False)).save_to_disk(str(tmp_path / "b"))
-    with pytest.raises(DataError, match="val_split: the validation split 'validation' is empty"):
-        splits(["--dataset", str(tmp_path / "b")])
-    datasets.DatasetDict(train=bad.filter(lambda r: False), validation=bad).save_to_disk(str(tmp_path / "c"))
-    with pytest.raises(DataError, match="train_split: split 'train' is empty"):
-        splits(["--dataset", str(tmp_path / "c")])
+    error = script_error([a.format(t=tmp_path) for a in argv], tmp_path)
+    assert message.format(t=tmp_path) in error
 
 
 def make_cached_hub_dataset(cache_dir, name):

@@ -51,7 +51,7 @@ def decode_rgb(image):
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as img:
-        return torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1).contiguous()
+        return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
 def _with_transform(ds, transform, image_size, decoded):
