@@ -26,7 +26,6 @@ the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, r
 model.safetensors, checkpoints/ and, with --dump_rank_metrics, eval/epoch_<E>/rank_<R>.json.
 """
 
-import json
 import math
 import re
 import sys
@@ -40,6 +39,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import broadcast_object_list, gather_object, set_seed
 
+from utils import checkpoints
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets
 from utils.io import write_json_atomic, write_text_atomic
@@ -48,6 +48,7 @@ from utils.models import build_model
 from utils.presets import source_name
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
+from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
 
@@ -65,33 +66,42 @@ SCHEDULE_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule"
                  "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma")
 
 
-def check_paths(args, world_size):
-    """Refuse to overwrite another run, or to resume from anything but a matching epoch-end checkpoint."""
-    if args.resume is not None:
-        state_file = Path(args.resume) / "training_state.json"
-        if not state_file.is_file():
-            fail(f"resume: {args.resume} is not a checkpoint folder (no training_state.json in it)")
-        state = json.loads(state_file.read_text())
-        if not state.get("epoch_end"):
-            fail(f"resume: {args.resume} was saved mid-epoch (--max_train_steps); resume from an epoch_<E> one")
+def resume_folder(args, world_size):
+    """The checkpoint to continue from (None: a fresh start); refuses one that cannot continue exactly.
+
+    Also refuses to write into a folder that holds another run. Runs on every rank before any rank
+    writes (main() puts a barrier after it).
+    """
+    folder = None
+    if args.resume == "latest":
+        folder = checkpoints.latest(args.output_dir)
+        if folder is None:
+            print(f"resume: no complete checkpoint under {args.output_dir}: starting afresh", flush=True)
+    elif args.resume is not None:
+        folder = Path(args.resume)
+        if not checkpoints.is_complete(folder):
+            fail(f"resume: {args.resume} is not a complete checkpoint folder (no {checkpoints.STATE_FILE} in it)")
+    if folder is not None:
+        state = checkpoints.read_state(folder)
         changed = [k for k in SCHEDULE_KEYS if state["schedule"].get(k) != getattr(args, k)]
         if state["world_size"] != world_size:
             changed.append(f"world size ({state['world_size']} -> {world_size})")
         if changed:
             fail(f"resume: the checkpoint's schedule was laid out for other values of: {', '.join(changed)}; "
                  f"resume with the same ones")
-    run_dir = Path(args.resume).resolve().parent.parent if args.resume else None
+    run_dir = folder.resolve().parent.parent if folder is not None else None
     if args.output_dir is not None and (Path(args.output_dir) / "config.yaml").exists() \
-            and Path(args.output_dir).resolve() != run_dir:
+            and Path(args.output_dir).resolve() != run_dir and args.resume != "latest":
         fail(f"output_dir: {args.output_dir} already holds a run; pick another folder or --resume its checkpoint")
+    return folder
 
 
-def output_dir_for(args, accelerator):
+def output_dir_for(args, accelerator, resume_from):
     """The run folder: --output_dir, the resumed run's folder, or runs/<time>-<dataset>-<model>."""
     if args.output_dir is not None:
         return Path(args.output_dir)
-    if args.resume is not None:
-        return Path(args.resume).resolve().parent.parent
+    if resume_from is not None:
+        return resume_from.resolve().parent.parent
     # The name holds a timestamp: take the main process's, so that every rank writes to one folder.
     name = [None]
     if accelerator.is_main_process:
@@ -131,21 +141,33 @@ class Job:
     out: Path
     logger: StepLogger
     bad_images: BadImages
+    stop: StopRequest
 
 
-def train_one_epoch(job, epoch, global_step):
-    """One pass over this process's shard; returns the global step reached and whether the epoch ended."""
+def train_one_epoch(job, epoch, global_step, done_steps=0):
+    """This process's shard of one epoch, after `done_steps` optimizer steps of it (a resumed run).
+
+    Returns the global step reached and whether the epoch ran to its end.
+    """
     args, accelerator, model, loader = job.args, job.accelerator, job.model, job.train_loader
     model.train()
     # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
     # rank, different every epoch, and independent of which epochs ran before in this process.
     loader.set_epoch(epoch)
-    job.logger.start_epoch(epoch, first_step=global_step - epoch * job.steps_per_epoch)
+    loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
+    batches = len(loader)
+    skipped = done_steps * args.grad_accum_steps
+    if skipped:
+        # Skips indices, not loaded batches. The new loader counts its own epochs from 0 and would
+        # draw epoch 0's permutation: give it this epoch.
+        loader = accelerator.skip_first_batches(loader, skipped)
+        loader.set_epoch(epoch)
+    job.logger.start_epoch(epoch, first_step=done_steps)
     # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
-    short_group = len(loader) % args.grad_accum_steps
+    short_group = batches % args.grad_accum_steps
     fetch_start = time.perf_counter()
-    for index, batch in enumerate(loader):
+    for index, batch in enumerate(loader, start=skipped):
         data_time = time.perf_counter() - fetch_start
         job.bad_images.check(batch)
         with accelerator.accumulate(model):
@@ -153,7 +175,7 @@ def train_one_epoch(job, epoch, global_step):
             valid = batch["valid"].float()
             per_sample = job.criterion(model(batch["pixel_values"]), batch["labels"])
             loss = (per_sample * valid).sum() / valid.sum().clamp(min=1)
-            in_short_group = short_group and index >= len(loader) - short_group
+            in_short_group = short_group and index >= batches - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             if args.clip_grad_norm is not None and accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
@@ -166,8 +188,14 @@ def train_one_epoch(job, epoch, global_step):
             job.scheduler.step()
             global_step += 1
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
-            if args.max_train_steps is not None and global_step >= args.max_train_steps \
-                    and index + 1 < len(loader):
+            mid_epoch = index + 1 < batches
+            if job.stop.pending(accelerator):
+                save_checkpoint(job, epoch, global_step, epoch_end=not mid_epoch)
+                raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
+                                  f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
+            if mid_epoch and args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0:
+                save_checkpoint(job, epoch, global_step, epoch_end=False)
+            if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
                 job.logger.end_epoch()
                 return global_step, False
         fetch_start = time.perf_counter()
@@ -228,13 +256,14 @@ def dump_rank_metrics(out, epoch, figures, own, accelerator):
 
 def save_checkpoint(job, epoch, global_step, epoch_end):
     """Model, optimizer, scheduler, RNG and sampler states, plus where training stood and its schedule."""
-    accelerator = job.accelerator
-    folder = job.out / "checkpoints" / (f"epoch_{epoch}" if epoch_end else f"step_{global_step}")
-    accelerator.save_state(str(folder))
-    if accelerator.is_main_process:
-        write_json_atomic(folder / "training_state.json", {
-            "epoch": epoch, "global_step": global_step, "epoch_end": epoch_end,
-            "world_size": accelerator.num_processes, "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}})
+    state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
+             "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
+             "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}}
+    name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
+    folder = checkpoints.save(job.accelerator, job.out, name, state)
+    if job.accelerator.is_main_process:
+        checkpoints.prune(job.out, job.args.keep_last)
+    job.accelerator.print(f"checkpoint: {folder}")
 
 
 def build_accelerator(args):
@@ -277,7 +306,7 @@ def build_job(args, accelerator, out):
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch)
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
-              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images))
+              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images), StopRequest())
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
@@ -288,27 +317,33 @@ def build_job(args, accelerator, out):
 def main(argv=None):
     args = parse_args(argv, prog=PROG)
     accelerator = build_accelerator(args)
-    check_paths(args, accelerator.num_processes)
+    resume_from = resume_folder(args, accelerator.num_processes)
     accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
     use_all_cores(accelerator.device)
-    out = output_dir_for(args, accelerator)
+    out = output_dir_for(args, accelerator, resume_from)
     set_seed(args.seed)
     try:
         job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
-        start_epoch, global_step = 0, 0
-        if args.resume is not None:
-            accelerator.load_state(args.resume)
-            state = json.loads((Path(args.resume) / "training_state.json").read_text())
-            start_epoch, global_step = state["epoch"] + 1, state["global_step"]
+        job.stop.install()
+        position = (0, 0, 0)  # epoch, optimizer steps done in it, global step
+        if resume_from is not None:
+            accelerator.load_state(str(resume_from))
+            state = checkpoints.read_state(resume_from)
+            position = ((state["epoch"] + 1, 0, state["global_step"]) if state["epoch_end"]
+                        else (state["epoch"], state["step_in_epoch"], state["global_step"]))
+            accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
         if accelerator.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
-            if args.resume is None:  # a resumed run keeps the config it started with
+            if not (out / "config.yaml").exists():  # a resumed run keeps the config it started with
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                             mixed_precision=accelerator.mixed_precision)
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
-        results = train(job, start_epoch, global_step)
+        results = train(job, *position)
     except DataError as e:  # bad data: one line, exit 2 (checks before training, or a broken image during it)
         fail(str(e))
+    except Interrupted as e:
+        accelerator.print(f"{PROG}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
     skipped = sorted(errors)
@@ -325,7 +360,7 @@ def main(argv=None):
     return results
 
 
-def train(job, start_epoch, global_step):
+def train(job, start_epoch, done_steps, global_step):
     """The epoch loop: train, validate every val_every epochs and at the end, checkpoint; returns results."""
     args, accelerator = job.args, job.accelerator
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
@@ -334,18 +369,19 @@ def train(job, start_epoch, global_step):
         if args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
         t0 = time.perf_counter()
-        global_step, epoch_end = train_one_epoch(job, epoch, global_step)
+        global_step, epoch_end = train_one_epoch(job, epoch, global_step, done_steps if epoch == start_epoch else 0)
         train_time += time.perf_counter() - t0
         stopped_early = args.max_train_steps is not None and global_step >= args.max_train_steps
         finished = stopped_early or epoch + 1 == args.epochs
         epochs_completed = epoch + 1 if epoch_end else epoch
         figures = validate(job, epoch, global_step) if (epoch + 1) % args.val_every == 0 or finished else None
-        if args.save_every and (epoch + 1) % args.save_every == 0 and not finished:
+        every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
+        if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps) and not finished:
             save_checkpoint(job, epoch, global_step, epoch_end=True)
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
         figures = validate(job, epochs_completed - 1, global_step)
     if global_step > first_step:  # a resumed run that trained nothing keeps the checkpoint it came from
-        save_checkpoint(job, epochs_completed - 1, global_step, epoch_end)
+        save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end)
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
             "epochs_completed": epochs_completed, "global_step": global_step,

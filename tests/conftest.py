@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,6 +52,20 @@ def read_jsonl(path):
 
 def read_json(path):
     return json.loads(Path(path).read_text())
+
+
+KINDS = [(".png", "RGB"), (".jpg", "L"), (".png", "RGBA"), (".jpg", "RGB")]  # grayscale and RGBA too
+
+
+def make_folder(root, counts):
+    """root/<class>/<i>.<ext>: small PNG and JPEG files, one colour per class."""
+    colors = {"cat": (200, 40, 40), "dog": (40, 200, 40), "eel": (40, 40, 200)}
+    for name, n in counts.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            ext, mode = KINDS[i % len(KINDS)]
+            Image.new("RGB", (24, 20), colors[name]).convert(mode).save(root / name / f"{i}{ext}")
+    return root
 
 
 @pytest.fixture

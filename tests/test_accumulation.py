@@ -6,7 +6,8 @@ from torch.utils.data import Dataset
 import conftest  # noqa: F401  (puts the repo root on sys.path)
 from train_classification import Job, build_accelerator, train_one_epoch
 from utils.config import parse_args
-from utils.data import BadImages, build_dataloaders
+from utils.data import BadImages, EpochSeeded, build_dataloaders
+from utils.preemption import StopRequest
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
 
@@ -29,7 +30,7 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
                        "--warmup_epochs", "0", "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0",
                        "--epochs", "1", "--num_workers", "0"])
     accelerator = build_accelerator(args)
-    data = Points()
+    data = EpochSeeded(Points(), torch.zeros((), dtype=torch.int64))
     train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
@@ -40,7 +41,7 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3)
     job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
-              train_loader, None, 3, None, 1, tmp_path, logger, BadImages(skip=False))
+              train_loader, None, 3, None, 1, tmp_path, logger, BadImages(skip=False), StopRequest())
     assert train_one_epoch(job, 0, 0) == (3, True)  # 3 optimizer steps, the epoch ran to its end
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

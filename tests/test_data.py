@@ -10,25 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, read_json, run_ok
+from conftest import ROOT, make_folder, read_json, run_ok
 from utils.config import parse_args
 from utils.sources import DataError, load_splits
 
 FAST = ["--image_size", "16", "--batch_size", "4", "--num_workers", "0", "--epochs", "1", "--warmup_epochs", "0"]
-
-
-KINDS = [(".png", "RGB"), (".jpg", "L"), (".png", "RGBA"), (".jpg", "RGB")]  # grayscale and RGBA too
-
-
-def make_folder(root, counts):
-    """root/<class>/<i>.<ext>: small PNG and JPEG files, one colour per class."""
-    colors = {"cat": (200, 40, 40), "dog": (40, 200, 40), "eel": (40, 40, 200)}
-    for name, n in counts.items():
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(n):
-            ext, mode = KINDS[i % len(KINDS)]
-            Image.new("RGB", (24, 20), colors[name]).convert(mode).save(root / name / f"{i}{ext}")
-    return root
 
 
 def splits(argv):

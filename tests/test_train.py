@@ -82,11 +82,16 @@ def test_resume_refuses_another_schedule(tmp_path, change, message):
     assert read_json(out / "results.json")["epochs_completed"] == 2  # nothing was overwritten
 
 
-def test_resume_refuses_a_mid_epoch_checkpoint(tmp_path):
+def test_resume_continues_mid_epoch_after_max_train_steps(tmp_path):
     out = tmp_path / "run"
-    run_ok([*TINY, "--epochs", "2", "--max_train_steps", "3", "--output_dir", out])
-    proc = launch([*TINY, "--epochs", "2", "--resume", str(out / "checkpoints" / "step_3")])
-    assert "resume: " in proc.stderr and "was saved mid-epoch" in proc.stderr and proc.returncode != 0
+    run_ok([*TINY, "--epochs", "2", "--max_train_steps", "3", "--log_every", "1", "--output_dir", out])
+    state = read_json(out / "checkpoints" / "step_3" / "training_state.json")
+    assert (state["epoch"], state["step_in_epoch"], state["epoch_end"]) == (0, 3, False)
+    run_ok([*TINY, "--epochs", "2", "--log_every", "1", "--resume", "latest", "--output_dir", out])
+    results = read_json(out / "results.json")
+    assert (results["epochs_completed"], results["global_step"]) == (2, 16)
+    steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
+    assert steps == list(range(1, 17))
 
 
 @pytest.mark.slow

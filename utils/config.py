@@ -87,7 +87,11 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--output_dir", type=str, default=None,
                    help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
     g.add_argument("--resume", type=str, default=None,
-                   help="epoch checkpoint folder (.../checkpoints/epoch_N) to continue from, same schedule options")
+                   help="a checkpoint folder (.../checkpoints/step_N or epoch_E) to continue from exactly, or "
+                        "'latest': the newest complete one under --output_dir (a fresh start if there is none)")
+    g.add_argument("--checkpoint_every_steps", type=int, default=None,
+                   help="also checkpoint every N optimizer steps, mid-epoch included")
+    g.add_argument("--keep_last", type=int, default=0, help="keep only the newest N checkpoints (0: all)")
     g.add_argument("--max_train_steps", type=int, default=None,
                    help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
     g.add_argument("--val_every", type=int, default=1, help="validate every N epochs (and after the last)")
@@ -171,6 +175,10 @@ def check_args(args):
     need(0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
     need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
+    need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
+         "must be >= 1")
+    need(args.keep_last >= 0, "keep_last", "must be >= 0")
+    need(args.resume != "latest" or args.output_dir, "resume", "'latest' needs --output_dir, the run to continue")
     need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
     need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")
     folders = args.train_dir or args.data_dir

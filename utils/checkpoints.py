@@ -1,0 +1,70 @@
+"""Checkpoints that are complete or absent: written aside, renamed into place, found by `latest`, pruned."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from utils.io import write_json_atomic
+
+STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
+
+
+def folder_of(out):
+    return Path(out) / "checkpoints"
+
+
+def is_complete(folder):
+    folder = Path(folder)
+    return not folder.name.startswith(".") and (folder / STATE_FILE).is_file()
+
+
+def read_state(folder):
+    return json.loads((Path(folder) / STATE_FILE).read_text())
+
+
+def complete_checkpoints(out):
+    """Complete checkpoints under <out>/checkpoints, oldest first (by global step, epoch ends last)."""
+    root = folder_of(out)
+    found = [f for f in root.iterdir() if is_complete(f)] if root.is_dir() else []
+    return sorted(found, key=lambda f: (read_state(f)["global_step"], read_state(f)["epoch_end"]))
+
+
+def latest(out):
+    found = complete_checkpoints(out)
+    return found[-1] if found else None
+
+
+def save(accelerator, out, name, state):
+    """accelerator.save_state into a hidden folder, then rename it into place once every rank is done.
+
+    A process killed mid-save leaves only the hidden folder, which `latest` ignores: the previous
+    checkpoint stays the newest complete one.
+    """
+    final, aside = folder_of(out) / name, folder_of(out) / f".partial-{name}"
+    if accelerator.is_main_process and aside.exists():
+        shutil.rmtree(aside)  # left by a process killed while saving
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(aside))
+    accelerator.wait_for_everyone()  # every rank's files (its RNG states among them) are in
+    if accelerator.is_main_process:
+        write_json_atomic(aside / STATE_FILE, state)
+        if final.exists():  # the same name saved again (e.g. a re-run of the same last step)
+            shutil.rmtree(final)
+        os.replace(aside, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def prune(out, keep_last):
+    """Remove all but the newest `keep_last` complete checkpoints, and leftovers of killed processes.
+
+    Call it only after a newer checkpoint is complete, when no save is in flight. A folder is
+    renamed out of the way before it is deleted, so a kill mid-delete leaves a hidden leftover (which
+    the next prune removes), never a half-deleted folder that looks like a checkpoint.
+    """
+    old = complete_checkpoints(out)[:-keep_last] if keep_last else []
+    for folder in old:
+        os.replace(folder, folder.with_name(f".deleting-{folder.name}"))
+    for leftover in folder_of(out).glob(".*"):
+        shutil.rmtree(leftover, ignore_errors=True)
