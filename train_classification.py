@@ -31,20 +31,20 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import broadcast_object_list, gather_object, set_seed
+from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, gather_object, set_seed
 
 from utils import checkpoints
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets
 from utils.io import write_json_atomic, write_text_atomic
 from utils.metrics import load_topk_metric, rank_sums, summarize, topk_for
-from utils.models import build_model
+from utils.models import ModelError, build_model, head, load_matching, pretrained_state, read_state_dict
 from utils.presets import source_name
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
@@ -81,7 +81,7 @@ def resume_folder(args, world_size):
         folder = Path(args.resume)
         if not checkpoints.is_complete(folder):
             fail(f"resume: {args.resume} is not a complete checkpoint folder (no {checkpoints.STATE_FILE} in it)")
-    if folder is not None:
+    if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
         state = checkpoints.read_state(folder)
         changed = [k for k in SCHEDULE_KEYS if state["schedule"].get(k) != getattr(args, k)]
         if state["world_size"] != world_size:
@@ -100,7 +100,7 @@ def output_dir_for(args, accelerator, resume_from):
     """The run folder: --output_dir, the resumed run's folder, or runs/<time>-<dataset>-<model>."""
     if args.output_dir is not None:
         return Path(args.output_dir)
-    if resume_from is not None:
+    if resume_from is not None and not args.eval_only:  # an evaluation gets a folder of its own
         return resume_from.resolve().parent.parent
     # The name holds a timestamp: take the main process's, so that every rank writes to one folder.
     name = [None]
@@ -115,8 +115,9 @@ def output_dir_for(args, accelerator, resume_from):
 
 def build_optimizer(model, args):
     # No weight decay on norms and biases, as in timm and the torchvision references.
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    params = [p for p in model.parameters() if p.requires_grad]  # --freeze_backbone leaves the head only
+    decay = [p for p in params if p.ndim > 1]
+    no_decay = [p for p in params if p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if args.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=args.lr)
@@ -142,6 +143,7 @@ class Job:
     logger: StepLogger
     bad_images: BadImages
     stop: StopRequest
+    nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -166,6 +168,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
     short_group = batches % args.grad_accum_steps
+    nonfinite = torch.zeros((), device=accelerator.device)  # micro-batches of this group with a NaN/inf loss
     fetch_start = time.perf_counter()
     for index, batch in enumerate(loader, start=skipped):
         data_time = time.perf_counter() - fetch_start
@@ -177,10 +180,16 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             loss = (per_sample * valid).sum() / valid.sum().clamp(min=1)
             in_short_group = short_group and index >= batches - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
-            if args.clip_grad_norm is not None and accelerator.sync_gradients:
-                accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-            job.optimizer.step()  # a no-op on micro-batches that only accumulate
-            job.optimizer.zero_grad(set_to_none=True)
+            nonfinite += ~torch.isfinite(loss.detach())
+            if accelerator.sync_gradients and skip_update(job, nonfinite, global_step + 1):
+                job.optimizer.zero_grad(set_to_none=True)  # this step's gradients are poisoned: drop them
+            else:
+                if args.clip_grad_norm is not None and accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
+                job.optimizer.step()  # a no-op on micro-batches that only accumulate
+                job.optimizer.zero_grad(set_to_none=True)
+            if accelerator.sync_gradients:
+                nonfinite.zero_()
         job.logger.micro_batch(loss, len(batch["source"]), data_time)
         if accelerator.sync_gradients:
             # Stepped once per optimizer step on every rank (see build_accelerator), so the LR
@@ -201,6 +210,26 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
         fetch_start = time.perf_counter()
     job.logger.end_epoch()
     return global_step, True
+
+
+class NonFiniteLoss(Exception):
+    """Training met more NaN/inf losses than --skip_nonfinite_steps allows."""
+
+
+def skip_update(job, nonfinite, step):
+    """Whether optimizer step `step` must be skipped for a NaN/inf loss on any rank; raises past the allowance.
+
+    One all-reduce, so every rank decides alike (DDP has already spread one rank's NaN gradients to all).
+    """
+    if not job.accelerator.reduce(nonfinite.clone(), "sum").item():
+        return False
+    job.nonfinite_steps.append(step)
+    if len(job.nonfinite_steps) > job.args.skip_nonfinite_steps:
+        raise NonFiniteLoss(f"non-finite loss at global step {step}; stopped without saving (the last checkpoint "
+                            f"is untouched); --skip_nonfinite_steps K skips up to K such steps")
+    job.accelerator.print(f"step {step}: non-finite loss, update skipped "
+                          f"({len(job.nonfinite_steps)} of {job.args.skip_nonfinite_steps} allowed)")
+    return True
 
 
 @torch.no_grad()
@@ -267,7 +296,11 @@ def save_checkpoint(job, epoch, global_step, epoch_end):
 
 
 def build_accelerator(args):
+    # A rank that dies leaves the others blocked in a collective; the process-group timeout bounds
+    # that wait (torchrun also tears a job down when one of its local processes exits).
+    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
     return Accelerator(
+        kwargs_handlers=[timeout],
         # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
         # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
         # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
@@ -285,6 +318,20 @@ def build_accelerator(args):
     )
 
 
+def initialise(model, args, accelerator):
+    """Pretrained or --init_from weights (a classifier for other classes is re-initialised); freezing."""
+    source = ("pretrained", pretrained_state(args.model, args.weights)) if args.pretrained or args.weights \
+        else ("init_from", read_state_dict(args.init_from)) if args.init_from else None
+    if source is not None:
+        reinit = load_matching(model, source[1], source[0])
+        accelerator.print(f"{source[0]}: weights loaded" + (f"; re-initialised (other shape): {', '.join(reinit)}"
+                                                          if reinit else ""))
+    if args.freeze_backbone:
+        trainable = set(head(model).parameters())
+        for p in model.parameters():
+            p.requires_grad_(p in trainable)
+
+
 def build_job(args, accelerator, out):
     """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
@@ -295,6 +342,7 @@ def build_job(args, accelerator, out):
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
     model = build_model(args.model, num_classes=len(class_names))  # same weights on every rank (one seed)
+    initialise(model, args, accelerator)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)
@@ -306,7 +354,7 @@ def build_job(args, accelerator, out):
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch)
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
-              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images), StopRequest())
+              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images), StopRequest(), [])
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
@@ -338,16 +386,20 @@ def main(argv=None):
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                             mixed_precision=accelerator.mixed_precision)
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
-        results = train(job, *position)
-    except DataError as e:  # bad data: one line, exit 2 (checks before training, or a broken image during it)
+        results = evaluate_only(job, position) if args.eval_only else train(job, *position)
+    except (DataError, ModelError) as e:  # bad data or weights: one line, exit 2
         fail(str(e))
     except Interrupted as e:
         accelerator.print(f"{PROG}: {e}", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except NonFiniteLoss as e:
+        accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
     skipped = sorted(errors)
-    results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped)
+    results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped,
+                   nonfinite_steps_skipped=job.nonfinite_steps)
     if accelerator.is_main_process:
         if skipped:
             write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{errors[p]}\n" for p in skipped))
@@ -358,6 +410,15 @@ def main(argv=None):
                       f"train {results['train_time_s']:.1f} s -> {out}")
     accelerator.end_training()
     return results
+
+
+def evaluate_only(job, position):
+    """--eval_only: score the loaded weights; the same figures on any number of processes."""
+    epoch, _, global_step = position
+    figures = validate(job, epoch - 1, global_step)
+    return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
+            "epochs_completed": epoch, "global_step": global_step, "world_size": job.accelerator.num_processes,
+            "train_time_s": 0.0, "model": job.args.model, "dataset": source_name(job.args)}
 
 
 def train(job, start_epoch, done_steps, global_step):

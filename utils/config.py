@@ -63,6 +63,15 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--model", type=str, default="resnet18", help="any torchvision classification model name")
+    g.add_argument("--pretrained", action="store_true", help="start from torchvision's DEFAULT weights")
+    g.add_argument("--weights", type=str, default=None, help="start from these torchvision weights (e.g. "
+                   "ResNet50_Weights.IMAGENET1K_V2); read from the torch hub cache offline")
+    g.add_argument("--init_from", type=str, default=None,
+                   help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
+                        "a classifier for another class count is re-initialised")
+    g.add_argument("--freeze_backbone", action="store_true", help="train the classifier (last Linear) only")
+    g.add_argument("--eval_only", action="store_true",
+                   help="validate the weights of --resume / --init_from / --pretrained and write results.json")
     g.add_argument("--epochs", type=int, default=18, help="training epochs")
     g.add_argument("--batch_size", type=int, default=64, help="batch size per process (global = this x processes)")
     g.add_argument("--grad_accum_steps", type=int, default=1, help="micro-batches per optimizer step")
@@ -92,6 +101,10 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--checkpoint_every_steps", type=int, default=None,
                    help="also checkpoint every N optimizer steps, mid-epoch included")
     g.add_argument("--keep_last", type=int, default=0, help="keep only the newest N checkpoints (0: all)")
+    g.add_argument("--skip_nonfinite_steps", type=int, default=0,
+                   help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
+    g.add_argument("--dist_timeout_s", type=int, default=600,
+                   help="seconds a rank waits in a collective for the others before giving up")
     g.add_argument("--max_train_steps", type=int, default=None,
                    help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
     g.add_argument("--val_every", type=int, default=1, help="validate every N epochs (and after the last)")
@@ -178,6 +191,11 @@ def check_args(args):
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
     need(args.keep_last >= 0, "keep_last", "must be >= 0")
+    need(args.skip_nonfinite_steps >= 0, "skip_nonfinite_steps", "must be >= 0")
+    need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
+    need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
+         "needs weights to score: --resume, --init_from or --pretrained")
+    need(args.dist_timeout_s >= 1, "dist_timeout_s", "must be >= 1")
     need(args.resume != "latest" or args.output_dir, "resume", "'latest' needs --output_dir, the run to continue")
     need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
     need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")

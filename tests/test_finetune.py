@@ -1,0 +1,119 @@
+"""Starting weights, evaluation only, non-finite losses, and a rank that dies."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+import torchvision
+from safetensors.torch import load_file, save_file
+
+from conftest import ROOT, TINY, free_port, launch, read_json, run_ok
+
+FAST = [*TINY, "--warmup_epochs", "0"]
+
+
+def test_init_from_with_another_class_count_reinitialises_the_head_and_can_freeze(tmp_path):
+    donor = torchvision.models.get_model("resnet18", num_classes=3)
+    save_file(donor.state_dict(), tmp_path / "donor.safetensors")
+    out = tmp_path / "run"
+    proc = run_ok([*FAST, "--epochs", "1", "--init_from", tmp_path / "donor.safetensors", "--freeze_backbone",
+                   "--output_dir", out])
+    assert "re-initialised (other shape): fc.bias, fc.weight" in proc.stdout
+    trained = load_file(out / "model.safetensors")
+    assert trained["fc.weight"].shape == (7, 512)
+    frozen = [k for k in trained if not k.startswith("fc.") and "running" not in k and "num_batches" not in k]
+    assert all(torch.equal(trained[k], donor.state_dict()[k]) for k in frozen)  # the backbone did not move
+    assert not torch.equal(trained["fc.weight"][:3], donor.state_dict()["fc.weight"])
+
+
+def test_init_from_rejects_foreign_keys_and_pickles(tmp_path):
+    save_file({"encoder.weight": torch.zeros(2)}, tmp_path / "other.safetensors")
+    proc = launch([*FAST, "--init_from", tmp_path / "other.safetensors", "--output_dir", tmp_path / "a"])
+    assert proc.returncode != 0 and "init_from: keys do not match ResNet: missing [" in proc.stderr
+    torch.save({"model": object()}, tmp_path / "evil.pth")  # weights_only refuses arbitrary objects
+    proc = launch([*FAST, "--init_from", tmp_path / "evil.pth", "--output_dir", tmp_path / "b"])
+    assert proc.returncode != 0 and "is not a plain tensor state dict" in proc.stderr
+
+
+def test_pretrained_offline_says_which_file_is_missing(tmp_path):
+    env = {"TORCH_HOME": str(tmp_path / "torch")}
+    proc = launch([*FAST, "--pretrained", "--output_dir", tmp_path / "run"], env=env)
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode != 0 and len(errors) == 1
+    assert f"{tmp_path}/torch/hub/checkpoints/resnet18-f37072fd.pth is not in the torch hub cache" in errors[0]
+
+
+def test_pretrained_from_the_cache_works_offline(tmp_path):
+    weights = torchvision.models.ResNet18_Weights.DEFAULT
+    cache = tmp_path / "torch" / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    torch.save(torchvision.models.resnet18().state_dict(), cache / os.path.basename(weights.url))
+    proc = run_ok([*FAST, "--epochs", "1", "--pretrained", "--output_dir", tmp_path / "run"],
+                  env={"TORCH_HOME": str(tmp_path / "torch")})
+    assert "pretrained: weights loaded; re-initialised (other shape): fc.bias, fc.weight" in proc.stdout
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = launch([*FAST, "--epochs", "2", "--lr", "1e12", "--checkpoint_every_steps", "1", "--output_dir", out])
+    assert proc.returncode != 0
+    line = next(line for line in proc.stderr.splitlines() if "non-finite" in line)
+    step = int(line.split("non-finite loss at global step ")[1].split(";")[0])
+    assert line.startswith("train_classification.py: error: non-finite loss at global step")
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert kept == [f"step_{s}" for s in sorted(range(1, step), key=str)]  # up to the last good step, no later
+    assert not (out / "results.json").exists()
+
+
+def test_nonfinite_steps_can_be_skipped_and_are_reported(tmp_path):
+    out = tmp_path / "run"
+    run_ok([*FAST, "--epochs", "1", "--lr", "1e12", "--skip_nonfinite_steps", "8", "--output_dir", out])
+    skipped = read_json(out / "results.json")["nonfinite_steps_skipped"]
+    assert skipped and skipped == sorted(skipped) and all(1 <= s <= 8 for s in skipped)
+
+
+@pytest.mark.slow
+def test_eval_only_gives_identical_figures_on_1_and_2_processes(tmp_path):
+    trained = tmp_path / "trained"
+    run_ok([*FAST, "--epochs", "1", "--output_dir", trained])
+    figures = []
+    for nproc in (1, 2):
+        out = tmp_path / f"eval{nproc}"
+        run_ok([*FAST, "--eval_only", "--resume", trained / "checkpoints" / "epoch_0", "--dump_rank_metrics",
+                "--output_dir", out], nproc=nproc)
+        figures.append(read_json(out / "eval" / "epoch_0" / "global.json"))
+        assert read_json(out / "results.json")["world_size"] == nproc
+    assert {k: figures[0][k] for k in ("samples", "correct_top1", "correct_topk")} == \
+        {k: figures[1][k] for k in ("samples", "correct_top1", "correct_topk")}
+    assert figures[0]["loss_sum"] == pytest.approx(figures[1]["loss_sum"], rel=1e-6)
+    assert read_json(trained / "results.json")["val_top1"] == read_json(tmp_path / "eval1" / "results.json")["val_top1"]
+
+
+@pytest.mark.slow
+def test_a_dead_rank_ends_the_job_in_bounded_time(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "accel_configs" / "cpu_2proc.yaml"), "--main_process_port", str(free_port()),
+           str(ROOT / "train_classification.py"), *FAST, "--epochs", "50", "--dist_timeout_s", "20",
+           "--output_dir", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "metrics.jsonl").exists():
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                 if "train_classification.py" in " ".join(p.cmdline())]
+        ranks[-1].send_signal(signal.SIGKILL)
+        killed = time.time()
+        proc.wait(timeout=90)
+        assert proc.returncode != 0 and time.time() - killed < 90
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
