@@ -26,6 +26,7 @@ the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, r
 model.safetensors, checkpoints/ and, with --dump_rank_metrics, eval/epoch_<E>/rank_<R>.json.
 """
 
+import json
 import math
 import re
 import sys
@@ -126,7 +127,8 @@ def build_optimizer(model, args):
 
 @dataclass
 class Job:
-    """What a run is made of, built once in main(); the loop functions read it and change none of it."""
+    """What a run is made of, built once in main(). The loop reads it; it only appends to the two
+    records at the end (skipped non-finite steps, best val top-1)."""
 
     args: object
     accelerator: Accelerator
@@ -144,6 +146,7 @@ class Job:
     bad_images: BadImages
     stop: StopRequest
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
+    best_top1: list  # the best val top-1 so far, last (--keep_best)
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -283,15 +286,15 @@ def dump_rank_metrics(out, epoch, figures, own, accelerator):
                                                    **{k: figures[k] for k in keys[1:]}})
 
 
-def save_checkpoint(job, epoch, global_step, epoch_end):
+def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None):
     """Model, optimizer, scheduler, RNG and sampler states, plus where training stood and its schedule."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
-             "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}}
+             "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}, "val_top1": val_top1}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     folder = checkpoints.save(job.accelerator, job.out, name, state)
     if job.accelerator.is_main_process:
-        checkpoints.prune(job.out, job.args.keep_last)
+        checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
     job.accelerator.print(f"checkpoint: {folder}")
 
 
@@ -354,7 +357,7 @@ def build_job(args, accelerator, out):
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch)
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
-              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images), StopRequest(), [])
+              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images), StopRequest(), [], [])
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
@@ -412,6 +415,19 @@ def main(argv=None):
     return results
 
 
+def keep_if_best(job, epoch, global_step, figures):
+    """With --keep_best: the best val top-1 so far gets its weights in <output_dir>/best/."""
+    best = job.out / "best" / "metrics.json"
+    if not job.best_top1:  # first call: a resumed run continues its record
+        job.best_top1.append(json.loads(best.read_text())["val_top1"] if best.exists() else -1.0)
+    if not job.args.keep_best or figures["val_top1"] <= job.best_top1[-1]:
+        return  # gathered figures: every rank takes the same branch (save_model may be collective)
+    job.best_top1.append(figures["val_top1"])
+    job.accelerator.save_model(job.model, str(job.out / "best"))
+    if job.accelerator.is_main_process:
+        write_json_atomic(best, {"epoch": epoch, "global_step": global_step, **figures})
+
+
 def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
     epoch, _, global_step = position
@@ -436,13 +452,17 @@ def train(job, start_epoch, done_steps, global_step):
         finished = stopped_early or epoch + 1 == args.epochs
         epochs_completed = epoch + 1 if epoch_end else epoch
         figures = validate(job, epoch, global_step) if (epoch + 1) % args.val_every == 0 or finished else None
+        if figures is not None:
+            keep_if_best(job, epoch, global_step, figures)
         every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
-        if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps) and not finished:
-            save_checkpoint(job, epoch, global_step, epoch_end=True)
+        after_val = args.keep_best and figures is not None
+        if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps or after_val) and not finished:
+            save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and figures["val_top1"])
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
         figures = validate(job, epochs_completed - 1, global_step)
     if global_step > first_step:  # a resumed run that trained nothing keeps the checkpoint it came from
-        save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end)
+        save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
+                        val_top1=figures["val_top1"])
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
             "epochs_completed": epochs_completed, "global_step": global_step,

@@ -12,7 +12,7 @@ import torch
 import torchvision
 from safetensors.torch import load_file, save_file
 
-from conftest import ROOT, TINY, free_port, launch, read_json, run_ok
+from conftest import ROOT, TINY, free_port, launch, read_json, read_jsonl, run_ok
 
 FAST = [*TINY, "--warmup_epochs", "0"]
 
@@ -117,3 +117,18 @@ def test_a_dead_rank_ends_the_job_in_bounded_time(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_keep_last_and_keep_best_bookkeeping(tmp_path):
+    out = tmp_path / "run"
+    run_ok([*FAST, "--epochs", "5", "--keep_last", "1", "--keep_best", "1", "--output_dir", out])
+    vals = [r["val_top1"] for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r]
+    best = read_json(out / "best" / "metrics.json")
+    assert best["val_top1"] == max(vals) and best["epoch"] == vals.index(max(vals))  # the first epoch reaching it
+    kept = {p.name: read_json(p / "training_state.json") for p in (out / "checkpoints").iterdir()}
+    assert "epoch_4" in kept and len(kept) <= 2  # the newest, and the best one
+    assert max(state["val_top1"] for state in kept.values()) == max(vals)
+    assert f"epoch_{best['epoch']}" in kept  # the best epoch's checkpoint survived pruning
+    best_weights = load_file(out / "best" / "model.safetensors")
+    ckpt = load_file(out / "checkpoints" / f"epoch_{best['epoch']}" / "model.safetensors")
+    assert best_weights.keys() == ckpt.keys() and all(torch.equal(ckpt[k], best_weights[k]) for k in ckpt)

@@ -56,15 +56,25 @@ def save(accelerator, out, name, state):
     return final
 
 
-def prune(out, keep_last):
-    """Remove all but the newest `keep_last` complete checkpoints, and leftovers of killed processes.
+def prune(out, keep_last, keep_best=0):
+    """Keep the newest `keep_last` and the `keep_best` best-scoring complete checkpoints (0: no limit of
+    that kind; both 0: keep all); remove the rest, and leftovers of killed processes.
 
     Call it only after a newer checkpoint is complete, when no save is in flight. A folder is
     renamed out of the way before it is deleted, so a kill mid-delete leaves a hidden leftover (which
     the next prune removes), never a half-deleted folder that looks like a checkpoint.
     """
-    old = complete_checkpoints(out)[:-keep_last] if keep_last else []
-    for folder in old:
+    found = complete_checkpoints(out)
+    if keep_last or keep_best:
+        scored = [f for f in found if read_state(f).get("val_top1") is not None]
+        # Ties go to the earlier checkpoint, the one whose weights <output_dir>/best/ holds.
+        ranked = sorted(scored, key=lambda f: (read_state(f)["val_top1"], -read_state(f)["global_step"]))
+        best = ranked[-keep_best:] if keep_best else []
+        newest = found[-keep_last:] if keep_last else []
+        found = [f for f in found if f not in newest and f not in best]
+    else:
+        found = []
+    for folder in found:
         os.replace(folder, folder.with_name(f".deleting-{folder.name}"))
     for leftover in folder_of(out).glob(".*"):
         shutil.rmtree(leftover, ignore_errors=True)

@@ -101,6 +101,9 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--checkpoint_every_steps", type=int, default=None,
                    help="also checkpoint every N optimizer steps, mid-epoch included")
     g.add_argument("--keep_last", type=int, default=0, help="keep only the newest N checkpoints (0: all)")
+    g.add_argument("--keep_best", type=int, default=0,
+                   help="also keep the K checkpoints with the best val top-1 (a checkpoint follows each "
+                        "validation); the best weights go to <output_dir>/best/model.safetensors")
     g.add_argument("--skip_nonfinite_steps", type=int, default=0,
                    help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
     g.add_argument("--dist_timeout_s", type=int, default=600,
@@ -191,6 +194,7 @@ def check_args(args):
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
     need(args.keep_last >= 0, "keep_last", "must be >= 0")
+    need(args.keep_best >= 0, "keep_best", "must be >= 0")
     need(args.skip_nonfinite_steps >= 0, "skip_nonfinite_steps", "must be >= 0")
     need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
     need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
