@@ -16,8 +16,9 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     # your data: image folders, a Hub dataset (cached offline: HF_HUB_OFFLINE=1), a save_to_disk folder
     accelerate launch train_classification.py --train_dir data/train --val_dir data/val
     accelerate launch train_classification.py --dataset cifar10 --image_size 32
-    # continue a run from a saved epoch
-    accelerate launch train_classification.py --resume runs/<run>/checkpoints/epoch_9
+    # checkpoint every 500 steps; after a kill or preemption, the same command with --resume latest
+    accelerate launch train_classification.py --output_dir runs/r --checkpoint_every_steps 500
+    accelerate launch train_classification.py --output_dir runs/r --checkpoint_every_steps 500 --resume latest
     # tests
     python -m pytest
 
@@ -290,7 +291,8 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None):
     """Model, optimizer, scheduler, RNG and sampler states, plus where training stood and its schedule."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
-             "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}, "val_top1": val_top1}
+             "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}, "val_top1": val_top1,
+             "tracker_run_id": None}  # no tracker yet: the dashboards work fills this in
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     folder = checkpoints.save(job.accelerator, job.out, name, state)
     if job.accelerator.is_main_process:
@@ -393,7 +395,8 @@ def main(argv=None):
     except (DataError, ModelError) as e:  # bad data or weights: one line, exit 2
         fail(str(e))
     except Interrupted as e:
-        accelerator.print(f"{PROG}: {e}", file=sys.stderr)
+        if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
+            print(f"{PROG}: {e}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
     except NonFiniteLoss as e:
         accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -130,4 +130,5 @@ def test_script_refuses_resume_from_a_non_checkpoint(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"train_classification.py: error: resume: {tmp_path} is not a checkpoint folder (no training_state.json in it)"]
+        f"train_classification.py: error: resume: {tmp_path} is not a complete checkpoint folder "
+        f"(no training_state.json in it)"]

@@ -97,8 +97,9 @@ def test_sigkill_then_resume_latest_is_bitwise_equal(images, reference, tmp_path
     assert len(list((out / "checkpoints").iterdir())) <= 2  # --keep_last 2
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_sigterm_on_one_rank_saves_everywhere_exits_and_resumes_exactly(images, reference, tmp_path, nproc):
+@pytest.mark.parametrize("nproc, signum", [(1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT)])
+def test_a_signal_on_one_rank_saves_everywhere_exits_and_resumes_exactly(images, reference, tmp_path, nproc,
+                                                                        signum):
     out = tmp_path / "run"
     argv = [*job(images, out, 0), "--checkpoint_every_steps", "2"]
     proc = start(argv, nproc)
@@ -107,10 +108,11 @@ def test_sigterm_on_one_rank_saves_everywhere_exits_and_resumes_exactly(images, 
     ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "train_classification.py" in
              " ".join(p.cmdline())]
     assert len(ranks) == nproc
-    ranks[-1].send_signal(signal.SIGTERM)
+    ranks[-1].send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode != 0
-    assert "interrupted by" in stderr and "checkpoint saved; rerun the same command with --resume latest" in stderr
+    assert f"interrupted by {signum.name} at step" in stderr
+    assert "checkpoint saved; rerun the same command with --resume latest" in stderr
     latest = max((out / "checkpoints").iterdir(), key=lambda f: read_json(f / "training_state.json")["global_step"])
     assert read_json(latest / "training_state.json")["global_step"] >= 4
     run_ok([*argv, "--resume", "latest"], nproc=nproc)

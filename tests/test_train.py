@@ -8,7 +8,8 @@ from safetensors.torch import load_file
 from conftest import TINY, launch, read_json, read_jsonl, run_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
-               "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names"}
+               "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
+               "nonfinite_steps_skipped"}
 
 
 def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
