@@ -46,7 +46,7 @@ from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets
 from utils.io import write_json_atomic, write_text_atomic
 from utils.metrics import load_topk_metric, rank_sums, summarize, topk_for
-from utils.models import ModelError, build_model, head, load_matching, pretrained_state, read_state_dict
+from utils.models import ModelError, build_model, initialise
 from utils.presets import source_name
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
@@ -323,20 +323,6 @@ def build_accelerator(args):
     )
 
 
-def initialise(model, args, accelerator):
-    """Pretrained or --init_from weights (a classifier for other classes is re-initialised); freezing."""
-    source = ("pretrained", pretrained_state(args.model, args.weights)) if args.pretrained or args.weights \
-        else ("init_from", read_state_dict(args.init_from)) if args.init_from else None
-    if source is not None:
-        reinit = load_matching(model, source[1], source[0])
-        accelerator.print(f"{source[0]}: weights loaded" + (f"; re-initialised (other shape): {', '.join(reinit)}"
-                                                          if reinit else ""))
-    if args.freeze_backbone:
-        trainable = set(head(model).parameters())
-        for p in model.parameters():
-            p.requires_grad_(p in trainable)
-
-
 def build_job(args, accelerator, out):
     """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
@@ -347,7 +333,7 @@ def build_job(args, accelerator, out):
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
     model = build_model(args.model, num_classes=len(class_names))  # same weights on every rank (one seed)
-    initialise(model, args, accelerator)
+    initialise(model, args, accelerator.print)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)

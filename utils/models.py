@@ -89,3 +89,17 @@ def pretrained_state(name, weights_name):
         raise ModelError(f"pretrained: {file} is not in the torch hub cache and {weights.url} could not be "
                          f"downloaded ({type(e).__name__}); fetch it where there is network and copy it there "
                          f"(the cache follows TORCH_HOME)") from None
+
+
+def initialise(model, args, log=print):
+    """Pretrained or --init_from weights (a classifier for other classes is re-initialised); freezing."""
+    source = ("pretrained", pretrained_state(args.model, args.weights)) if args.pretrained or args.weights \
+        else ("init_from", read_state_dict(args.init_from)) if args.init_from else None
+    if source is not None:
+        reinit = load_matching(model, source[1], source[0])
+        dropped = f"; re-initialised (other shape): {', '.join(reinit)}" if reinit else ""
+        log(f"{source[0]}: weights loaded{dropped}")
+    if args.freeze_backbone:
+        trainable = set(head(model).parameters())
+        for p in model.parameters():
+            p.requires_grad_(p in trainable)
