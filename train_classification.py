@@ -330,6 +330,7 @@ def build_job(args, accelerator, out):
         metric = load_topk_metric()
     for note in notes:
         accelerator.print(f"data: {note}")
+    accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
     model = build_model(args.model, num_classes=len(class_names))  # same weights on every rank (one seed)

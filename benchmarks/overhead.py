@@ -62,7 +62,7 @@ def main():
     p.add_argument("--model", default="resnet18")
     p.add_argument("--image_size", type=int, default=32)
     p.add_argument("--batch_size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=60, help="timed steps on each side")
+    p.add_argument("--steps", type=int, default=100, help="timed steps on each side")
     p.add_argument("--log_every", type=int, default=10)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--launcher", default="accelerate launch",
