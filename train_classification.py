@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, gather_object, set_seed
 
-from utils import checkpoints
+from utils import checkpoints, trackers
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets
 from utils.io import write_json_atomic, write_text_atomic
@@ -148,6 +148,7 @@ class Job:
     stop: StopRequest
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
     best_top1: list  # the best val top-1 so far, last (--keep_best)
+    tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -292,7 +293,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None):
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
              "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}, "val_top1": val_top1,
-             "tracker_run_id": None}  # no tracker yet: the dashboards work fills this in
+             "tracker_run_id": job.tracker_run_id}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     folder = checkpoints.save(job.accelerator, job.out, name, state)
     if job.accelerator.is_main_process:
@@ -306,6 +307,8 @@ def build_accelerator(args):
     timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
     return Accelerator(
         kwargs_handlers=[timeout],
+        log_with=trackers.TRACKERS[args.report_to] or None,
+        project_dir="runs",  # TensorBoard insists on a folder now; trackers.start points it at the run's
         # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
         # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
         # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
@@ -356,6 +359,8 @@ def build_job(args, accelerator, out):
 
 def main(argv=None):
     args = parse_args(argv, prog=PROG)
+    if (problem := trackers.check_wandb_login(args.report_to)) is not None:
+        fail(problem)
     accelerator = build_accelerator(args)
     resume_from = resume_folder(args, accelerator.num_processes)
     accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
@@ -378,12 +383,17 @@ def main(argv=None):
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                             mixed_precision=accelerator.mixed_precision)
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
+        previous_run = checkpoints.read_state(resume_from).get("tracker_run_id") if resume_from else None
+        config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
+                  accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
+        job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
         results = evaluate_only(job, position) if args.eval_only else train(job, *position)
     except (DataError, ModelError) as e:  # bad data or weights: one line, exit 2
         fail(str(e))
     except Interrupted as e:
         if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
             print(f"{PROG}: {e}", file=sys.stderr, flush=True)
+        accelerator.end_training()  # close the dashboards' runs properly
         raise SystemExit(EXIT_INTERRUPTED) from None
     except NonFiniteLoss as e:
         accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -113,6 +113,14 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--val_every", type=int, default=1, help="validate every N epochs (and after the last)")
     g.add_argument("--save_every", type=int, default=0, help="checkpoint every N epochs (0: only at the end)")
     g.add_argument("--log_every", type=int, default=10, help="log a training line every N optimizer steps")
+    g.add_argument("--report_to", type=str, default="none", choices=("none", "wandb", "tensorboard", "all"),
+                   help="dashboards fed the metrics.jsonl rows (wandb offline: WANDB_MODE=offline)")
+    g.add_argument("--project_name", type=str, default="train-classification", help="wandb / TensorBoard project")
+    g.add_argument("--run_name", type=str, default=None, help="wandb run name (default: the output folder's name)")
+    g.add_argument("--wandb_entity", type=str, default=None, help="wandb team or user")
+    g.add_argument("--wandb_tags", type=str, nargs="+", default=None, help="wandb run tags")
+    g.add_argument("--wandb_run_id", type=str, default=None,
+                   help="continue this wandb run (a resumed run continues its checkpoint's run by itself)")
     g.add_argument("--dump_rank_metrics", action="store_true",
                    help="write each rank's validation sums to <output_dir>/eval/epoch_<E>/rank_<R>.json")
     return p

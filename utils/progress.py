@@ -63,6 +63,8 @@ class StepLogger:
 
     def write(self, row, line):
         """A metrics.jsonl row and a console line, on the main process only."""
+        # The dashboards get exactly these numbers (accelerator.log is a no-op without trackers).
+        self.accelerator.log({key: value for key, value in row.items() if key != "step"}, step=row["step"])
         if self.accelerator.is_main_process:
             append_jsonl(self.metrics_path, row)
             if self.bar is not None:
