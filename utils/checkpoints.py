@@ -23,11 +23,16 @@ def read_state(folder):
     return json.loads((Path(folder) / STATE_FILE).read_text())
 
 
-def complete_checkpoints(out):
-    """Complete checkpoints under <out>/checkpoints, oldest first (by global step, epoch ends last)."""
+def _with_states(out):
+    """[(folder, state)] of the complete checkpoints, oldest first (by global step, epoch ends last)."""
     root = folder_of(out)
-    found = [f for f in root.iterdir() if is_complete(f)] if root.is_dir() else []
-    return sorted(found, key=lambda f: (read_state(f)["global_step"], read_state(f)["epoch_end"]))
+    found = [(f, read_state(f)) for f in root.iterdir() if is_complete(f)] if root.is_dir() else []
+    return sorted(found, key=lambda fs: (fs[1]["global_step"], fs[1]["epoch_end"]))
+
+
+def complete_checkpoints(out):
+    """Complete checkpoints under <out>/checkpoints, oldest first."""
+    return [folder for folder, _ in _with_states(out)]
 
 
 def latest(out):
@@ -64,17 +69,15 @@ def prune(out, keep_last, keep_best=0):
     renamed out of the way before it is deleted, so a kill mid-delete leaves a hidden leftover (which
     the next prune removes), never a half-deleted folder that looks like a checkpoint.
     """
-    found = complete_checkpoints(out)
+    found = _with_states(out)  # each state file read once
+    drop = []
     if keep_last or keep_best:
-        scored = [f for f in found if read_state(f).get("val_top1") is not None]
+        scored = [(f, st) for f, st in found if st.get("val_top1") is not None]
         # Ties go to the earlier checkpoint, the one whose weights <output_dir>/best/ holds.
-        ranked = sorted(scored, key=lambda f: (read_state(f)["val_top1"], -read_state(f)["global_step"]))
-        best = ranked[-keep_best:] if keep_best else []
-        newest = found[-keep_last:] if keep_last else []
-        found = [f for f in found if f not in newest and f not in best]
-    else:
-        found = []
-    for folder in found:
+        ranked = [f for f, _ in sorted(scored, key=lambda fs: (fs[1]["val_top1"], -fs[1]["global_step"]))]
+        keep = set(ranked[-keep_best:] if keep_best else []) | {f for f, _ in (found[-keep_last:] if keep_last else [])}
+        drop = [f for f, _ in found if f not in keep]
+    for folder in drop:
         os.replace(folder, folder.with_name(f".deleting-{folder.name}"))
     for leftover in folder_of(out).glob(".*"):
         shutil.rmtree(leftover, ignore_errors=True)
