@@ -24,32 +24,34 @@ The hardware is chosen by the launcher's config, never here. Runbook:
 
 Every option: `python train_classification.py --help`. A YAML recipe (`--config`) sets defaults;
 the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, results.json,
-model.safetensors, checkpoints/ and, with --dump_rank_metrics, eval/epoch_<E>/rank_<R>.json.
+model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with --dump_rank_metrics,
+eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
 """
 
 import json
 import math
-import re
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, gather_object, set_seed
+from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 
-from utils import checkpoints, trackers
+from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets
 from utils.io import write_json_atomic, write_text_atomic
-from utils.metrics import load_topk_metric, rank_sums, summarize, topk_for
+from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
+                           topk_for, validation_row)
 from utils.models import ModelError, build_model, initialise
-from utils.presets import source_name
+from utils.presets import mean_std, source_name
 from utils.progress import StepLogger
-from utils.schedule import build_lr_scheduler
+from utils.run_folder import SCHEDULE_KEYS, FolderError, output_dir_for, resume_folder
+from utils.schedule import build_lr_scheduler, build_optimizer
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
@@ -61,69 +63,6 @@ def fail(message):
     """Bad input: one line, exit code 2, nothing written."""
     print(f"{PROG}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
-
-
-# Options that lay out the LR schedule: a resumed run must use the values its checkpoint was made with.
-SCHEDULE_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
-                 "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma")
-
-
-def resume_folder(args, world_size):
-    """The checkpoint to continue from (None: a fresh start); refuses one that cannot continue exactly.
-
-    Also refuses to write into a folder that holds another run. Runs on every rank before any rank
-    writes (main() puts a barrier after it).
-    """
-    folder = None
-    if args.resume == "latest":
-        folder = checkpoints.latest(args.output_dir)
-        if folder is None:
-            print(f"resume: no complete checkpoint under {args.output_dir}: starting afresh", flush=True)
-    elif args.resume is not None:
-        folder = Path(args.resume)
-        if not checkpoints.is_complete(folder):
-            fail(f"resume: {args.resume} is not a complete checkpoint folder (no {checkpoints.STATE_FILE} in it)")
-    if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
-        state = checkpoints.read_state(folder)
-        changed = [k for k in SCHEDULE_KEYS if state["schedule"].get(k) != getattr(args, k)]
-        if state["world_size"] != world_size:
-            changed.append(f"world size ({state['world_size']} -> {world_size})")
-        if changed:
-            fail(f"resume: the checkpoint's schedule was laid out for other values of: {', '.join(changed)}; "
-                 f"resume with the same ones")
-    run_dir = folder.resolve().parent.parent if folder is not None else None
-    if args.output_dir is not None and (Path(args.output_dir) / "config.yaml").exists() \
-            and Path(args.output_dir).resolve() != run_dir and args.resume != "latest":
-        fail(f"output_dir: {args.output_dir} already holds a run; pick another folder or --resume its checkpoint")
-    return folder
-
-
-def output_dir_for(args, accelerator, resume_from):
-    """The run folder: --output_dir, the resumed run's folder, or runs/<time>-<dataset>-<model>."""
-    if args.output_dir is not None:
-        return Path(args.output_dir)
-    if resume_from is not None and not args.eval_only:  # an evaluation gets a folder of its own
-        return resume_from.resolve().parent.parent
-    # The name holds a timestamp: take the main process's, so that every rank writes to one folder.
-    name = [None]
-    if accelerator.is_main_process:
-        dataset = re.sub(r"[^\w.-]+", "_", source_name(args))  # a Hub name or a path: no slashes
-        base = f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"
-        name[0] = next(f"{base}{suffix}" for suffix in [""] + [f"-{i}" for i in range(2, 1000)]
-                       if not Path(f"{base}{suffix}").exists())
-    broadcast_object_list(name)
-    return Path(name[0])
-
-
-def build_optimizer(model, args):
-    # No weight decay on norms and biases, as in timm and the torchvision references.
-    params = [p for p in model.parameters() if p.requires_grad]  # --freeze_backbone leaves the head only
-    decay = [p for p in params if p.ndim > 1]
-    no_decay = [p for p in params if p.ndim <= 1]
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if args.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=args.lr)
-    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
 
 
 @dataclass
@@ -140,8 +79,9 @@ class Job:
     train_loader: object
     val_loader: object
     steps_per_epoch: int
-    metric: object
+    metrics: object  # the evaluate modules (utils/metrics.py)
     k: int
+    class_names: list
     out: Path
     logger: StepLogger
     bad_images: BadImages
@@ -210,10 +150,10 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             if mid_epoch and args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0:
                 save_checkpoint(job, epoch, global_step, epoch_end=False)
             if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
-                job.logger.end_epoch()
+                job.logger.end_epoch(global_step)
                 return global_step, False
         fetch_start = time.perf_counter()
-    job.logger.end_epoch()
+    job.logger.end_epoch(global_step)
     return global_step, True
 
 
@@ -239,7 +179,8 @@ def skip_update(job, nonfinite, step):
 
 @torch.no_grad()
 def evaluate(job):
-    """Exact figures over the whole validation set, plus this rank's own sums.
+    """Exact figures over the whole validation set, this rank's own sums, and its first images with
+    their predictions (for the wandb table).
 
     Accelerate pads the last batches so that every rank gets the same number; gather_for_metrics
     drops those repeats, so each sample is counted exactly once whatever the world size.
@@ -247,6 +188,7 @@ def evaluate(job):
     accelerator = job.accelerator
     job.model.eval()
     ranked, labels, losses, owners, valid = [], [], [], [], []
+    examples = None
     for batch in job.val_loader:
         job.bad_images.check(batch)
         logits = job.model(batch["pixel_values"]).float()
@@ -258,34 +200,30 @@ def evaluate(job):
                                                    per_sample_loss, owner, batch["valid"]))
         for store, tensor in zip((ranked, labels, losses, owners, valid), gathered):
             store.append(tensor.cpu())
+        if examples is None:
+            n = trackers.EXAMPLES
+            examples = (trackers.displayable(batch["pixel_values"][:n], mean_std(job.args)),
+                        logits[:n].argmax(dim=1).tolist(), batch["labels"][:n].tolist())
     keep = torch.cat(valid)  # skipped images are not scored
     ranked, labels, losses, owners = (torch.cat(t)[keep] for t in (ranked, labels, losses, owners))
-    figures = summarize(job.metric, ranked, labels, losses, job.k)
+    figures = summarize(job.metrics, ranked, labels, losses, job.k, len(job.class_names))
     own = rank_sums(ranked, labels, losses, owners, accelerator.process_index, job.k)
-    return figures, own
+    return figures, own, examples
 
 
 def validate(job, epoch, global_step):
-    """Evaluate, log a validation row, and write the per-rank dump if asked."""
-    figures, own = evaluate(job)
+    """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked."""
+    figures, own, examples = evaluate(job)
     row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
-           **{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")}}
+           **validation_row(figures, job.class_names)}
     job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
-                          f"{figures['val_topk']:.4f} loss {figures['val_loss']:.4f} "
-                          f"({figures['val_samples']} images)")
-    if job.args.dump_rank_metrics:
-        dump_rank_metrics(job.out, epoch, figures, own, job.accelerator)
+                          f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
+                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} images)")
+    trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
+    if job.args.dump_rank_metrics:  # init: scored before any epoch
+        dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), figures, own,
+                       job.accelerator)
     return figures
-
-
-def dump_rank_metrics(out, epoch, figures, own, accelerator):
-    """GluonCV's per-rank eval files, made right: sums that add up exactly to global.json."""
-    folder = out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init")  # init: scored before any epoch
-    write_json_atomic(folder / f"rank_{accelerator.process_index}.json", own)
-    if accelerator.is_main_process:
-        keys = ("samples", "correct_top1", "correct_topk", "loss_sum")
-        write_json_atomic(folder / "global.json", {"samples": figures["val_samples"],
-                                                   **{k: figures[k] for k in keys[1:]}})
 
 
 def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None):
@@ -329,8 +267,8 @@ def build_accelerator(args):
 def build_job(args, accelerator, out):
     """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
+        metrics = load_metrics(args.metrics)  # first: a bad --metrics name fails before data is read
         train_ds, val_ds, class_names, notes = build_datasets(args)
-        metric = load_topk_metric()
     for note in notes:
         accelerator.print(f"data: {note}")
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
@@ -347,9 +285,11 @@ def build_job(args, accelerator, out):
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     # Per-sample losses: batches may hold skipped images, which the loop masks out.
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
-    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch)
+    total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
+    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps)
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
-              metric, topk_for(len(class_names)), out, logger, BadImages(args.skip_bad_images), StopRequest(), [], [])
+              metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
+              StopRequest(), [], [])
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
@@ -362,12 +302,12 @@ def main(argv=None):
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)
     accelerator = build_accelerator(args)
-    resume_from = resume_folder(args, accelerator.num_processes)
-    accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
-    use_all_cores(accelerator.device)
-    out = output_dir_for(args, accelerator, resume_from)
-    set_seed(args.seed)
     try:
+        resume_from = resume_folder(args, accelerator.num_processes)
+        accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
+        use_all_cores(accelerator.device)
+        out = output_dir_for(args, accelerator, resume_from)
+        set_seed(args.seed)
         job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
         job.stop.install()
         position = (0, 0, 0)  # epoch, optimizer steps done in it, global step
@@ -387,8 +327,8 @@ def main(argv=None):
         config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
                   accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
         job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
-        results = evaluate_only(job, position) if args.eval_only else train(job, *position)
-    except (DataError, ModelError) as e:  # bad data or weights: one line, exit 2
+        results, figures = evaluate_only(job, position) if args.eval_only else train(job, *position)
+    except (FolderError, DataError, ModelError, MetricError) as e:  # bad input: one line, exit 2
         fail(str(e))
     except Interrupted as e:
         if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
@@ -407,7 +347,11 @@ def main(argv=None):
         if skipped:
             write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{errors[p]}\n" for p in skipped))
         write_json_atomic(out / "results.json", results)
+        pictures = report.write(out, figures, class_names)
+        trackers.log_pictures(accelerator, results["global_step"], pictures)
+        print(report.per_class_table(figures, class_names))
     accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
+                      f"macro F1 {results['macro_f1']:.4f}, "
                       f"loss {results['val_loss']:.4f} on {results['val_samples']} images"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")
@@ -425,20 +369,23 @@ def keep_if_best(job, epoch, global_step, figures):
     job.best_top1.append(figures["val_top1"])
     job.accelerator.save_model(job.model, str(job.out / "best"))
     if job.accelerator.is_main_process:
-        write_json_atomic(best, {"epoch": epoch, "global_step": global_step, **figures})
+        write_json_atomic(best, {"epoch": epoch, "global_step": global_step,
+                                 **result_figures(figures, job.class_names)})
 
 
 def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
     epoch, _, global_step = position
     figures = validate(job, epoch - 1, global_step)
-    return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
-            "epochs_completed": epoch, "global_step": global_step, "world_size": job.accelerator.num_processes,
-            "train_time_s": 0.0, "model": job.args.model, "dataset": source_name(job.args)}
+    return {**result_figures(figures, job.class_names), "epochs_completed": epoch, "global_step": global_step,
+            "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
+            "dataset": source_name(job.args)}, figures
 
 
 def train(job, start_epoch, done_steps, global_step):
-    """The epoch loop: train, validate every val_every epochs and at the end, checkpoint; returns results."""
+    """The epoch loop: train, validate every val_every epochs and at the end, checkpoint.
+
+    Returns the results and the last validation's full figures."""
     args, accelerator = job.args, job.accelerator
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
     epoch_end = True
@@ -464,10 +411,9 @@ def train(job, start_epoch, done_steps, global_step):
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_top1=figures["val_top1"])
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
-    return {**{key: figures[key] for key in ("val_top1", "val_topk", "topk", "val_loss", "val_samples")},
-            "epochs_completed": epochs_completed, "global_step": global_step,
-            "world_size": accelerator.num_processes, "train_time_s": round(train_time, 3),
-            "model": args.model, "dataset": source_name(args)}
+    return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
+            "global_step": global_step, "world_size": accelerator.num_processes,
+            "train_time_s": round(train_time, 3), "model": args.model, "dataset": source_name(args)}, figures
 
 
 if __name__ == "__main__":

@@ -39,9 +39,10 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch=3)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3)
+    logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
     job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
-              train_loader, None, 3, None, 1, tmp_path, logger, BadImages(skip=False), StopRequest(), [], [])
+              train_loader, None, 3, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
+              StopRequest(), [], [])
     assert train_one_epoch(job, 0, 0) == (3, True)  # 3 optimizer steps, the epoch ran to its end
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

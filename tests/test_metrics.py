@@ -1,40 +1,83 @@
-"""Validation figures: top-k from the shipped evaluate module, sums that partition exactly."""
+"""Validation figures: shipped evaluate modules against scikit-learn, exact sums, --metrics from cache or folder."""
 
+import textwrap
+
+import numpy as np
 import pytest
 import torch
+from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
-from utils.metrics import load_topk_metric, rank_sums, summarize, sums, topk_for
+from conftest import TINY, launch, read_json, read_jsonl, run_ok
+from utils.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
+                           result_figures, summarize, sums, topk_for, validation_row)
 
 
 @pytest.fixture(scope="module")
-def metric():
-    return load_topk_metric()
+def metrics():
+    return load_metrics()
 
 
-def test_evaluate_module_counts_topk(metric):
+def test_evaluate_module_counts_topk(metrics):
     ranked = [[2, 0, 1], [1, 2, 0], [0, 1, 2], [1, 0, 2], [2, 1, 0]]
     refs = [0, 0, 0, 1, 0]
-    assert metric.compute(predictions=ranked, references=refs, k=1) == {"accuracy": 0.4, "correct": 2, "total": 5}
-    assert metric.compute(predictions=ranked, references=refs, k=2) == {"accuracy": 0.6, "correct": 3, "total": 5}
-    assert metric.compute(predictions=ranked, references=refs, k=3)["correct"] == 5
+    assert metrics.topk.compute(predictions=ranked, references=refs, k=1) == {"accuracy": 0.4, "correct": 2,
+                                                                              "total": 5}
+    assert metrics.topk.compute(predictions=ranked, references=refs, k=2) == {"accuracy": 0.6, "correct": 3,
+                                                                              "total": 5}
+    assert metrics.topk.compute(predictions=ranked, references=refs, k=3)["correct"] == 5
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_class_scores_and_confusion_match_scikit_learn(metrics, seed):
+    rng = np.random.default_rng(seed)
+    refs = rng.integers(0, 7, 60)  # classes 7 and 8 never occur; 7 may be predicted
+    preds = np.where(rng.random(60) < 0.5, refs, rng.integers(0, 8, 60))
+    scores = metrics.class_scores.compute(predictions=preds, references=refs, num_classes=9)
+    for key, fn in (("macro_f1", f1_score), ("macro_precision", precision_score), ("macro_recall", recall_score)):
+        assert scores[key] == pytest.approx(fn(refs, preds, average="macro", zero_division=0), abs=1e-12), key
+    assert scores["recall"][:7] == pytest.approx(list(recall_score(refs, preds, labels=range(7), average=None)))
+    assert scores["recall"][8] is None and scores["support"] == np.bincount(refs, minlength=9).tolist()
+    matrix = metrics.confusion.compute(predictions=preds, references=refs, num_classes=9)["confusion_matrix"]
+    assert matrix == confusion_matrix(refs, preds, labels=range(9)).tolist()
 
 
 def test_topk_is_never_faked():
     assert topk_for(1000) == 5 and topk_for(3) == 3 and topk_for(2) == 2
 
 
-def test_summary_is_exact_on_uneven_sizes(metric):
+def test_summary_is_exact_on_uneven_sizes(metrics):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(37, 7, generator=g)  # 37 divides by neither 2 nor 8
     labels = torch.randint(7, (37,), generator=g)
     losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
     ranked = logits.topk(5, dim=1).indices
-    fig = summarize(metric, ranked, labels, losses, 5)
+    fig = summarize(metrics, ranked, labels, losses, 5, 7)
     top1 = int((logits.argmax(1) == labels).sum())
     top5 = sum(int(labels[i] in ranked[i]) for i in range(37))
     assert (fig["val_samples"], fig["correct_top1"], fig["correct_topk"]) == (37, top1, top5)
     assert fig["val_top1"] == top1 / 37 and fig["val_topk"] == top5 / 37
     assert fig["val_loss"] == pytest.approx(float(losses.double().mean()), rel=1e-12)
+    assert fig["val_macro_f1"] == pytest.approx(f1_score(labels, logits.argmax(1), average="macro"), abs=1e-12)
+    matrix = np.array(fig["confusion_matrix"])
+    assert matrix.sum() == 37 and np.trace(matrix) == top1
+
+
+def test_validation_row_carries_per_class_accuracy_until_it_would_drown_the_dashboard(metrics):
+    g = torch.Generator().manual_seed(2)
+    labels = torch.tensor([0, 0, 1, 1, 1, 2])
+    ranked = torch.tensor([[0, 1], [1, 0], [1, 0], [1, 2], [0, 1], [2, 0]])
+    fig = summarize(metrics, ranked, labels, torch.rand(6, generator=g), 2, 4)  # class 3: no images
+    row = validation_row(fig, ["a/b", "c", "d", "e"])
+    assert {k: v for k, v in row.items() if k.startswith("val_class_acc/")} == \
+        pytest.approx({"val_class_acc/a_b": 0.5, "val_class_acc/c": 2 / 3, "val_class_acc/d": 1.0})
+    results = result_figures(fig, ["a/b", "c", "d", "e"])
+    assert results["per_class_accuracy"] == pytest.approx({"a/b": 0.5, "c": 2 / 3, "d": 1.0, "e": None})
+    assert results["per_class_images"] == {"a/b": 2, "c": 3, "d": 1, "e": 0}
+    many = [f"k{i}" for i in range(PER_CLASS_LOG_MAX + 1)]
+    labels = torch.arange(PER_CLASS_LOG_MAX + 1)
+    fig = summarize(metrics, labels[:, None], labels, torch.zeros(len(labels)), 1, len(many))
+    assert not any(k.startswith("val_class_acc/") for k in validation_row(fig, many))
+    assert len(result_figures(fig, many)["per_class_accuracy"]) == len(many)
 
 
 def test_rank_sums_partition_the_global_figures():
@@ -49,3 +92,67 @@ def test_rank_sums_partition_the_global_figures():
     for key in ("samples", "correct_top1", "correct_topk"):
         assert parts[0][key] + parts[1][key] == whole[key]
     assert parts[0]["loss_sum"] + parts[1]["loss_sum"] == pytest.approx(whole["loss_sum"], rel=1e-12)
+
+
+def test_metric_specs():
+    assert parse_metric_spec("accuracy") == ("accuracy", {})
+    assert parse_metric_spec("f1:average=macro,beta=0.5") == ("f1", {"average": "macro", "beta": 0.5})
+    with pytest.raises(MetricError, match="NAME:KEY=VALUE"):
+        parse_metric_spec("f1:macro")
+
+
+# A Hub-style metric module as `evaluate` caches it: scores like sklearn's f1 (binary unless told).
+F1_LIKE = textwrap.dedent('''
+    import datasets
+    import evaluate
+    from sklearn.metrics import f1_score
+
+
+    class {cls}(evaluate.Metric):
+        def _info(self):
+            return evaluate.MetricInfo(description="", citation="", inputs_description="",
+                                       features=datasets.Features({{"predictions": datasets.Value("int64"),
+                                                                   "references": datasets.Value("int64")}}))
+
+        def _compute(self, predictions, references, average="binary"):
+            return {{"{name}": float(f1_score(references, predictions, average=average)), "note": "text"}}
+''')
+
+
+def cached_hub_metric(cache, name):
+    """The layout evaluate.load leaves in HF_MODULES_CACHE after loading `name` from the Hub once."""
+    folder = cache / "evaluate_modules" / "metrics" / f"evaluate-metric--{name}" / ("0" * 64)
+    folder.mkdir(parents=True)
+    for parent in (cache / "evaluate_modules", cache / "evaluate_modules" / "metrics", folder.parent, folder):
+        (parent / "__init__.py").touch()
+    (folder / f"{name}.py").write_text(F1_LIKE.format(cls=name.title(), name=name))
+
+
+def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(tmp_path):
+    cache = tmp_path / "modules"
+    cached_hub_metric(cache, "fone")
+    local = tmp_path / "ftwo"
+    local.mkdir()
+    (local / "ftwo.py").write_text(F1_LIKE.format(cls="Ftwo", name="ftwo"))
+    out = tmp_path / "run"
+    run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", "fone:average=macro",
+            f"{local}:average=weighted", "--output_dir", out], env={"HF_MODULES_CACHE": str(cache)})
+    results = read_json(out / "results.json")
+    val = [r for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r][-1]
+    # average=macro through a Hub-style module is the shipped macro F1, computed another way
+    assert results["val_fone"] == pytest.approx(results["macro_f1"], abs=1e-12) == val["val_fone"]
+    assert 0 <= results["val_ftwo"] <= 1 and "val_fone_note" not in results  # text is not a figure
+
+
+def test_metric_that_cannot_be_loaded_or_used_is_one_line(tmp_path):
+    cache = tmp_path / "modules"
+    cached_hub_metric(cache, "fone")
+    for spec, message in (("no_such_metric_xyz", "metrics: cannot load 'no_such_metric_xyz' ("),
+                          ("fone", "metrics: 'fone' cannot score class predictions (ValueError")):
+        out = tmp_path / spec
+        proc = launch([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", spec, "--output_dir", out],
+                      timeout=120,
+                      env={"HF_MODULES_CACHE": str(cache)})
+        errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+        assert proc.returncode != 0 and len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
+        assert not out.exists()

@@ -3,13 +3,14 @@
 import pytest
 
 from conftest import TINY, launch, read_json, read_jsonl, run_ok
+from utils.data import SyntheticDataset
 
 FAST = [*TINY, "--warmup_epochs", "0", "--log_every", "2"]
 
 
 def offline(tmp_path):
     return {"WANDB_MODE": "offline", "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
-            "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config")}
+            "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_DATA_DIR": str(tmp_path / "wandb-data")}
 
 
 def wandb_runs(out):
@@ -23,16 +24,42 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
     run_ok([*FAST, "--epochs", "2", "--report_to", "all", "--output_dir", out], env=offline(tmp_path))
     runs = wandb_runs(out)
     assert len(runs) == 1 and (out / "wandb" / runs[0] / f"run-{runs[0].rsplit('-', 1)[1]}.wandb").is_file()
-    events = EventAccumulator(str(out / "train-classification"))
+    events = EventAccumulator(str(out / "train-classification"), size_guidance={"scalars": 0, "images": 0})
     events.Reload()
     rows = read_jsonl(out / "metrics.jsonl")
-    for key in ("train_loss", "lr", "val_top1", "val_loss", "epoch"):
+    keys = {key for row in rows for key in row} - {"step"}
+    # per step, per epoch and per validation, per-class accuracy included: every figure, both places
+    assert {"train_loss", "lr", "img_per_s", "img_per_s_per_device", "data_time_frac", "epoch_img_per_s",
+            "epoch_data_time_frac", "val_top1", "val_macro_f1", "val_class_acc/class_0"} <= keys
+    assert set(events.Tags()["scalars"]) == keys
+    for key in keys:
         expected = [(r["step"], r[key]) for r in rows if key in r]
         logged = [(e.step, e.value) for e in events.Scalars(key)]
         assert [s for s, _ in logged] == [s for s, _ in expected], key
         assert [v for _, v in logged] == pytest.approx([v for _, v in expected], rel=1e-6), key
+    assert {"curves", "confusion_matrix"} <= set(events.Tags()["images"])  # the PNGs, on the dashboard too
     state = read_json(out / "checkpoints" / "epoch_1" / "training_state.json")
     assert state["tracker_run_id"] == runs[0].rsplit("-", 1)[1]
+
+    # wandb: its own confusion chart (the evaluate module's counts) and a table of validation images
+    media = out / "wandb" / runs[0] / "files" / "media" / "table"
+    val = [r for r in rows if "val_top1" in r]
+    for row in val:
+        cells = read_json(one(media.glob(f"val_confusion_matrix_table_{row['step']}_*.table.json")))
+        assert cells["columns"] == ["Actual", "Predicted", "nPredictions"]
+        assert sum(c[2] for c in cells["data"]) == row["val_samples"] == 37
+        assert sum(c[2] for c in cells["data"] if c[0] == c[1]) == round(row["val_top1"] * 37)
+        table = read_json(one(media.glob(f"val_examples_{row['step']}_*.table.json")))
+        assert table["columns"] == ["image", "predicted", "true", "correct"]
+        first = SyntheticDataset(37, 16, 7, seed=2)  # the val set; 8 images: the main process's first batch
+        assert [r[2] for r in table["data"]] == [f"class_{first[i]['labels']}" for i in range(8)]
+        assert all(r[3] == (r[1] == r[2]) for r in table["data"])
+
+
+def one(paths):
+    paths = list(paths)
+    assert len(paths) == 1, paths
+    return paths[0]
 
 
 @pytest.mark.slow

@@ -3,13 +3,15 @@
 import pytest
 import torchvision
 import yaml
+from PIL import Image
 from safetensors.torch import load_file
 
 from conftest import TINY, launch, read_json, read_jsonl, run_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
-               "nonfinite_steps_skipped"}
+               "nonfinite_steps_skipped", "macro_f1", "macro_precision", "macro_recall", "per_class_accuracy",
+               "per_class_images"}
 
 
 def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
@@ -47,11 +49,18 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
 
 def test_default_dataset_is_the_embedded_digits(tmp_path):
     out = tmp_path / "run"
-    run_ok(["--max_train_steps", "2", "--epochs", "2", "--output_dir", out], timeout=240)
+    run_ok(["--max_train_steps", "2", "--epochs", "2", "--log_every", "1", "--output_dir", out], timeout=240)
     results = read_json(out / "results.json")
     assert (results["dataset"], results["train_samples"], results["val_samples"]) == ("digits", 1437, 360)
     assert (results["global_step"], results["epochs_completed"], results["topk"]) == (2, 0, 5)
     assert (out / "checkpoints" / "step_2" / "training_state.json").is_file()
+    # the end-of-run pictures, from the default job (their content: test_report.py)
+    for name, size in (("curves.png", (1100, 750)), ("confusion_matrix.png", (900, 750))):
+        with Image.open(out / name) as picture:
+            assert picture.format == "PNG" and picture.size == size, name
+    table = (out / "confusion_matrix.csv").read_text().splitlines()
+    assert table[0] == "true \\ predicted,0,1,2,3,4,5,6,7,8,9" and len(table) == 11
+    assert sum(int(c) for line in table[1:] for c in line.split(",")[1:]) == 360
 
 
 @pytest.mark.slow

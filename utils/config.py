@@ -6,6 +6,7 @@ import sys
 import yaml
 
 from utils.io import write_text_atomic
+from utils.metrics import MetricError, parse_metric_spec
 from utils.models import check_model_name
 
 
@@ -121,6 +122,9 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--wandb_tags", type=str, nargs="+", default=None, help="wandb run tags")
     g.add_argument("--wandb_run_id", type=str, default=None,
                    help="continue this wandb run (a resumed run continues its checkpoint's run by itself)")
+    g.add_argument("--metrics", type=str, nargs="+", default=None,
+                   help="extra evaluate metrics by Hub name (cached when offline) or local module folder, "
+                        "options as NAME:KEY=VALUE,... (e.g. f1:average=weighted); scored on top-1 predictions")
     g.add_argument("--dump_rank_metrics", action="store_true",
                    help="write each rank's validation sums to <output_dir>/eval/epoch_<E>/rank_<R>.json")
     return p
@@ -234,6 +238,11 @@ def check_args(args):
         need(all(args.warmup_epochs < m < args.epochs for m in ms), "lr_milestones",
              f"each must lie after warmup ({args.warmup_epochs}) and before the end of training ({args.epochs})")
         need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
+    for spec in args.metrics or ():
+        try:
+            parse_metric_spec(spec)
+        except MetricError as e:
+            raise ConfigError(str(e)) from None
     try:
         check_model_name(args.model)
     except ValueError as e:

@@ -19,6 +19,16 @@ def image_size(args):
     return args.image_size or (32 if source_kind(args) in ("digits", "synthetic") else 224)
 
 
+def mean_std(args):
+    """The normalisation of the model's input (None: synthetic input, which is not normalised)."""
+    kind = source_kind(args)
+    if kind == "synthetic":
+        return None
+    if kind == "digits":
+        return DIGITS_MEAN, DIGITS_STD
+    return args.mean or IMAGENET_MEAN, args.std or IMAGENET_STD
+
+
 def digits_train(size):
     # Digits must not be flipped; a small random affine (on the PIL image, ~2x faster than on tensors)
     # is what lifts val top-1 from ~0.989 to ~0.995 in the default 18 epochs.

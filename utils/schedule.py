@@ -1,6 +1,19 @@
-"""Learning-rate schedule laid out in epochs: linear warmup, then cosine or step decay."""
+"""The optimizer, and the learning-rate schedule laid out in epochs: linear warmup, then cosine or step decay."""
 
+import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, MultiStepLR, SequentialLR
+
+
+def build_optimizer(model, args):
+    """SGD (Nesterov) or AdamW."""
+    # No weight decay on norms and biases, as in timm and the torchvision references.
+    params = [p for p in model.parameters() if p.requires_grad]  # --freeze_backbone leaves the head only
+    decay = [p for p in params if p.ndim > 1]
+    no_decay = [p for p in params if p.ndim <= 1]
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=args.lr)
+    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
 
 
 def build_lr_scheduler(optimizer, args, steps_per_epoch):

@@ -39,3 +39,59 @@ def start(accelerator, args, out, config, run_id=None):
     if "wandb" in TRACKERS[args.report_to] and accelerator.is_main_process:
         return accelerator.get_tracker("wandb", unwrap=True).id
     return None
+
+
+EXAMPLES = 16  # validation images in the wandb table
+CONFUSION_PLOT_MAX = 100  # wandb's confusion chart holds one table row per cell: past this it is unreadable
+
+
+def log_validation_media(accelerator, step, figures, class_names, examples):
+    """wandb only: its own confusion-matrix chart and a table of validation images, predicted vs true."""
+    if "wandb" not in [tracker.name for tracker in accelerator.trackers] or not accelerator.is_main_process:
+        return
+    import wandb
+
+    values = {}
+    matrix = figures["confusion_matrix"]
+    if len(class_names) <= CONFUSION_PLOT_MAX:
+        cells = [[class_names[i], class_names[j], matrix[i][j]]
+                 for i in range(len(class_names)) for j in range(len(class_names))]
+        values["val_confusion_matrix"] = wandb.plot_table(
+            "wandb/confusion_matrix/v1", wandb.Table(columns=["Actual", "Predicted", "nPredictions"], data=cells),
+            {"Actual": "Actual", "Predicted": "Predicted", "nPredictions": "nPredictions"},
+            {"title": f"confusion matrix, step {step}"})
+    if examples is not None:
+        images, predicted, true = examples
+        rows = [[wandb.Image(image.permute(1, 2, 0).numpy()), class_names[p], class_names[t], p == t]
+                for image, p, t in zip(images, predicted, true)]
+        values["val_examples"] = wandb.Table(columns=["image", "predicted", "true", "correct"], data=rows)
+    accelerator.get_tracker("wandb").log(values, step=step)
+
+
+def log_pictures(accelerator, step, paths):
+    """The final PNGs (curves, confusion matrix) as images on every dashboard."""
+    if not accelerator.trackers:
+        return
+    import numpy as np
+    from PIL import Image
+
+    pictures = {path.stem: np.asarray(Image.open(path).convert("RGB")) for path in paths if path.exists()}
+    for tracker in accelerator.trackers:
+        if tracker.name == "tensorboard":
+            tracker.log_images({k: v[None] for k, v in pictures.items()}, step=step, dataformats="NHWC")
+        elif tracker.name == "wandb":
+            tracker.log_images({k: [v] for k, v in pictures.items()}, step=step)
+
+
+def displayable(pixel_values, normalisation):
+    """The model's input as uint8 (N, 3, H, W) images: normalisation undone, or min-max scaled without one."""
+    import torch
+
+    x = pixel_values.float().cpu()
+    if normalisation is None:
+        low = x.amin(dim=(1, 2, 3), keepdim=True)
+        x = (x - low) / (x.amax(dim=(1, 2, 3), keepdim=True) - low).clamp(min=1e-6)
+    else:
+        mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in normalisation)
+        x = x * std + mean
+    return (x.clamp(0, 1) * 255).round().to(torch.uint8)

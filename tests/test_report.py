@@ -1,0 +1,73 @@
+"""The end-of-run pictures and table: what curves.png and confusion_matrix.png show, labelled; the per-class table."""
+
+import numpy as np
+import pytest
+
+from utils import plots, report
+
+
+def rows():
+    """metrics.jsonl of a 2-epoch run (4 steps an epoch) resumed from step 2: steps 3 and 4 appear twice."""
+    out = []
+    for step, loss in [(1, 2.0), (2, 1.5), (3, 9.9), (4, 9.9), (3, 1.2), (4, 1.0), (5, 0.9), (6, 0.8), (7, 0.7),
+                       (8, 0.6)]:
+        out.append({"step": step, "epoch": step / 4, "lr": 0.1 / step, "train_loss": loss})
+        if step in (4, 8) and loss < 9:
+            out.append({"step": step, "epoch": step / 4, "epoch_train_loss": loss + 0.1})
+            out.append({"step": step, "epoch": step / 4, "val_loss": loss / 2, "val_top1": step / 10,
+                        "val_topk": step / 9, "topk": 3})
+    return out
+
+
+def test_curves_show_each_figure_once_per_step_with_labels_and_legends():
+    fig = plots.curves_figure(rows())
+    loss_ax, lr_ax, epoch_ax, acc_ax = fig.axes
+    line = loss_ax.get_lines()[0]
+    assert list(line.get_xdata()) == [1, 2, 3, 4, 5, 6, 7, 8]  # the resumed run's rows win
+    assert list(line.get_ydata()) == [2.0, 1.5, 1.2, 1.0, 0.9, 0.8, 0.7, 0.6]
+    assert list(lr_ax.get_lines()[0].get_ydata()) == pytest.approx([0.1 / s for s in range(1, 9)])
+    assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes] == [
+        ("optimizer step", "cross-entropy"), ("optimizer step", "learning rate"), ("epoch", "cross-entropy"),
+        ("epoch", "accuracy")]
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
+    assert legends[2] == ["train (epoch mean, loss as optimised)", "validation"]
+    assert legends[3] == ["val top-1 (last 0.8000)", "val top-3 (last 0.8889)"]
+    assert list(acc_ax.get_lines()[0].get_xdata()) == [1.0, 2.0]
+    assert list(epoch_ax.get_lines()[1].get_ydata()) == [0.5, 0.3]
+
+
+def test_confusion_matrix_is_normalised_per_true_class_with_names_on_both_axes():
+    names = ["cat", "dog", "eel"]
+    matrix = [[8, 2, 0], [1, 3, 0], [0, 0, 0]]  # eel: no images, an empty row (no division by zero)
+    fig = plots.confusion_figure(matrix, names)
+    ax = fig.axes[0]
+    shown = ax.get_images()[0].get_array()
+    assert np.allclose(shown, [[0.8, 0.2, 0], [0.25, 0.75, 0], [0, 0, 0]])
+    assert [t.get_text() for t in ax.get_xticklabels()] == names == [t.get_text() for t in ax.get_yticklabels()]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("predicted class", "true class")
+    assert "14 images" in ax.get_title()
+    assert sorted(t.get_text() for t in ax.texts) == ["0.20", "0.25", "0.75", "0.80"]
+
+
+def test_a_thousand_classes_still_make_a_readable_picture(tmp_path):
+    names = [f"n{i:04d}" for i in range(1000)]
+    fig = plots.confusion_figure(np.eye(1000, dtype=int).tolist(), names)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == names[::9] and not fig.axes[0].texts  # every 9th name, no cell numbers
+    plots.save(fig, tmp_path / "cm.png")
+    assert (tmp_path / "cm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+def test_per_class_table_counts_and_cuts_to_the_worst():
+    figures = {"confusion_matrix": [[3, 1], [0, 0]], "per_class_accuracy": [0.75, None], "class_support": [4, 0]}
+    lines = report.per_class_table(figures, ["cat", "dog"]).splitlines()
+    assert lines[1].split() == ["class", "images", "correct", "accuracy"]
+    assert lines[2].split() == ["cat", "4", "3", "0.7500"] and lines[3].split() == ["dog", "0", "0", "-"]
+    n = report.TABLE_ROWS + 5
+    accuracy = [1 - i / n for i in range(n)]
+    figures = {"confusion_matrix": np.diag(range(n)).tolist(), "per_class_accuracy": accuracy,
+               "class_support": [10] * n}
+    lines = report.per_class_table(figures, [f"c{i}" for i in range(n)]).splitlines()
+    assert f"the {report.TABLE_ROWS} worst of {n} classes" in lines[0]
+    assert [line.split()[0] for line in lines[2:]] == [f"c{i}" for i in range(n - 1, 4, -1)]
