@@ -25,39 +25,42 @@ class StepLogger:
         self.accelerator, self.metrics_path = accelerator, metrics_path
         self.log_every, self.steps_per_epoch, self.total_steps = log_every, steps_per_epoch, total_steps
         self.bar = None
-        self.window = self._counters()
-        self.epoch_totals = self._counters()
+        self._reset(epoch=0, first_step=0)
 
-    def _counters(self):
-        # loss sum and samples stay on the device (no sync); data time and steps are host floats
-        return {"loss_sum": torch.zeros((), device=self.accelerator.device), "samples": 0, "data_time": 0.0,
-                "steps": 0, "start": time.perf_counter()}
+    def _new_window(self):
+        # Loss sum on the device (adding to it is no sync); sample count and data time on the host.
+        self.loss_sum = torch.zeros((), device=self.accelerator.device)
+        self.samples, self.data_time, self.steps = 0, 0.0, 0
+        self.window_start = time.perf_counter()
 
     def start_epoch(self, epoch, first_step):
         # A bar only on a terminal; CI logs and files get the plain lines.
         if self.accelerator.is_main_process and sys.stderr.isatty():
             self.bar = tqdm(total=self.steps_per_epoch, initial=first_step, desc=f"epoch {epoch}", leave=False,
                             dynamic_ncols=True)
+        self._reset(epoch, first_step)
+
+    def _reset(self, epoch, first_step):
         self.epoch, self.step_in_epoch = epoch, first_step
-        self.window, self.epoch_totals = self._counters(), self._counters()
+        self.epoch_sums, self.epoch_steps, self.epoch_start = [0.0, 0.0, 0.0], 0, time.perf_counter()
+        self._new_window()
 
     def micro_batch(self, loss, batch_size, data_time):
-        for c in (self.window, self.epoch_totals):
-            c["loss_sum"] += loss.detach().float() * batch_size
-            c["samples"] += batch_size
-            c["data_time"] += data_time
+        self.loss_sum += loss.detach().float() * batch_size
+        self.samples += batch_size
+        self.data_time += data_time
 
     def optimizer_step(self, global_step, lr):
         self.step_in_epoch += 1
-        self.window["steps"] += 1
-        self.epoch_totals["steps"] += 1
+        self.steps += 1
+        self.epoch_steps += 1
         if self.bar is not None:
             self.bar.update(1)
         if global_step % self.log_every:
             return
-        row = self._figures(self.window, global_step)
-        rate = self.window["steps"] / max(time.perf_counter() - self.window["start"], 1e-9)  # steps/s
-        self.window = self._counters()  # the next window pays for the writing below: img/s tells the whole cost
+        row = self._figures(self._reduce_window(), self.window_start)
+        rate = self.steps / max(time.perf_counter() - self.window_start, 1e-9)  # steps/s
+        self._new_window()  # the next window pays for the writing below: its img/s tells the whole cost
         row.update(step=global_step, epoch=round(global_step / self.steps_per_epoch, 6), lr=lr)
         eta_epoch = (self.steps_per_epoch - self.step_in_epoch) / rate
         eta_run = (self.total_steps - global_step) / rate  # training steps only: validation adds to it
@@ -77,10 +80,12 @@ class StepLogger:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        if not self.epoch_totals["steps"]:
+        self._reduce_window()  # the steps since the last line; every rank calls this alike
+        self._new_window()
+        if not self.epoch_steps:
             return
-        row = self._figures(self.epoch_totals, global_step)
-        seconds = time.perf_counter() - self.epoch_totals["start"]
+        row = self._figures(self.epoch_sums, self.epoch_start)
+        seconds = time.perf_counter() - self.epoch_start
         self.write({"step": global_step, "epoch": round(global_step / self.steps_per_epoch, 6),
                     "epoch_train_loss": row["train_loss"], "epoch_img_per_s": row["img_per_s"],
                     "epoch_img_per_s_per_device": row["img_per_s_per_device"],
@@ -89,14 +94,18 @@ class StepLogger:
                    f"({row['img_per_s_per_device']:.1f}/device), data {100 * row['data_time_frac']:.0f}%, "
                    f"{seconds:.1f} s")
 
-    def _figures(self, c, global_step):
-        # One collective for the whole line: global loss sum, sample count and data time.
-        device = c["loss_sum"].device
+    def _reduce_window(self):
+        """Global loss sum, sample count and data time of the window, in one collective; added to the epoch's."""
+        device = self.loss_sum.device
         totals = self.accelerator.reduce(torch.stack([
-            c["loss_sum"], torch.tensor(float(c["samples"]), device=device),
-            torch.tensor(c["data_time"], device=device)]), "sum")
-        loss_sum, samples, data_time = totals.tolist()
-        elapsed = max(time.perf_counter() - c["start"], 1e-9)
+            self.loss_sum, torch.tensor(float(self.samples), device=device),
+            torch.tensor(self.data_time, device=device)]), "sum").tolist()
+        self.epoch_sums = [a + b for a, b in zip(self.epoch_sums, totals)]
+        return totals
+
+    def _figures(self, totals, since):
+        loss_sum, samples, data_time = totals
+        elapsed = max(time.perf_counter() - since, 1e-9)
         processes = self.accelerator.num_processes
         return {"train_loss": loss_sum / max(samples, 1), "img_per_s": samples / elapsed,
                 "img_per_s_per_device": samples / elapsed / processes,
