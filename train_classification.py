@@ -266,8 +266,10 @@ def build_accelerator(args):
 
 def build_job(args, accelerator, out):
     """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
+    # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
+    # main_process_first the main process would fail alone and leave the others at its barrier).
+    metrics = load_metrics(args.metrics)
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
-        metrics = load_metrics(args.metrics)  # first: a bad --metrics name fails before data is read
         train_ds, val_ds, class_names, notes = build_datasets(args)
     for note in notes:
         accelerator.print(f"data: {note}")

@@ -1,5 +1,8 @@
 """Validation figures: shipped evaluate modules against scikit-learn, exact sums, --metrics from cache or folder."""
 
+import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -7,7 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
-from conftest import TINY, launch, read_json, read_jsonl, run_ok
+from conftest import ROOT, TINY, launch, read_json, read_jsonl, run_ok
 from utils.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
                            result_figures, summarize, sums, topk_for, validation_row)
 
@@ -36,7 +39,9 @@ def test_class_scores_and_confusion_match_scikit_learn(metrics, seed):
     for key, fn in (("macro_f1", f1_score), ("macro_precision", precision_score), ("macro_recall", recall_score)):
         assert scores[key] == pytest.approx(fn(refs, preds, average="macro", zero_division=0), abs=1e-12), key
     assert scores["recall"][:7] == pytest.approx(list(recall_score(refs, preds, labels=range(7), average=None)))
-    assert scores["recall"][8] is None and scores["support"] == np.bincount(refs, minlength=9).tolist()
+    assert scores["support"] == np.bincount(refs, minlength=9).tolist()
+    assert (7 in preds) and scores["recall"][7] is None  # predicted, but no images: no accuracy, not 0
+    assert scores["precision"][7] == 0.0 and scores["recall"][8] is None and scores["precision"][8] is None
     matrix = metrics.confusion.compute(predictions=preds, references=refs, num_classes=9)["confusion_matrix"]
     assert matrix == confusion_matrix(refs, preds, labels=range(9)).tolist()
 
@@ -144,15 +149,63 @@ def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(tmp_path):
     assert 0 <= results["val_ftwo"] <= 1 and "val_fone_note" not in results  # text is not a figure
 
 
+# Fine on the start-up check (4 samples), broken on a real validation set.
+FRAGILE = textwrap.dedent('''
+    import datasets
+    import evaluate
+
+
+    class Fragile(evaluate.Metric):
+        def _info(self):
+            return evaluate.MetricInfo(description="", citation="", inputs_description="",
+                                       features=datasets.Features({"predictions": datasets.Value("int64"),
+                                                                   "references": datasets.Value("int64")}))
+
+        def _compute(self, predictions, references):
+            if len(references) > 4:
+                raise RuntimeError("too many samples")
+            return {"fragile": 1.0}
+''')
+
+
+def script(args, env, timeout=120):
+    """The script under plain python: its stderr is all its own (the launcher adds a traceback of its own)."""
+    return subprocess.run([sys.executable, str(ROOT / "train_classification.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
+
+
 def test_metric_that_cannot_be_loaded_or_used_is_one_line(tmp_path):
     cache = tmp_path / "modules"
     cached_hub_metric(cache, "fone")
-    for spec, message in (("no_such_metric_xyz", "metrics: cannot load 'no_such_metric_xyz' ("),
-                          ("fone", "metrics: 'fone' cannot score class predictions (ValueError")):
-        out = tmp_path / spec
-        proc = launch([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", spec, "--output_dir", out],
-                      timeout=120,
-                      env={"HF_MODULES_CACHE": str(cache)})
-        errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-        assert proc.returncode != 0 and len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
-        assert not out.exists()
+    fragile = tmp_path / "fragile"
+    fragile.mkdir()
+    (fragile / "fragile.py").write_text(FRAGILE)
+    cases = [("no_such_metric_xyz", "metrics: cannot load 'no_such_metric_xyz' ("),
+             ("fone", "metrics: 'fone' cannot score class predictions (ValueError: "),
+             ("fone:average=macro fone:average=weighted", "metrics: 'fone:average=weighted' would be logged as "
+                                                          "val_fone, which another entry already is"),
+             (str(fragile), "metrics: 'fragile' failed on the validation predictions (RuntimeError: too many")]
+    for specs, message in cases:
+        out = tmp_path / "run"
+        proc = script([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", *specs.split(),
+                       "--output_dir", out], env={"HF_MODULES_CACHE": str(cache)})
+        ours = [line for line in proc.stderr.splitlines() if line.startswith("train_classification.py")]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert len(ours) == 1 and ours[0].startswith(f"train_classification.py: error: {message}"), ours
+        if "fragile" in specs:  # found at the first validation: what training wrote so far stays
+            assert (out / "metrics.jsonl").is_file() and not (out / "results.json").exists()
+        else:
+            assert not out.exists()
+
+
+@pytest.mark.slow
+def test_bad_metric_on_two_processes_stops_every_rank_with_the_same_line(tmp_path):
+    out = tmp_path / "run"
+    proc = launch([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", "no_such_metric_xyz",
+                   "--output_dir", out], nproc=2, timeout=180)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("train_classification.py")]
+    assert proc.returncode != 0 and not out.exists()
+    # each rank says it once and exits 2 (torchrun's failure report follows); none is left at a barrier
+    assert len(ours) == 2 and len(set(ours)) == 1 and "metrics: cannot load 'no_such_metric_xyz'" in ours[0]
+    assert proc.stderr.count("exitcode  : 2") == 2 and "DistBackendError" not in proc.stderr

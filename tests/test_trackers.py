@@ -49,6 +49,12 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
         assert cells["columns"] == ["Actual", "Predicted", "nPredictions"]
         assert sum(c[2] for c in cells["data"]) == row["val_samples"] == 37
         assert sum(c[2] for c in cells["data"] if c[0] == c[1]) == round(row["val_top1"] * 37)
+    # the last chart, cell by cell, is the confusion_matrix.csv (rows: true class), so not transposed
+    csv_rows = [line.split(",") for line in (out / "confusion_matrix.csv").read_text().splitlines()]
+    chart = {(c[0], c[1]): c[2] for c in cells["data"]}
+    assert chart == {(r[0], name): int(n) for r in csv_rows[1:] for name, n in zip(csv_rows[0][1:], r[1:])}
+    assert any(chart[a, b] != chart[b, a] for a, b in chart)  # not symmetric: a transposed chart would fail
+    for row in val:
         table = read_json(one(media.glob(f"val_examples_{row['step']}_*.table.json")))
         assert table["columns"] == ["image", "predicted", "true", "correct"]
         first = SyntheticDataset(37, 16, 7, seed=2)  # the val set; 8 images: the main process's first batch

@@ -10,6 +10,7 @@ from utils.io import write_json_atomic
 
 MODULES = Path(__file__).parent / "evaluate_modules"  # evaluate.load("accuracy") would need the Hub
 PER_CLASS_LOG_MAX = 100  # more classes than this: per-class accuracy goes to results.json, not to every row
+RESERVED = ("top1", "topk", "loss", "samples", "macro", "class_acc")  # --metrics labels the built-in figures use
 
 
 class MetricError(Exception):
@@ -60,7 +61,12 @@ def load_metrics(specs=()):
             raise MetricError(f"metrics: {name!r} cannot score class predictions ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); pass options as {name}:KEY=VALUE, "
                               f"e.g. f1:average=macro") from None
-        metrics.extra[Path(name).name] = (module, kwargs)
+        label = Path(name).name
+        if label in metrics.extra or any(label == r or label.startswith(f"{r}_") for r in RESERVED):
+            raise MetricError(f"metrics: {spec!r} would be logged as val_{label}, which "
+                              f"{'another entry' if label in metrics.extra else 'a built-in figure'} already is; "
+                              f"give each metric once (its options pick one variant)")
+        metrics.extra[label] = (module, kwargs)
     return metrics
 
 
@@ -90,7 +96,13 @@ def summarize(metrics, ranked, labels, losses, k, num_classes):
                "per_class_accuracy": scores["recall"], "class_support": scores["support"],
                "confusion_matrix": matrix["confusion_matrix"]}
     for label, (module, kwargs) in metrics.extra.items():
-        for key, value in module.compute(predictions=preds, references=refs, **kwargs).items():
+        try:
+            scores = module.compute(predictions=preds, references=refs, **kwargs)
+        except Exception as e:  # it passed the start-up check, but real predictions differ
+            raise MetricError(f"metrics: {label!r} failed on the validation predictions ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); checkpoints so far are kept; "
+                              f"drop it or change its options") from None
+        for key, value in scores.items():
             if isinstance(value, numbers.Real):  # lists and strings have no place on a curve
                 figures[f"val_{label}" if key == label else f"val_{label}_{key}"] = float(value)
     return figures

@@ -34,8 +34,8 @@ class StepLogger:
         self.window_start = time.perf_counter()
 
     def start_epoch(self, epoch, first_step):
-        # A bar only on a terminal; CI logs and files get the plain lines.
-        if self.accelerator.is_main_process and sys.stderr.isatty():
+        # A bar only when both streams are a terminal; CI logs and files (`> log.txt`) get the plain lines.
+        if self.accelerator.is_main_process and sys.stderr.isatty() and sys.stdout.isatty():
             self.bar = tqdm(total=self.steps_per_epoch, initial=first_step, desc=f"epoch {epoch}", leave=False,
                             dynamic_ncols=True)
         self._reset(epoch, first_step)
@@ -62,7 +62,7 @@ class StepLogger:
         rate = self.steps / max(time.perf_counter() - self.window_start, 1e-9)  # steps/s
         self._new_window()  # the next window pays for the writing below: its img/s tells the whole cost
         row.update(step=global_step, epoch=round(global_step / self.steps_per_epoch, 6), lr=lr)
-        eta_epoch = (self.steps_per_epoch - self.step_in_epoch) / rate
+        eta_epoch = min(self.steps_per_epoch - self.step_in_epoch, self.total_steps - global_step) / rate
         eta_run = (self.total_steps - global_step) / rate  # training steps only: validation adds to it
         if self.bar is not None:
             self.bar.set_postfix_str(f"loss {row['train_loss']:.4f} lr {lr:.2e} {row['img_per_s']:.0f} img/s "

@@ -7,7 +7,8 @@ import numpy as np
 _DESCRIPTION = """Precision, recall and F1 of every class from single-label predictions, and their
 unweighted (macro) means. A class's recall is its accuracy: the fraction of its samples predicted
 right. The means run over the classes that occur among the references or the predictions (as
-scikit-learn's average="macro" does); a class that occurs in neither has no scores (None)."""
+scikit-learn's average="macro" does); a class that occurs in neither has no scores (None), and a
+class with no samples has no recall (None), even when some samples were predicted as it."""
 
 _KWARGS_DESCRIPTION = """
 Args:
@@ -51,12 +52,12 @@ class ClassScores(evaluate.Metric):
         f1 = _ratio(2 * precision * recall, precision + recall)
         seen = (support + predicted) > 0
 
-        def per_class(values):
-            return [float(v) if s else None for v, s in zip(values, seen)]
+        def per_class(values, defined=seen):
+            return [float(v) if d else None for v, d in zip(values, defined)]
 
         def macro(values):
             return float(values[seen].mean()) if seen.any() else 0.0
 
         return {"macro_precision": macro(precision), "macro_recall": macro(recall), "macro_f1": macro(f1),
-                "precision": per_class(precision), "recall": per_class(recall), "f1": per_class(f1),
+                "precision": per_class(precision), "recall": per_class(recall, support > 0), "f1": per_class(f1),
                 "support": support.tolist(), "predicted": predicted.tolist()}
