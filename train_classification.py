@@ -28,7 +28,6 @@ model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with
 eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
 """
 
-import json
 import math
 import sys
 import time
@@ -44,7 +43,7 @@ from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets
-from utils.io import write_json_atomic, write_text_atomic
+from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
 from utils.models import ModelError, build_model, initialise
@@ -346,10 +345,7 @@ def main(argv=None):
     results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped,
                    nonfinite_steps_skipped=job.nonfinite_steps)
     if accelerator.is_main_process:
-        if skipped:
-            write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{errors[p]}\n" for p in skipped))
-        write_json_atomic(out / "results.json", results)
-        pictures = report.write(out, figures, class_names)
+        pictures = report.write(out, results, figures, errors)
         trackers.log_pictures(accelerator, results["global_step"], pictures)
         print(report.per_class_table(figures, class_names))
     accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
@@ -359,20 +355,6 @@ def main(argv=None):
                       f"train {results['train_time_s']:.1f} s -> {out}")
     accelerator.end_training()
     return results
-
-
-def keep_if_best(job, epoch, global_step, figures):
-    """With --keep_best: the best val top-1 so far gets its weights in <output_dir>/best/."""
-    best = job.out / "best" / "metrics.json"
-    if not job.best_top1:  # first call: a resumed run continues its record
-        job.best_top1.append(json.loads(best.read_text())["val_top1"] if best.exists() else -1.0)
-    if not job.args.keep_best or figures["val_top1"] <= job.best_top1[-1]:
-        return  # gathered figures: every rank takes the same branch (save_model may be collective)
-    job.best_top1.append(figures["val_top1"])
-    job.accelerator.save_model(job.model, str(job.out / "best"))
-    if job.accelerator.is_main_process:
-        write_json_atomic(best, {"epoch": epoch, "global_step": global_step,
-                                 **result_figures(figures, job.class_names)})
 
 
 def evaluate_only(job, position):
@@ -401,8 +383,9 @@ def train(job, start_epoch, done_steps, global_step):
         finished = stopped_early or epoch + 1 == args.epochs
         epochs_completed = epoch + 1 if epoch_end else epoch
         figures = validate(job, epoch, global_step) if (epoch + 1) % args.val_every == 0 or finished else None
-        if figures is not None:
-            keep_if_best(job, epoch, global_step, figures)
+        if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
+            checkpoints.keep_if_best(accelerator, job.model, job.out, job.best_top1, {
+                "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)})
         every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
         after_val = args.keep_best and figures is not None
         if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps or after_val) and not finished:

@@ -1,11 +1,11 @@
-"""The end of a run, without any tracker: curves.png, confusion_matrix.png/.csv and a per-class accuracy table."""
+"""The end of a run, without any tracker: results.json, curves.png, confusion_matrix.png/.csv, a per-class table."""
 
 import csv
 import io
 import json
 
 from utils import plots
-from utils.io import write_text_atomic
+from utils.io import write_json_atomic, write_text_atomic
 
 TABLE_ROWS = 30  # more classes than this: the table shows the worst ones (results.json has them all)
 
@@ -26,8 +26,13 @@ def per_class_table(figures, class_names):
     return "\n".join(lines)
 
 
-def write(out, figures, class_names):
-    """curves.png (from metrics.jsonl, when it holds training rows), confusion_matrix.png and .csv."""
+def write(out, results, figures, bad_images):
+    """results.json, bad_images.txt (if any), curves.png (when metrics.jsonl holds training rows),
+    confusion_matrix.png and .csv; returns the pictures written."""
+    class_names = results["class_names"]
+    if bad_images:
+        write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{bad_images[p]}\n" for p in sorted(bad_images)))
+    write_json_atomic(out / "results.json", results)
     written = []
     metrics_path = out / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
