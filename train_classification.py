@@ -179,7 +179,7 @@ def skip_update(job, nonfinite, step):
 @torch.no_grad()
 def evaluate(job):
     """Exact figures over the whole validation set, this rank's own sums, and its first images with
-    their predictions (for the wandb table).
+    their predictions (for the wandb table; None without a wandb run on this process).
 
     Accelerate pads the last batches so that every rank gets the same number; gather_for_metrics
     drops those repeats, so each sample is counted exactly once whatever the world size.
@@ -199,7 +199,7 @@ def evaluate(job):
                                                    per_sample_loss, owner, batch["valid"]))
         for store, tensor in zip((ranked, labels, losses, owners, valid), gathered):
             store.append(tensor.cpu())
-        if examples is None:
+        if examples is None and job.tracker_run_id is not None:  # a wandb run on this process: its image table
             n = trackers.EXAMPLES
             examples = (trackers.displayable(batch["pixel_values"][:n], mean_std(job.args)),
                         logits[:n].argmax(dim=1).tolist(), batch["labels"][:n].tolist())
