@@ -206,6 +206,8 @@ def test_bad_metric_on_two_processes_stops_every_rank_with_the_same_line(tmp_pat
                    "--output_dir", out], nproc=2, timeout=180)
     ours = [line for line in proc.stderr.splitlines() if line.startswith("train_classification.py")]
     assert proc.returncode != 0 and not out.exists()
-    # each rank says it once and exits 2 (torchrun's failure report follows); none is left at a barrier
-    assert len(ours) == 2 and len(set(ours)) == 1 and "metrics: cannot load 'no_such_metric_xyz'" in ours[0]
-    assert proc.stderr.count("exitcode  : 2") == 2 and "DistBackendError" not in proc.stderr
+    # Each rank fails on its own, before any collective: the same line, exit 2, none left at a barrier.
+    # (torchrun tears the job down when the first rank exits, so the other may be stopped before it
+    # prints: one or two lines, and at least one rank's exit code 2 in torchrun's report.)
+    assert len(ours) in (1, 2) and len(set(ours)) == 1 and "metrics: cannot load 'no_such_metric_xyz'" in ours[0]
+    assert "exitcode  : 2" in proc.stderr and "DistBackendError" not in proc.stderr
