@@ -8,13 +8,18 @@ from pathlib import Path
 
 def write_text_atomic(path, text):
     """Write to a temporary file in the same folder, then rename it into place (atomic on POSIX)."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path, data):
+    """write_text_atomic for bytes (e.g. a rendered PNG)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

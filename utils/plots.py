@@ -1,6 +1,9 @@
 """curves.png and confusion_matrix.png, drawn with matplotlib's object API (no display, no global state)."""
 
+import io
 import math
+
+from utils.io import write_bytes_atomic
 
 
 def _by_step(rows, key):
@@ -85,7 +88,7 @@ def _font(n):
 
 
 def save(fig, path):
-    """Write a PNG next to its final name, then rename: a reader never sees half a file."""
-    partial = path.with_name(f".partial-{path.name}")
-    fig.savefig(partial, dpi=100, format="png")
-    partial.replace(path)
+    """Render a PNG in memory and write it atomically: a reader never sees half a file."""
+    png = io.BytesIO()
+    fig.savefig(png, dpi=100, format="png")
+    write_bytes_atomic(path, png.getvalue())
