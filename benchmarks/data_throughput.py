@@ -6,7 +6,7 @@
 Both loaders read the same folder with the same train transforms (RandomResizedCrop 224, flip,
 float, ImageNet normalisation), batch size and worker count, and persistent workers. The baseline
 decodes with PIL and transforms PIL images (what torchvision's ImageFolder does); the project's goes
-through `datasets`' imagefolder builder, decodes with libjpeg-turbo into uint8 tensors and transforms
+through a `datasets.Dataset` of the listed files, decodes with libjpeg-turbo into uint8 tensors and transforms
 those. Each figure is the median of several epochs, timed from the first batch of the epoch on.
 """
 

@@ -30,6 +30,58 @@ def test_image_folders_with_sorted_class_order(tmp_path):
     assert sorted(val["label"]) == [0, 0, 2]  # val's own folders mapped by name, not position
 
 
+def nested_folder(root):
+    """Class folders with images at two nesting depths, plus hidden files and folders to ignore."""
+    make_folder(root, {"cat": 2, "dog": 1})
+    for rel in ["cat/sub/a.png", "cat/sub/deeper/b.jpg", "dog/x/y/c.png", "cat/.ipynb_checkpoints/0-checkpoint.png",
+                "dog/.hidden/d.png", "dog/._0.png"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes((root / rel.split("/")[0] / "0.png").read_bytes())
+    return root
+
+
+@pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")  # torchvision 0.29
+def test_nested_image_folders_are_labelled_by_their_top_folder(tmp_path):
+    import datasets
+
+    from utils.data import decode_rgb
+
+    tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
+    (va / "cat" / "1.jpg").unlink()
+    train, val, names, notes = splits(["--train_dir", str(tr), "--val_dir", str(va)])
+    assert names == ["cat", "dog"] and notes == ["validation split: 'validation'"]
+    rows = [(str(Path(image["path"]).relative_to(tr)), label)
+            for image, label in zip(train.data.column("image").to_pylist(), train["label"])]
+    assert rows == [("cat/0.png", 0), ("cat/1.jpg", 0), ("cat/sub/a.png", 0), ("cat/sub/deeper/b.jpg", 0),
+                    ("dog/0.png", 1), ("dog/x/y/c.png", 1)]  # hidden files and folders skipped
+    assert sorted(val["label"]) == [0, 0, 0, 1, 1]
+    stored = train.data.column("image").to_pylist()
+    assert all(value["bytes"] is None for value in stored)  # paths only: no image bytes copied into memory
+    undecoded = train.cast_column("image", datasets.Image(decode=False))
+    assert undecoded[2]["image"] == {"bytes": None, "path": str(tr / "cat" / "sub" / "a.png")}
+    assert decode_rgb(undecoded[5]["image"])[:, 0, 0].tolist() == [40, 200, 40]  # dog's PNG colour
+
+
+def test_a_relative_folder_is_stored_as_absolute_paths(tmp_path, monkeypatch):
+    make_folder(tmp_path / "tr", {"cat": 2})
+    make_folder(tmp_path / "va", {"cat": 1})
+    monkeypatch.chdir(tmp_path)
+    train, val, _, _ = splits(["--train_dir", "tr", "--val_dir", "va"])
+    paths = [image["path"] for ds in (train, val) for image in ds.data.column("image").to_pylist()]
+    assert paths == [str(tmp_path / "tr" / "cat" / "0.png"), str(tmp_path / "tr" / "cat" / "1.jpg"),
+                     str(tmp_path / "va" / "cat" / "0.png")]
+
+
+def test_a_run_on_nested_image_folders(tmp_path):
+    tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
+    (va / "cat" / "sub" / "deeper" / "b.jpg").unlink()
+    out = tmp_path / "run"
+    run_ok(["--train_dir", tr, "--val_dir", va, *FAST, "--output_dir", out])
+    results = read_json(out / "results.json")
+    assert (results["train_samples"], results["val_samples"]) == (6, 5)
+    assert read_json(out / "labels.json") == {"0": "cat", "1": "dog"}
+
+
 def test_data_dir_layout_and_carving(tmp_path):
     make_folder(tmp_path / "d" / "train", {"cat": 10, "dog": 10})
     make_folder(tmp_path / "d" / "validation", {"cat": 1, "dog": 1})

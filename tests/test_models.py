@@ -21,3 +21,131 @@ def test_unknown_name_suggests_close_ones():
         check_model_name("qqqqqqqq")
     with pytest.raises(ValueError):
         check_model_name("fasterrcnn_resnet50_fpn")  # a detection model is not a classifier
+
+
+def torchvision_pretrained_layout(name, num_classes=1000):
+    """A model laid out as torchvision builds it for its pretrained weights: auxiliary heads, input transform."""
+    import torchvision
+
+    return torchvision.models.get_model(name, weights=None, num_classes=num_classes, aux_logits=True,
+                                        transform_input=True, init_weights=False)
+
+
+@pytest.mark.parametrize("name, size", [("googlenet", 32), ("inception_v3", 75)])
+def test_auxiliary_head_models_train_on_plain_logits(name, size):
+    import torch
+
+    torch.manual_seed(0)
+    model = build_model(name, num_classes=5).train()
+    logits = model(torch.randn(2, 3, size, size))
+    assert type(logits) is torch.Tensor and logits.shape == (2, 5)  # not a namedtuple with aux logits
+    torch.nn.functional.cross_entropy(logits, torch.tensor([1, 4])).backward()
+    first_conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert model.fc.weight.grad.abs().sum() > 0 and first_conv.weight.grad.abs().sum() > 0
+    assert not [k for k in model.state_dict() if k.split(".")[0] in ("aux1", "aux2", "AuxLogits")]
+
+
+def test_every_torchvision_model_with_auxiliary_heads_is_built_without_them():
+    import inspect
+
+    import torch
+    import torchvision
+
+    from utils.models import _BUILD_OPTIONS
+
+    with_aux = sorted(c.__name__ for c in vars(torchvision.models).values() if isinstance(c, type)
+                      and issubclass(c, torch.nn.Module) and "aux_logits" in inspect.signature(c).parameters)
+    assert with_aux == ["GoogLeNet", "Inception3"]
+    assert {name: opts["aux_logits"] for name, opts in _BUILD_OPTIONS.items()} == \
+        {"googlenet": False, "inception_v3": False}
+
+
+@pytest.mark.parametrize("name, size, heads", [("googlenet", 32, {"aux1", "aux2"}),
+                                               ("inception_v3", 75, {"AuxLogits"})])
+def test_pretrained_state_with_auxiliary_heads_loads_and_computes_the_same(name, size, heads):
+    import torch
+
+    from utils.models import ModelError, load_matching
+
+    reference = torchvision_pretrained_layout(name).eval()
+    state = reference.state_dict()
+    assert heads <= {k.split(".")[0] for k in state}
+    model = build_model(name, num_classes=1000).eval()
+    assert load_matching(model, state, "pretrained") == []
+    own = model.state_dict()
+    assert all(torch.equal(own[k], state[k]) for k in own)
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(model(x), reference(x))  # same weights and the same input transform
+    with pytest.raises(ModelError, match=r"unexpected \['bogus.weight'\] \(0 and 1 in all\)"):
+        load_matching(model, {**state, "bogus.weight": torch.zeros(1)}, "pretrained")  # only aux keys go
+
+
+def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path):
+    import torch
+
+    from utils.config import parse_args
+    from utils.models import initialise
+
+    reference = torchvision_pretrained_layout("googlenet", num_classes=1000)
+    torch.save(reference.state_dict(), tmp_path / "googlenet.pth")
+    model, lines = build_model("googlenet", num_classes=4), []
+    initialise(model, parse_args(["--model", "googlenet", "--init_from", str(tmp_path / "googlenet.pth")]),
+               log=lines.append)
+    assert lines == ["init_from: weights loaded; re-initialised (other shape): fc.bias, fc.weight; "
+                     "auxiliary classifiers not used: aux1, aux2"]
+    assert torch.equal(model.conv1.conv.weight, reference.conv1.conv.weight)
+
+
+@pytest.mark.parametrize("name, least", [("googlenet", 15), ("inception_v3", 75), ("squeezenet1_1", 17)])
+def test_minimum_image_size_is_the_real_limit(name, least):
+    import torch
+
+    from utils.models import ModelError, check_image_size
+
+    model = build_model(name, num_classes=3).eval()
+    with torch.no_grad():
+        assert model(torch.zeros(1, 3, least, least)).shape == (1, 3)
+        with pytest.raises(RuntimeError):
+            model(torch.zeros(1, 3, least - 1, least - 1))
+    check_image_size(name, least)
+    with pytest.raises(ModelError, match=f"{name} needs --image_size {least} or more, got {least - 1}"):
+        check_image_size(name, least - 1)
+
+
+@pytest.mark.parametrize("name", ["efficientnet_v2_s", "swin_t"])
+def test_no_limit_where_torchvision_meta_overstates_the_minimum(name):
+    import torch
+    import torchvision
+
+    from utils.models import check_image_size
+
+    assert torchvision.models.get_model_weights(name).DEFAULT.meta["min_size"][0] > 32
+    check_image_size(name, 32)
+    with torch.no_grad():
+        assert build_model(name, num_classes=3).eval()(torch.zeros(1, 3, 32, 32)).shape == (1, 3)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "inception_v3"], "inception_v3 needs --image_size 75 or more, got 32 (the default for this data)"),
+    (["--model", "inception_v3", "--dataset", "synthetic", "--image_size", "74"],
+     "inception_v3 needs --image_size 75 or more, got 74"),
+    (["--model", "vit_b_16", "--train_dir", "x", "--image_size", "256"],
+     "vit_b_16 takes --image_size 224 only, got 256"),
+])
+def test_an_image_size_the_model_cannot_take_is_one_line_exit_2(argv, message, capsys):
+    from utils.config import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"train_classification.py: error: image_size: {message}"]
+
+
+@pytest.mark.parametrize("argv", [["--model", "inception_v3", "--image_size", "75"], ["--model", "googlenet"],
+                                  ["--model", "efficientnet_v2_s"], ["--model", "swin_t"],
+                                  ["--model", "vit_b_16", "--train_dir", "x"]])
+def test_image_sizes_the_model_can_take_pass(argv):
+    from utils.config import parse_args
+
+    assert parse_args(argv).model == argv[1]

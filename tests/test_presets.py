@@ -1,4 +1,4 @@
-"""Transforms: output sizes, RGB from any mode, augmentation options, eval resize-then-crop."""
+"""Transforms: output sizes, flips, eval resize-then-crop pixels, decoded values and normalisation."""
 
 import pytest
 import torch
@@ -6,6 +6,9 @@ import torch
 from utils.config import parse_args
 from utils.data import decode_rgb
 from utils.presets import eval_preset, train_preset
+
+# torchvision 0.29 deprecates its decoders; utils/data.py still uses them on purpose
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
 
 
 @pytest.mark.parametrize("extra", [[], ["--no_hflip"], ["--auto_augment", "imagenet"], ["--rand_augment", "9"]])
@@ -40,3 +43,123 @@ def test_pil_decodes_what_torchvision_does_not(tmp_path):
     path = tmp_path / "x.bmp"
     Image.new("RGB", (5, 4), (1, 2, 3)).save(path)
     assert decode_rgb({"bytes": None, "path": str(path)})[:, 0, 0].tolist() == [1, 2, 3]
+
+
+def preset_args(*extra):
+    return parse_args(["--train_dir", "x", *map(str, extra)])
+
+
+def test_no_hflip_builds_no_flip_step():
+    from torchvision.transforms import v2
+
+    def flips(args):
+        return [t for t in train_preset(args).transforms if isinstance(t, v2.RandomHorizontalFlip)]
+
+    assert flips(preset_args("--no_hflip")) == []
+    assert [t.p for t in flips(preset_args())] == [0.5]
+
+
+def test_no_hflip_never_puts_the_bright_half_on_the_left():
+    image = torch.zeros(3, 40, 40, dtype=torch.uint8)
+    image[:, :, 20:] = 255  # dark left half, bright right half
+
+    def sides(*extra):
+        preset, out = train_preset(preset_args("--image_size", "16", *extra)), []
+        for seed in range(50):
+            torch.manual_seed(seed)
+            pixels = preset(image)
+            out.append((pixels[:, :, :8].mean().item(), pixels[:, :, 8:].mean().item()))
+        return out
+
+    unflipped = sides("--no_hflip")
+    assert all(left <= right + 1e-6 for left, right in unflipped)
+    assert sum(left < right - 0.5 for left, right in unflipped) >= 5  # crops across the edge do show it
+    assert sum(left > right + 0.5 for left, right in sides()) >= 5
+
+
+@pytest.mark.parametrize("landscape", [True, False])
+def test_eval_resizes_the_shorter_side_to_int_size_over_crop_pct_then_crops_the_centre(landscape):
+    # 50 / 0.3 = 166.67: int() gives 166, the image's shorter side, so no resampling happens and the
+    # crop's border pixels can be read exactly (round() would resize to 167 and blur them).
+    image = torch.zeros(3, 166, 200, dtype=torch.uint8)
+    for col, value in [(74, 10), (75, 20), (124, 30), (125, 40)]:
+        image[0, :, col] = value
+    for row, value in [(57, 50), (58, 60), (107, 70), (108, 80)]:
+        image[1, row, :] = value
+    if not landscape:
+        image = image.transpose(1, 2)
+    args = preset_args("--image_size", "50", "--crop_pct", "0.3", "--mean", 0, 0, 0, "--std", 1, 1, 1)
+    out = eval_preset(args)(image)
+    pixels = (out * 255).round().to(torch.uint8)
+    if not landscape:
+        pixels, image = pixels.transpose(1, 2), image.transpose(1, 2)
+    assert torch.equal(pixels, image[:, 58:108, 75:125])
+    assert set(pixels[0, :, 0].tolist()) == {20} and set(pixels[0, :, -1].tolist()) == {30}
+    assert set(pixels[1, 0, :].tolist()) == {60} and set(pixels[1, -1, :].tolist()) == {70}
+    assert not {10, 40} & set(pixels[0].unique().tolist()) and not {50, 80} & set(pixels[1].unique().tolist())
+
+
+def test_eval_matches_an_explicit_resize_and_centre_crop():
+    from torchvision.transforms.v2 import functional as F
+
+    from utils.presets import IMAGENET_MEAN, IMAGENET_STD
+
+    image = torch.randint(0, 256, (3, 300, 400), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    out = eval_preset(preset_args("--image_size", "224"))(image)  # crop_pct 0.875: shorter side to 256
+
+    def explicit(resize_to):
+        resized = F.resize(image, [resize_to], antialias=True)
+        scaled = F.to_dtype(F.center_crop(resized, [224, 224]), torch.float32, scale=True)
+        return resized.shape, F.normalize(scaled, IMAGENET_MEAN, IMAGENET_STD)
+
+    shape, expected = explicit(256)
+    assert shape == (3, 256, 341) and torch.equal(out, expected)
+    assert not torch.allclose(out, explicit(224)[1], atol=0.1)  # the comparison tells crop_pct apart
+
+
+def write_image(path, array, **save):
+    from PIL import Image
+
+    Image.fromarray(array).save(path, **save)
+    return {"bytes": None, "path": str(path)}
+
+
+def test_png_decodes_to_its_exact_rgb_values(tmp_path):
+    import numpy as np
+
+    rgb = np.random.default_rng(0).integers(0, 256, (7, 10, 3), dtype=np.uint8)
+    assert torch.equal(decode_rgb(write_image(tmp_path / "rgb.png", rgb)), torch.from_numpy(rgb).permute(2, 0, 1))
+    rgba = np.concatenate([rgb, np.full((7, 10, 1), 9, np.uint8)], axis=2)  # alpha dropped, colours kept
+    assert torch.equal(decode_rgb(write_image(tmp_path / "rgba.png", rgba)), torch.from_numpy(rgb).permute(2, 0, 1))
+    gray = rgb[:, :, 0]
+    assert torch.equal(decode_rgb(write_image(tmp_path / "gray.png", gray)), torch.from_numpy(gray).expand(3, 7, 10))
+    embedded = {"bytes": (tmp_path / "rgb.png").read_bytes(), "path": None}  # as Hub datasets store images
+    assert torch.equal(decode_rgb(embedded), torch.from_numpy(rgb).permute(2, 0, 1))
+
+
+def test_jpeg_decodes_close_to_its_rgb_values(tmp_path):
+    import numpy as np
+
+    colours = [(200, 40, 40), (30, 90, 220), (10, 250, 128), (255, 255, 0)]
+    blocks = np.zeros((32, 32, 3), np.uint8)
+    for i, colour in enumerate(colours):
+        blocks[i // 2 * 16:i // 2 * 16 + 16, i % 2 * 16:i % 2 * 16 + 16] = colour
+    pixels = decode_rgb(write_image(tmp_path / "x.jpg", blocks, quality=95)).int()
+    assert pixels.shape == (3, 32, 32)
+    for i, colour in enumerate(colours):  # block centres: away from the edges chroma subsampling blurs
+        y, x = i // 2 * 16 + 4, i % 2 * 16 + 4
+        assert (pixels[:, y:y + 8, x:x + 8] - torch.tensor(colour)[:, None, None]).abs().max() <= 2
+
+
+@pytest.mark.parametrize("extra, mean, std", [
+    ([], (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    (["--mean", 0.5, 0.25, 0.1, "--std", 0.2, 0.3, 0.4], (0.5, 0.25, 0.1), (0.2, 0.3, 0.4)),
+])
+def test_eval_pixels_are_value_over_255_normalised(extra, mean, std):
+    image = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    image[:, 3, 5] = torch.tensor([200, 0, 255], dtype=torch.uint8)
+    out = eval_preset(preset_args("--image_size", "16", "--crop_pct", "1", *extra))(image)  # no resize, no crop
+    expected = (image.double() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+    assert torch.allclose(out.double(), expected, atol=1e-5)
+    assert out[:, 3, 5].tolist() == pytest.approx([(200 / 255 - mean[0]) / std[0], (0 - mean[1]) / std[1],
+                                                   (1 - mean[2]) / std[2]], abs=1e-5)

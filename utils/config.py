@@ -7,7 +7,8 @@ import yaml
 
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
-from utils.models import check_model_name
+from utils.models import check_image_size, check_model_name
+from utils.presets import image_size
 
 
 class ConfigError(ValueError):
@@ -247,6 +248,11 @@ def check_args(args):
         check_model_name(args.model)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
+    try:
+        check_image_size(args.model, image_size(args))
+    except ValueError as e:
+        default = " (the default for this data)" if args.image_size is None else ""
+        raise ConfigError(f"image_size: {e}{default}") from None
 
 
 def parse_args(argv=None, prog="train_classification.py"):

@@ -21,13 +21,48 @@ def check_model_name(name):
         raise ValueError(f"{name!r} is not a torchvision classification model{hint}")
 
 
+class ModelError(ValueError):
+    """A model or weights that cannot be used as asked; the message is one line saying what to do."""
+
+
+# googlenet and inception_v3 return (logits, auxiliary logits...) in train mode, which the loss cannot
+# take: build them with the main classifier only. transform_input as torchvision sets it for its
+# pretrained weights (which expect it), so pretrained, --init_from and scratch runs see one input.
+_BUILD_OPTIONS = {name: dict(aux_logits=False, transform_input=True, init_weights=True)
+                  for name in ("googlenet", "inception_v3")}
+AUX_HEADS = ("aux1", "aux2", "AuxLogits")  # their auxiliary classifiers' module names
+
+
 def build_model(name, num_classes):
     """A randomly initialised model whose classifier has `num_classes` outputs."""
-    return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    return torchvision.models.get_model(name, weights=None, num_classes=num_classes,
+                                        **_BUILD_OPTIONS.get(name, {}))
 
 
-class ModelError(ValueError):
-    """Weights that cannot be loaded as asked; the message is one line saying what to do."""
+def _min_image_size(name):
+    """(smallest input side the model accepts, whether that is the only side), measured per model.
+
+    Below the minimum a pooling layer's output is empty; torchvision's weights meta "min_size" agrees
+    for these, but overstates it for others (efficientnet_v2 and swin run at 32). ViT and MaxViT
+    are laid out for 224 exactly.
+    """
+    if name.startswith(("vit_", "maxvit_")):
+        return 224, True
+    if name.startswith(("vgg", "convnext_")):
+        return 32, False
+    if name.startswith("densenet"):
+        return 29, False
+    return {"alexnet": 63, "googlenet": 15, "inception_v3": 75, "squeezenet1_0": 21,
+            "squeezenet1_1": 17}.get(name, 1), False
+
+
+def check_image_size(name, size):
+    """Raise ModelError when `name` cannot take size x size inputs (before a conv fails deep inside)."""
+    least, only = _min_image_size(name)
+    if only and size != least:
+        raise ModelError(f"{name} takes --image_size {least} only, got {size}")
+    if size < least:
+        raise ModelError(f"{name} needs --image_size {least} or more, got {size}")
 
 
 def head(model):
@@ -38,9 +73,18 @@ def head(model):
     return linears[-1]
 
 
+def auxiliary_keys(model, state):
+    """Keys of auxiliary classifiers (googlenet's, inception_v3's) in `state` that `model` was built without."""
+    own = model.state_dict()
+    return sorted(k for k in state if k not in own and k.split(".")[0] in AUX_HEADS)
+
+
 def load_matching(model, state, source):
     """Load `state` into `model`; tensors whose shape differs (a classifier for other classes) are left
-    re-initialised and returned; any other missing or unexpected key is an error."""
+    re-initialised and returned; auxiliary classifiers the model lacks are dropped (torchvision's
+    pretrained googlenet/inception_v3 have them); any other missing or unexpected key is an error."""
+    aux = set(auxiliary_keys(model, state))
+    state = {k: v for k, v in state.items() if k not in aux}
     own = model.state_dict()
     reinit = sorted(k for k in state if k in own and state[k].shape != own[k].shape)
     missing = sorted(set(own) - set(state))
@@ -96,9 +140,11 @@ def initialise(model, args, log=print):
     source = ("pretrained", pretrained_state(args.model, args.weights)) if args.pretrained or args.weights \
         else ("init_from", read_state_dict(args.init_from)) if args.init_from else None
     if source is not None:
+        aux = sorted({k.split(".")[0] for k in auxiliary_keys(model, source[1])})
         reinit = load_matching(model, source[1], source[0])
         dropped = f"; re-initialised (other shape): {', '.join(reinit)}" if reinit else ""
-        log(f"{source[0]}: weights loaded{dropped}")
+        unused = f"; auxiliary classifiers not used: {', '.join(aux)}" if aux else ""
+        log(f"{source[0]}: weights loaded{dropped}{unused}")
     if args.freeze_backbone:
         trainable = set(head(model).parameters())
         for p in model.parameters():

@@ -21,7 +21,11 @@ def _fail(message):
 
 
 def _folder_files(folder, role):
-    """{class name: [image files]} of a folder with one sub-folder per class, in sorted class order."""
+    """{class name: [image files]} of a folder with one sub-folder per class, in sorted class order.
+
+    A class folder may nest its images in sub-folders: the class is the top folder. Hidden files and
+    folders (.ipynb_checkpoints, macOS ._ files) are skipped.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         _fail(f"{role}: {folder} is not a readable folder")
@@ -30,29 +34,48 @@ def _folder_files(folder, role):
         _fail(f"{role}: {folder} has no class sub-folders (expected {folder}/<class>/<image>)")
     files = {}
     for name in classes:
-        found = sorted(str(p) for p in (folder / name).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        found = []
+        # Absolute paths: what workers open and bad_images.txt lists. Symlinked sub-folders are not
+        # followed (as rglob did not).
+        for parent, dirs, names in os.walk(os.path.abspath(folder / name)):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            found += [os.path.join(parent, f) for f in names
+                      if not f.startswith(".") and os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES]
         if not found:
             _fail(f"{role}: class folder {folder / name} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
-        files[name] = found
+        files[name] = sorted(found)
     return files
 
 
+def _folder_split(files, names):
+    """A Dataset of file paths (stored as paths: nothing is read or copied now) labelled by class name."""
+    import datasets
+
+    index = {name: i for i, name in enumerate(names)}
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=names))
+    return datasets.Dataset.from_dict({"image": [f for fs in files.values() for f in fs],
+                                       "label": [index[c] for c, fs in files.items() for _ in fs]},
+                                      features=features)
+
+
 def _load_folders(train_dir, val_dir):
-    """The `datasets` imagefolder builder over exactly the files we listed; labels = sorted folder names."""
+    """Train (and val) Datasets over exactly the files we listed; labels = sorted train folder names.
+
+    Built from our own list rather than the imagefolder builder, which labels a file by its immediate
+    parent folder and so cannot read classes with sub-folders.
+    """
     import datasets
 
     train = _folder_files(train_dir, "train_dir")
-    data_files = {"train": [f for fs in train.values() for f in fs]}
+    names = list(train)
+    splits = {"train": _folder_split(train, names)}
     if val_dir is not None:
         val = _folder_files(val_dir, "val_dir")
         unknown = sorted(set(val) - set(train))
         if unknown:
             _fail(f"val_dir: classes not in train_dir: {', '.join(unknown[:10])}")
-        data_files["validation"] = [f for fs in val.values() for f in fs]
-    names = list(train)
-    # The builder names classes after the folders it sees; we fix the list to train's, sorted.
-    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=names))
-    return datasets.load_dataset("imagefolder", data_files=data_files, features=features)
+        splits["validation"] = _folder_split(val, names)  # val classes mapped to train's indices by name
+    return datasets.DatasetDict(splits)
 
 
 def _load_hub(name, config):
