@@ -42,16 +42,17 @@ from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
-from utils.data import BadImages, build_dataloaders, build_datasets
+from utils.data import BadImages, build_dataloaders, build_datasets, data_signature
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
 from utils.models import ModelError, build_model, initialise
 from utils.presets import mean_std, source_name
 from utils.progress import StepLogger
-from utils.run_folder import SCHEDULE_KEYS, FolderError, output_dir_for, resume_folder
+from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
+from utils.run_folder import (RESUME_KEYS, FolderError, check_data, lock_run_folder, output_dir_for,
+                              resume_folder)
 from utils.schedule import build_lr_scheduler, build_optimizer
-from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
 
@@ -87,13 +88,15 @@ class Job:
     stop: StopRequest
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
     best_top1: list  # the best val top-1 so far, last (--keep_best)
+    data: dict = None  # the training data's signature (utils/data.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
     """This process's shard of one epoch, after `done_steps` optimizer steps of it (a resumed run).
 
-    Returns the global step reached and whether the epoch ran to its end.
+    Returns the global step reached, whether the epoch ran to its end, and whether a stop signal
+    (on any rank) ended it: then the caller checkpoints and exits.
     """
     args, accelerator, model, loader = job.args, job.accelerator, job.model, job.train_loader
     model.train()
@@ -113,27 +116,29 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
     short_group = batches % args.grad_accum_steps
     nonfinite = torch.zeros((), device=accelerator.device)  # micro-batches of this group with a NaN/inf loss
+    group_images, stop = 0, False  # valid images in this group
     fetch_start = time.perf_counter()
     for index, batch in enumerate(loader, start=skipped):
         data_time = time.perf_counter() - fetch_start
-        job.bad_images.check(batch)
+        valid_images = job.bad_images.check(batch)
         with accelerator.accumulate(model):
-            # Mean over the batch's valid samples: a skipped (undecodable) image weighs nothing.
-            valid = batch["valid"].float()
-            per_sample = job.criterion(model(batch["pixel_values"]), batch["labels"])
-            loss = (per_sample * valid).sum() / valid.sum().clamp(min=1)
+            loss = training_loss(job, batch, valid_images)
             in_short_group = short_group and index >= batches - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             nonfinite += ~torch.isfinite(loss.detach())
-            if accelerator.sync_gradients and skip_update(job, nonfinite, global_step + 1):
-                job.optimizer.zero_grad(set_to_none=True)  # this step's gradients are poisoned: drop them
+            group_images += valid_images
+            skip = False
+            if accelerator.sync_gradients:
+                skip, stop = agree_on_step(job, nonfinite, group_images, global_step + 1)
+                nonfinite.zero_()
+                group_images = 0
+            if skip:
+                job.optimizer.zero_grad(set_to_none=True)  # nothing to learn from, or poisoned: drop it
             else:
                 if args.clip_grad_norm is not None and accelerator.sync_gradients:
                     accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
                 job.optimizer.step()  # a no-op on micro-batches that only accumulate
                 job.optimizer.zero_grad(set_to_none=True)
-            if accelerator.sync_gradients:
-                nonfinite.zero_()
         job.logger.micro_batch(loss, len(batch["source"]), data_time)
         if accelerator.sync_gradients:
             # Stepped once per optimizer step on every rank (see build_accelerator), so the LR
@@ -142,38 +147,61 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             global_step += 1
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
             mid_epoch = index + 1 < batches
-            if job.stop.pending(accelerator):
-                save_checkpoint(job, epoch, global_step, epoch_end=not mid_epoch)
-                raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
-                                  f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
+            if stop and mid_epoch:
+                return global_step, False, True
             if mid_epoch and args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0:
                 save_checkpoint(job, epoch, global_step, epoch_end=False)
             if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
                 job.logger.end_epoch(global_step)
-                return global_step, False
+                return global_step, False, False
         fetch_start = time.perf_counter()
     job.logger.end_epoch(global_step)
-    return global_step, True
+    return global_step, True, stop
+
+
+def training_loss(job, batch, valid_images):
+    """Mean loss over the batch's valid images. Images that could not be decoded never reach the model,
+    so they shift neither the loss nor BatchNorm's batch and running statistics."""
+    pixels, labels = batch["pixel_values"], batch["labels"]
+    if valid_images == len(labels):
+        return job.criterion(job.model(pixels), labels).mean()
+    if valid_images:
+        keep = batch["valid"]
+        return job.criterion(job.model(pixels[keep]), labels[keep]).mean()
+    # Nothing valid on this rank, yet the others' gradient all-reduce needs its share: a zero loss
+    # through the model in eval mode (BatchNorm's running statistics stay as they are).
+    job.model.eval()
+    try:
+        return job.model(pixels[:1]).sum() * 0.0
+    finally:
+        job.model.train()
 
 
 class NonFiniteLoss(Exception):
     """Training met more NaN/inf losses than --skip_nonfinite_steps allows."""
 
 
-def skip_update(job, nonfinite, step):
-    """Whether optimizer step `step` must be skipped for a NaN/inf loss on any rank; raises past the allowance.
+def agree_on_step(job, nonfinite, images, step):
+    """What every rank must decide alike at optimizer step `step`: skip its update? stop after it?
 
-    One all-reduce, so every rank decides alike (DDP has already spread one rank's NaN gradients to all).
+    One small all-reduce carries this rank's NaN/inf count, valid images and stop signal. An update
+    is skipped when a loss was NaN/inf anywhere (DDP has already spread that rank's NaN gradients to
+    all; past --skip_nonfinite_steps this raises), or when no rank had a valid image to learn from.
     """
-    if not job.accelerator.reduce(nonfinite.clone(), "sum").item():
-        return False
-    job.nonfinite_steps.append(step)
-    if len(job.nonfinite_steps) > job.args.skip_nonfinite_steps:
-        raise NonFiniteLoss(f"non-finite loss at global step {step}; stopped without saving (the last checkpoint "
-                            f"is untouched); --skip_nonfinite_steps K skips up to K such steps")
-    job.accelerator.print(f"step {step}: non-finite loss, update skipped "
-                          f"({len(job.nonfinite_steps)} of {job.args.skip_nonfinite_steps} allowed)")
-    return True
+    accelerator = job.accelerator
+    mine = torch.stack([nonfinite.float(), torch.tensor(float(images), device=accelerator.device),
+                        torch.tensor(float(job.stop.requested), device=accelerator.device)])
+    nonfinite_total, images_total, stops = accelerator.reduce(mine, "sum").tolist()
+    if nonfinite_total:
+        job.nonfinite_steps.append(step)
+        if len(job.nonfinite_steps) > job.args.skip_nonfinite_steps:
+            raise NonFiniteLoss(f"non-finite loss at global step {step}; stopped without saving (the last "
+                                f"checkpoint is untouched); --skip_nonfinite_steps K skips up to K such steps")
+        job.accelerator.print(f"step {step}: non-finite loss, update skipped "
+                              f"({len(job.nonfinite_steps)} of {job.args.skip_nonfinite_steps} allowed)")
+    elif not images_total:
+        job.accelerator.print(f"step {step}: no decodable image in this step's batches, update skipped")
+    return bool(nonfinite_total or not images_total), bool(stops)
 
 
 @torch.no_grad()
@@ -225,12 +253,13 @@ def validate(job, epoch, global_step):
     return figures
 
 
-def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None):
-    """Model, optimizer, scheduler, RNG and sampler states, plus where training stood and its schedule."""
+def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validation_pending=False):
+    """Model, optimizer, scheduler, RNG and sampler states, plus where training stood, what it depends on
+    (options, data), and whether the epoch's validation is still to come (an interrupt at its end)."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
-             "schedule": {k: getattr(job.args, k) for k in SCHEDULE_KEYS}, "val_top1": val_top1,
-             "tracker_run_id": job.tracker_run_id}
+             "options": {k: getattr(job.args, k) for k in RESUME_KEYS}, "data": job.data,
+             "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     folder = checkpoints.save(job.accelerator, job.out, name, state)
     if job.accelerator.is_main_process:
@@ -290,7 +319,7 @@ def build_job(args, accelerator, out):
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps)
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
               metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
-              StopRequest(), [], [])
+              StopRequest(), [], [], data_signature(train_ds))
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
@@ -299,27 +328,30 @@ def build_job(args, accelerator, out):
 
 
 def main(argv=None):
+    follow_launcher()  # a launcher killed without passing the signal on: we get SIGTERM (utils/preemption.py)
     args = parse_args(argv, prog=PROG)
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)
     accelerator = build_accelerator(args)
+    lock = None
     try:
-        resume_from = resume_folder(args, accelerator.num_processes)
+        out = output_dir_for(args, accelerator)
+        lock = lock_run_folder(accelerator, out)  # one live run per folder
+        resume_from = resume_folder(args, accelerator, out)
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
-        out = output_dir_for(args, accelerator, resume_from)
         set_seed(args.seed)
         job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
-        job.stop.install()
-        position = (0, 0, 0)  # epoch, optimizer steps done in it, global step
+        position = (0, 0, 0, False)  # epoch, optimizer steps done in it, global step, a validation owed
         if resume_from is not None:
-            accelerator.load_state(str(resume_from))
             state = checkpoints.read_state(resume_from)
-            position = ((state["epoch"] + 1, 0, state["global_step"]) if state["epoch_end"]
-                        else (state["epoch"], state["step_in_epoch"], state["global_step"]))
+            if not args.eval_only:
+                check_data(state, job.data)
+            accelerator.load_state(str(resume_from))
+            position = resume_position(state)
             accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
+        job.stop.install()
         if accelerator.is_main_process:
-            out.mkdir(parents=True, exist_ok=True)
             if not (out / "config.yaml").exists():  # a resumed run keeps the config it started with
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                             mixed_precision=accelerator.mixed_precision)
@@ -329,7 +361,10 @@ def main(argv=None):
                   accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
         job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
         results, figures = evaluate_only(job, position) if args.eval_only else train(job, *position)
+        return report_results(job, results, figures, train_samples)
     except (FolderError, DataError, ModelError, MetricError) as e:  # bad input: one line, exit 2
+        if lock is not None:
+            lock.release(failed=True)
         fail(str(e))
     except Interrupted as e:
         if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
@@ -339,6 +374,12 @@ def main(argv=None):
     except NonFiniteLoss as e:
         accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)
         raise SystemExit(1) from None
+    finally:
+        if lock is not None:
+            lock.release()
+def report_results(job, results, figures, train_samples):
+    """results.json, the pictures and the per-class table (main process), and the closing line."""
+    accelerator, out, class_names = job.accelerator, job.out, job.class_names
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
     skipped = sorted(errors)
@@ -357,48 +398,82 @@ def main(argv=None):
     return results
 
 
+def resume_position(state):
+    """(epoch to start, its optimizer steps already done, global step, whether that epoch's predecessor
+    still owes its validation) from a checkpoint's training_state.json."""
+    if state["epoch_end"]:
+        return state["epoch"] + 1, 0, state["global_step"], state.get("validation_pending", False)
+    return state["epoch"], state["step_in_epoch"], state["global_step"], False
+
+
 def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
-    epoch, _, global_step = position
+    epoch, _, global_step, _ = position
     figures = validate(job, epoch - 1, global_step)
     return {**result_figures(figures, job.class_names), "epochs_completed": epoch, "global_step": global_step,
             "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
             "dataset": source_name(job.args)}, figures
 
 
-def train(job, start_epoch, done_steps, global_step):
+def train(job, start_epoch, done_steps, global_step, validation_owed=False):
     """The epoch loop: train, validate every val_every epochs and at the end, checkpoint.
 
-    Returns the results and the last validation's full figures."""
+    Returns the results and the last validation's full figures. A stop signal ends it with a
+    checkpoint and Interrupted; when it came at an epoch's last step, that epoch's validation is owed
+    and the resumed run does it first, where the uninterrupted run would have (same RNG stream).
+    """
     args, accelerator = job.args, job.accelerator
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
     epoch_end = True
+    if validation_owed:
+        figures = after_epoch(job, start_epoch - 1, global_step, reached_end(args, start_epoch - 1, global_step))
     for epoch in range(start_epoch, args.epochs):
         if args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
         t0 = time.perf_counter()
-        global_step, epoch_end = train_one_epoch(job, epoch, global_step, done_steps if epoch == start_epoch else 0)
+        global_step, epoch_end, stop = train_one_epoch(job, epoch, global_step,
+                                                       done_steps if epoch == start_epoch else 0)
         train_time += time.perf_counter() - t0
-        stopped_early = args.max_train_steps is not None and global_step >= args.max_train_steps
-        finished = stopped_early or epoch + 1 == args.epochs
         epochs_completed = epoch + 1 if epoch_end else epoch
-        figures = validate(job, epoch, global_step) if (epoch + 1) % args.val_every == 0 or finished else None
-        if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
-            checkpoints.keep_if_best(accelerator, job.model, job.out, job.best_top1, {
-                "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)})
-        every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
-        after_val = args.keep_best and figures is not None
-        if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps or after_val) and not finished:
-            save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and figures["val_top1"])
+        finished = reached_end(args, epoch, global_step)
+        if stop:
+            owed = epoch_end and validation_due(args, epoch, finished)
+            save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
+            raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
+                              f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
+        figures = after_epoch(job, epoch, global_step, finished) or figures
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
         figures = validate(job, epochs_completed - 1, global_step)
-    if global_step > first_step:  # a resumed run that trained nothing keeps the checkpoint it came from
+    if global_step > first_step or validation_owed:  # else: the checkpoint it came from is the last one
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_top1=figures["val_top1"])
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": source_name(args)}, figures
+
+
+def reached_end(args, epoch, global_step):
+    """Whether training ends after this epoch: its last one, or --max_train_steps reached."""
+    return epoch + 1 == args.epochs or (args.max_train_steps is not None and global_step >= args.max_train_steps)
+
+
+def validation_due(args, epoch, finished):
+    return (epoch + 1) % args.val_every == 0 or finished
+
+
+def after_epoch(job, epoch, global_step, finished):
+    """Validation when due (its figures, else None), the best weights, and the epoch's checkpoint."""
+    args = job.args
+    figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
+    if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
+        checkpoints.keep_if_best(job.accelerator, job.model, job.out, job.best_top1, {
+            "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)})
+    every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
+    after_val = args.keep_best and figures is not None
+    if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps or after_val) and not finished:
+        save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and figures["val_top1"])
+    return figures
 
 
 if __name__ == "__main__":

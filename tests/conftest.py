@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -19,25 +20,52 @@ TINY = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "-
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no test run of this session has been given, free now.
+
+    Ports come from a range of their own per pytest process, in turn, each checked free: two
+    launches never receive the same port, which asking the OS for port 0 twice does not promise
+    (a port released by the check can be handed out again before its launcher binds it).
+    """
+    while True:
+        port = next(_ports)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
 
 
-def launch(args, nproc=1, timeout=300, env=None, script="train_classification.py", launcher_args=(),
-           torchrun=False):
-    """Run `script args` under `accelerate launch` (or torchrun) with `nproc` CPU processes."""
+_ports = iter(range(20000 + (os.getpid() % 400) * 100, 65000))
+
+
+def command(args, nproc=1, script="train_classification.py", launcher_args=(), torchrun=False, launcher=True):
+    """`script args` under `accelerate launch` (or torchrun, or plain python) with `nproc` CPU processes."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher_args]
-    if torchrun:
+    if not launcher:
+        assert nproc == 1
+        cmd = [sys.executable]
+    elif torchrun:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(free_port())]
     elif nproc > 1:
         cmd += ["--config_file", str(ROOT / "accel_configs" / "cpu_2proc.yaml"),
                 "--num_processes", str(nproc), "--main_process_port", str(free_port())]
-    cmd += [str(ROOT / script), *map(str, args)]
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1",
-                **(env or {})}
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return cmd + [str(ROOT / script), *map(str, args)]
+
+
+def environment(env=None):
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1", **(env or {})}
+
+
+def launch(args, nproc=1, timeout=300, env=None, **kw):
+    """Run `script args` under `accelerate launch` (or torchrun) with `nproc` CPU processes.
+
+    Its own session, as a job manager starts it: a signal to its process group never reaches pytest.
+    (It reaches a one-process launch's rank and workers too; torchrun puts each rank in a session of its own.)
+    """
+    return subprocess.run(command(args, nproc, **kw), cwd=ROOT, env=environment(env), capture_output=True,
+                          text=True, timeout=timeout, start_new_session=True)
 
 
 def run_ok(args, nproc=1, **kw):
@@ -77,3 +105,48 @@ def fresh_accelerate_state():
     AcceleratorState._reset_state(reset_partial_state=True)
     PartialState._reset_state()
     GradientState._reset_state()
+
+
+# The run that the exact-resume and preemption tests interrupt: random augmentation on
+# (RandomResizedCrop + flip), fractional warmup, cosine. 36 images, batch 4: 9 steps an epoch on one
+# process, 5 on each of two.
+@pytest.fixture(scope="session")
+def images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("images")
+    make_folder(root / "tr", {"cat": 12, "dog": 12, "eel": 12})
+    make_folder(root / "va", {"cat": 2, "dog": 2, "eel": 3})
+    return root
+
+
+def resume_job(images, out, workers, *extra):
+    return ["--train_dir", images / "tr", "--val_dir", images / "va", "--image_size", "32", "--batch_size", "4",
+            "--epochs", "3", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers", workers,
+            "--output_dir", out, *extra]
+
+
+@pytest.fixture(scope="session")
+def reference(images, tmp_path_factory):
+    """Uninterrupted runs of resume_job, one per world size (workers 0: the count must not matter)."""
+    runs = {}
+    for nproc in (1, 2):
+        out = tmp_path_factory.mktemp(f"reference{nproc}") / "run"
+        run_ok(resume_job(images, out, 0), nproc=nproc)
+        runs[nproc] = out
+    return runs
+
+
+def assert_same_weights(a, b):
+    from safetensors.torch import load_file
+    import torch
+
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    different = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+def resumed_from(stdout):
+    """The checkpoint a run said it resumed from (None: it did not resume)."""
+    found = re.findall(r"^resumed from (\S+): epoch", stdout, flags=re.M)
+    assert len(found) <= 1
+    return Path(found[0]) if found else None

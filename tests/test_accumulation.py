@@ -43,7 +43,7 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
               train_loader, None, 3, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
               StopRequest(), [], [])
-    assert train_one_epoch(job, 0, 0) == (3, True)  # 3 optimizer steps, the epoch ran to its end
+    assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD
     # step per group with the mean gradient over that group's samples.

@@ -6,7 +6,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from conftest import TINY, launch, read_json, read_jsonl, run_ok
+from conftest import TINY, read_json, read_jsonl, run_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
@@ -44,7 +44,8 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
     assert (out / "checkpoints" / "epoch_0" / "training_state.json").is_file()
     state = read_json(out / "checkpoints" / "epoch_1" / "training_state.json")
     assert (state["epoch"], state["global_step"], state["epoch_end"], state["world_size"]) == (1, 16, True, 1)
-    assert state["schedule"]["epochs"] == 2 and state["schedule"]["warmup_epochs"] == 0.5
+    assert state["options"]["epochs"] == 2 and state["options"]["warmup_epochs"] == 0.5
+    assert state["data"]["train_samples"] == 64 and state["validation_pending"] is False
 
 
 def test_default_dataset_is_the_embedded_digits(tmp_path):
@@ -77,19 +78,39 @@ def test_resume_continues_from_the_saved_epoch(tmp_path):
     assert all(r["lr"] == pytest.approx(lr[r["step"]], rel=1e-12) for r in rows)
 
 
-@pytest.mark.parametrize("change, message", [
-    (["--epochs", "4"], "error: resume: the checkpoint's schedule was laid out for other values of: epochs; "),
-    (["--batch_size", "4", "--lr", "0.2"], "error: resume: the checkpoint's schedule was laid out for other values "
-                                           "of: batch_size, lr; "),
-])
-def test_resume_refuses_another_schedule(tmp_path, change, message):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
     run_ok([*TINY, "--epochs", "2", "--save_every", "1", "--output_dir", out])
-    argv = [*TINY, "--epochs", "2", *change, "--resume", str(out / "checkpoints" / "epoch_0")]
-    proc = launch(argv)
-    assert proc.returncode != 0
-    assert f"train_classification.py: {message}" in proc.stderr
-    assert read_json(out / "results.json")["epochs_completed"] == 2  # nothing was overwritten
+    return out
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("change, named", [
+    (["--epochs", "4"], "other values of: epochs (2 -> 4); "),
+    (["--batch_size", "4", "--lr", "0.2"], "other values of: batch_size (8 -> 4), lr (0.1 -> 0.2); "),
+    (["--seed", "1"], "other values of: seed (0 -> 1); "),  # another sample order and augmentation
+    (["--optimizer", "adamw"], "other values of: optimizer (sgd -> adamw); "),  # its state would not fit
+    (["--weight_decay", "0.01", "--momentum", "0.8"],  # the checkpoint's values would silently win
+     "other values of: momentum (0.9 -> 0.8), weight_decay (0.0005 -> 0.01); "),
+    (["--synthetic_train_samples", "24"], "the training data changed since the checkpoint (64 -> 24 images)"),
+])
+def test_resume_refuses_what_would_not_continue_exactly(finished_run, tmp_path, capsys, fresh_accelerate_state,
+                                                        change, named):
+    import train_classification
+
+    before = snapshot(finished_run)
+    with pytest.raises(SystemExit) as stopped:
+        train_classification.main([*TINY, "--epochs", "2", *change, "--output_dir", str(tmp_path / "new"),
+                                   "--resume", str(finished_run / "checkpoints" / "epoch_0")])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stopped.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith("train_classification.py: error: resume: ") and named in errors[0]
+    assert snapshot(finished_run) == before  # nothing written or moved
+    assert not (tmp_path / "new").exists()  # the folder it would have written to is not left behind
 
 
 def test_resume_continues_mid_epoch_after_max_train_steps(tmp_path):

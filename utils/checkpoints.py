@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 from utils.io import write_json_atomic
@@ -23,11 +24,16 @@ def read_state(folder):
     return json.loads((Path(folder) / STATE_FILE).read_text())
 
 
+def _order(state):
+    """Where a checkpoint stands in its run: by global step, an epoch's end after a step of the same number."""
+    return state["global_step"], state["epoch_end"]
+
+
 def _with_states(out):
-    """[(folder, state)] of the complete checkpoints, oldest first (by global step, epoch ends last)."""
+    """[(folder, state)] of the complete checkpoints, oldest first."""
     root = folder_of(out)
     found = [(f, read_state(f)) for f in root.iterdir() if is_complete(f)] if root.is_dir() else []
-    return sorted(found, key=lambda fs: (fs[1]["global_step"], fs[1]["epoch_end"]))
+    return sorted(found, key=lambda fs: _order(fs[1]))
 
 
 def complete_checkpoints(out):
@@ -54,16 +60,42 @@ def save(accelerator, out, name, state):
     accelerator.wait_for_everyone()  # every rank's files (its RNG states among them) are in
     if accelerator.is_main_process:
         write_json_atomic(aside / STATE_FILE, state)
-        if final.exists():  # the same name saved again (e.g. a re-run of the same last step)
-            shutil.rmtree(final)
+        old = folder_of(out) / f".replaced-{name}"
+        if final.exists():  # the same name saved again (e.g. after a resume that redid the same steps)
+            # Renamed aside (atomic), never deleted in place: a kill mid-delete would leave a folder
+            # that still holds its state file and looks complete. A kill between the two renames
+            # leaves this name absent, the older checkpoints intact.
+            os.replace(final, old)
         os.replace(aside, final)
+        shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 
 
+def set_aside_newer(out, resumed):
+    """Resuming from an older checkpoint of this run: its newer checkpoints (and best/ weights from
+    after it) belong to a history that is being abandoned. Move them to <out>/abandoned/<time>/, where
+    neither `latest` nor pruning sees them, rather than delete them. Returns what moved, or None.
+    """
+    position = _order(read_state(resumed))
+    newer = [f for f, st in _with_states(out) if _order(st) > position]
+    best = Path(out) / "best" / "metrics.json"
+    best_is_newer = best.is_file() and json.loads(best.read_text())["global_step"] > position[0]
+    if not newer and not best_is_newer:
+        return None
+    base = Path(out) / "abandoned" / f"{datetime.now():%Y%m%d-%H%M%S}-after-{Path(resumed).name}"
+    to = next(p for p in (Path(f"{base}{s}") for s in [""] + [f"-{i}" for i in range(2, 1000)]) if not p.exists())
+    (to / "checkpoints").mkdir(parents=True)
+    for folder in newer:
+        os.replace(folder, to / "checkpoints" / folder.name)
+    if best_is_newer:
+        os.replace(best.parent, to / "best")
+    return {"names": [f.name for f in newer] + (["best/"] if best_is_newer else []), "to": str(to)}
+
+
 def prune(out, keep_last, keep_best=0):
-    """Keep the newest `keep_last` and the `keep_best` best-scoring complete checkpoints (0: no limit of
-    that kind; both 0: keep all); remove the rest, and leftovers of killed processes.
+    """Keep the newest `keep_last` (0: all of them) and, besides, the `keep_best` best-scoring complete
+    checkpoints; remove the rest, and leftovers of killed processes.
 
     Call it only after a newer checkpoint is complete, when no save is in flight. A folder is
     renamed out of the way before it is deleted, so a kill mid-delete leaves a hidden leftover (which
@@ -71,11 +103,11 @@ def prune(out, keep_last, keep_best=0):
     """
     found = _with_states(out)  # each state file read once
     drop = []
-    if keep_last or keep_best:
+    if keep_last:  # keep_last 0 keeps every checkpoint, whatever keep_best says
         scored = [(f, st) for f, st in found if st.get("val_top1") is not None]
         # Ties go to the earlier checkpoint, the one whose weights <output_dir>/best/ holds.
         ranked = [f for f, _ in sorted(scored, key=lambda fs: (fs[1]["val_top1"], -fs[1]["global_step"]))]
-        keep = set(ranked[-keep_best:] if keep_best else []) | {f for f, _ in (found[-keep_last:] if keep_last else [])}
+        keep = set(ranked[-keep_best:] if keep_best else []) | {f for f, _ in found[-keep_last:]}
         drop = [f for f, _ in found if f not in keep]
     for folder in drop:
         os.replace(folder, folder.with_name(f".deleting-{folder.name}"))

@@ -1,6 +1,7 @@
 """Datasets with their transforms, fast image decoding, and dataloaders sharded by Accelerate."""
 
 import contextlib
+import hashlib
 import io
 import warnings
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from utils import presets
+from utils.preemption import worker_init_fn
 from utils.sources import SPLIT_SEED, DataError, load_splits
 
 # torchvision 0.29 marks its decoders deprecated in favour of torchcodec; they are still the fastest
@@ -179,13 +181,26 @@ class BadImages:
         self.skip, self.found = skip, {}
 
     def check(self, batch):
-        # Host-side strings: no device sync. A skipped image is masked out of loss and metrics.
+        """The number of valid images in the batch; raises at the first bad one unless skipping."""
+        # Host-side strings: no device sync. A skipped image is left out of loss and metrics.
         bad = {source: error for source, error in zip(batch["source"], batch["error"]) if source}
         if bad and not self.skip:
             source, error = next(iter(bad.items()))
             raise DataError(f"cannot decode image {source} ({error.splitlines()[0]}); pass --skip_bad_images "
                             f"to skip such files (they are then listed in bad_images.txt)")
         self.found.update(bad)
+        return sum(not source for source in batch["source"])
+
+
+def data_signature(train_ds):
+    """What a resumed run must find again in its training data: the sample count and the labels in
+    order (the schedule's steps and each sample's place in the permutation come from them)."""
+    inner = train_ds.dataset if isinstance(train_ds, EpochSeeded) else train_ds
+    if isinstance(inner, SyntheticDataset):  # a function of its size
+        labels = b""
+    else:  # the plain label column, without the transform attached to the dataset
+        labels = np.asarray(inner.with_format(None)["label"], dtype=np.int64).tobytes()
+    return {"train_samples": len(train_ds), "labels_sha256": hashlib.sha256(labels).hexdigest()[:16]}
 
 
 def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
@@ -194,7 +209,9 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
     No DistributedSampler here: `prepare` already shards, and would shard it a second time. Call
     `train_loader.set_epoch(epoch)` before each epoch so the permutation depends on the epoch alone.
     """
+    # Workers leave SIGTERM/SIGINT to their rank, which checkpoints (utils/preemption.py).
     common = dict(batch_size=batch_size, num_workers=num_workers,
+                  worker_init_fn=worker_init_fn(),
                   pin_memory=accelerator.device.type == "cuda", persistent_workers=num_workers > 0)
     # One process leaves the epoch's last batch ragged (several pad it to full size); a ragged batch
     # of a single image would make BatchNorm fail in training, so that one image waits an epoch.

@@ -1,10 +1,18 @@
-"""The run folder: which checkpoint a run continues from, and where its files go."""
+"""The run folder: where a run's files go, one live run per folder, and which checkpoint it continues from.
 
+Decisions are the main process's, broadcast to the others: with node-local storage each node would
+otherwise find its own `latest` (or none) and the replicas would diverge. Every rank then checks
+that it can read the chosen checkpoint: a run folder must be on storage that every node shares.
+"""
+
+import fcntl
+import os
 import re
+import shutil
 from datetime import datetime
 from pathlib import Path
 
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import broadcast_object_list, gather_object
 
 from utils import checkpoints
 from utils.presets import source_name
@@ -14,55 +22,154 @@ class FolderError(Exception):
     """A --resume or --output_dir that cannot be used as asked."""
 
 
-# Options that lay out the LR schedule: a resumed run must use the values its checkpoint was made with.
-SCHEDULE_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
-                 "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma")
+# What a resumed run must share with its checkpoint: the LR schedule is laid out in steps of these
+# (epochs, batch, accumulation, LR options), the sample order and augmentation come from the seed,
+# and the optimizer state only fits the optimizer (and the model) it was made with.
+RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
+               "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma", "seed", "optimizer", "momentum",
+               "nesterov", "weight_decay", "model")
 
 
-def resume_folder(args, world_size):
-    """The checkpoint to continue from (None: a fresh start); refuses one that cannot continue exactly.
+def _decided(accelerator, decide):
+    """Run `decide()` on the main process only; every rank gets its value, or raises its FolderError."""
+    box = [None]
+    if accelerator.is_main_process:
+        try:
+            box[0] = ("ok", decide())
+        except FolderError as e:
+            box[0] = ("error", str(e))
+    broadcast_object_list(box)
+    kind, value = box[0]
+    if kind == "error":
+        raise FolderError(value)
+    return value
 
-    Also refuses to write into a folder that holds another run. Runs on every rank before any rank
-    writes (main() puts a barrier after it).
+
+def output_dir_for(args, accelerator):
+    """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<dataset>-<model>."""
+    if args.output_dir is not None:
+        return Path(args.output_dir)
+    if args.resume not in (None, "latest") and not args.eval_only:  # an evaluation gets a folder of its own
+        return Path(args.resume).resolve().parent.parent
+
+    def new_name():  # holds a timestamp: one name for every rank
+        dataset = re.sub(r"[^\w.-]+", "_", source_name(args))  # a Hub name or a path: no slashes
+        base = f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"
+        return next(f"{base}{suffix}" for suffix in [""] + [f"-{i}" for i in range(2, 1000)]
+                    if not Path(f"{base}{suffix}").exists())
+    return Path(_decided(accelerator, new_name))
+
+
+class RunLock:
+    """One live run per folder: an exclusive lock on <out>/.lock, held by the main process until it exits.
+
+    flock locks die with their process, SIGKILL included, so a killed run never leaves the folder
+    locked. (On network filesystems without flock support, the lock is advisory at best.)
     """
+
+    def __init__(self, out):
+        self.out, self.file, self.created = Path(out), None, False
+
+    def acquire(self):
+        self.created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.out / ".lock", "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise FolderError(f"output_dir: {self.out} is in use by a live run ({holder}); wait for it to end "
+                              f"(or stop it) before starting another run there") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        self.file.flush()
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def release(self, failed=False):
+        """Unlock; after a failure, remove the folder again if this run created it and wrote nothing else."""
+        if self.file is None:
+            return
+        if failed and self.created and [p.name for p in self.out.iterdir()] == [".lock"]:
+            shutil.rmtree(self.out, ignore_errors=True)
+        self.file.close()
+        self.file = None
+
+
+def lock_run_folder(accelerator, out):
+    """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line."""
+    held = []
+    _decided(accelerator, lambda: held.append(RunLock(out).acquire()))
+    return held[0] if held else None
+
+
+def _check_options(args, state, world_size):
+    recorded = state.get("options") or state["schedule"]  # "schedule": checkpoints of earlier versions
+    changed = [f"{k} ({recorded[k]} -> {getattr(args, k)})" for k in RESUME_KEYS
+               if k in recorded and recorded[k] != getattr(args, k)]
+    if state["world_size"] != world_size:
+        changed.append(f"world size ({state['world_size']} -> {world_size})")
+    if changed:
+        raise FolderError(f"resume: the checkpoint was made with other values of: {', '.join(changed)}; resume "
+                          f"with the same ones (the LR schedule, sample order and optimizer state depend on them), "
+                          f"or start a new run from its weights with --init_from <checkpoint>")
+
+
+def check_data(state, signature):
+    """Refuse to continue on other training data: the schedule's steps and the sample order come from it."""
+    recorded = state.get("data")
+    if recorded is not None and recorded != signature:
+        what = (f"{recorded['train_samples']} -> {signature['train_samples']} images"
+                if recorded["train_samples"] != signature["train_samples"] else "other labels or order")
+        raise FolderError(f"resume: the training data changed since the checkpoint ({what}); resume on the same "
+                          f"data, or start a new run from its weights with --init_from <checkpoint>")
+
+
+def _choose(args, out, world_size):
+    """The main process's choice of checkpoint; moves a newer, abandoned history out of the way."""
     folder = None
     if args.resume == "latest":
-        folder = checkpoints.latest(args.output_dir)
+        folder = checkpoints.latest(out)
         if folder is None:
-            print(f"resume: no complete checkpoint under {args.output_dir}: starting afresh", flush=True)
+            print(f"resume: no complete checkpoint under {out}: starting afresh", flush=True)
     elif args.resume is not None:
         folder = Path(args.resume)
         if not checkpoints.is_complete(folder):
             raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
                               f"(no {checkpoints.STATE_FILE} in it)")
     if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
-        state = checkpoints.read_state(folder)
-        changed = [k for k in SCHEDULE_KEYS if state["schedule"].get(k) != getattr(args, k)]
-        if state["world_size"] != world_size:
-            changed.append(f"world size ({state['world_size']} -> {world_size})")
-        if changed:
-            raise FolderError(f"resume: the checkpoint's schedule was laid out for other values of: "
-                              f"{', '.join(changed)}; resume with the same ones")
-    run_dir = folder.resolve().parent.parent if folder is not None else None
-    if args.output_dir is not None and (Path(args.output_dir) / "config.yaml").exists() \
-            and Path(args.output_dir).resolve() != run_dir and args.resume != "latest":
-        raise FolderError(f"output_dir: {args.output_dir} already holds a run; pick another folder or --resume "
-                          f"its checkpoint")
+        _check_options(args, checkpoints.read_state(folder), world_size)
+    same_run = folder is not None and folder.resolve().parent.parent == out.resolve()
+    if (out / "config.yaml").exists() and not same_run and args.resume != "latest":
+        raise FolderError(f"output_dir: {out} already holds a run; pick another folder or --resume its checkpoint")
+    if same_run and not args.eval_only:
+        moved = checkpoints.set_aside_newer(out, folder)
+        if moved:
+            print(f"resume: {folder.name} is older than this run's newest checkpoint: moved the newer "
+                  f"{', '.join(moved['names'])} to {moved['to']}", flush=True)
+    return None if folder is None else str(folder)
+
+
+def resume_folder(args, accelerator, out):
+    """The checkpoint to continue from (None: a fresh start), decided once and readable on every rank.
+
+    Refuses one that cannot continue exactly, and a folder that holds another run.
+    """
+    chosen = _decided(accelerator, lambda: _choose(args, out, accelerator.num_processes))
+    if chosen is None:
+        return None
+    folder = Path(chosen)
+    blind = [rank for rank, ok in enumerate(gather_object([checkpoints.is_complete(folder)])) if not ok]
+    if blind:
+        raise FolderError(f"resume: process(es) {', '.join(map(str, blind))} cannot read the checkpoint {chosen} "
+                          f"that the main process chose: every node must see the run folder at the same path "
+                          f"(shared storage)")
     return folder
-
-
-def output_dir_for(args, accelerator, resume_from):
-    """The run folder: --output_dir, the resumed run's folder, or runs/<time>-<dataset>-<model>."""
-    if args.output_dir is not None:
-        return Path(args.output_dir)
-    if resume_from is not None and not args.eval_only:  # an evaluation gets a folder of its own
-        return resume_from.resolve().parent.parent
-    # The name holds a timestamp: take the main process's, so that every rank writes to one folder.
-    name = [None]
-    if accelerator.is_main_process:
-        dataset = re.sub(r"[^\w.-]+", "_", source_name(args))  # a Hub name or a path: no slashes
-        base = f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"
-        name[0] = next(f"{base}{suffix}" for suffix in [""] + [f"-{i}" for i in range(2, 1000)]
-                       if not Path(f"{base}{suffix}").exists())
-    broadcast_object_list(name)
-    return Path(name[0])

@@ -1,0 +1,67 @@
+"""Run train_classification.py and send a signal from inside the run at an exact point of it.
+
+    python tests/helpers/signal_at.py WHEN SIGNAL TARGET RANK [train_classification.py options...]
+    accelerate launch ... tests/helpers/signal_at.py WHEN SIGNAL TARGET RANK [options...]
+
+WHEN: step:N (right after optimizer step N is counted, before its checkpoint) or save:NAME (while
+checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet).
+SIGNAL: TERM, INT or KILL. TARGET: self; group (this process's process group: its DataLoader workers
+too, as SLURM and torchrun deliver signals); parent (the launcher that started this process);
+parent_group (the launcher's process group). RANK: the rank that sends it (the others do not).
+
+Tests use it to hit a precise moment without polling for files, in the conditions users have.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import train_classification  # noqa: E402
+from utils import checkpoints, progress  # noqa: E402
+
+
+def fire(signame, target):
+    signum = getattr(signal, f"SIG{signame}")
+    if target == "self":
+        os.kill(os.getpid(), signum)
+    elif target == "parent":
+        os.kill(os.getppid(), signum)
+    elif target in ("group", "parent_group"):
+        # Sent by another process, as SLURM's, torchrun's or a job manager's would be: workers tell
+        # their own rank's signals (it ends them with SIGTERM) from the others.
+        group = os.getpgid(0 if target == "group" else os.getppid())
+        subprocess.run(["kill", f"-{int(signum)}", "--", f"-{group}"])
+    else:
+        raise SystemExit(f"unknown target {target}")
+
+
+def main():
+    when, signame, target, rank, *argv = sys.argv[1:]
+    if os.environ.get("RANK", "0") == rank:
+        kind, _, value = when.partition(":")
+        if kind == "step":
+            original = progress.StepLogger.optimizer_step
+
+            def optimizer_step(self, global_step, lr):
+                original(self, global_step, lr)
+                if global_step == int(value):
+                    fire(signame, target)
+            progress.StepLogger.optimizer_step = optimizer_step
+        elif kind == "save":
+            original = checkpoints.write_json_atomic
+
+            def write_state(path, obj):
+                if Path(path).parent.name == f".partial-{value}":
+                    fire(signame, target)
+                original(path, obj)
+            checkpoints.write_json_atomic = write_state
+        else:
+            raise SystemExit(f"unknown WHEN {when}")
+    train_classification.main(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""In-process training-loop tests' common parts: a tiny dataset, a Job around a Linear model, snapshots.
+
+As in tests/test_accumulation.py, train_one_epoch runs on a hand-built Job. Job's fields and what
+train_one_epoch returns may change: adapt make_job and run_epoch here, in one place.
+"""
+
+import math
+
+import torch
+from torch.utils.data import Dataset
+
+import conftest  # noqa: F401  (puts the repo root on sys.path)
+from train_classification import Job, train_one_epoch
+from utils.data import BadImages, EpochSeeded, build_dataloaders
+from utils.preemption import StopRequest
+from utils.progress import StepLogger
+from utils.schedule import build_lr_scheduler, build_optimizer
+
+SAMPLES = 64
+
+
+class Points(Dataset):
+    """64 points in 4-d, 3 classes. `poison` holds (epoch, index) pairs whose features are NaN: a sample comes
+    back in every epoch, in another batch, and must be poisoned in one epoch only."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(SAMPLES, 4, generator=g), torch.randint(3, (SAMPLES,), generator=g)
+        self.epoch = torch.zeros((), dtype=torch.int64)  # shared with EpochSeeded, which train_one_epoch sets
+        self.poison = set()
+
+    def __len__(self):
+        return SAMPLES
+
+    def __getitem__(self, i):
+        x = torch.full((4,), float("nan")) if (int(self.epoch), i) in self.poison else self.x[i]
+        return {"pixel_values": x, "labels": int(self.y[i]), "valid": True, "source": "", "error": "", "index": i}
+
+
+def make_job(args, accelerator, out, dataset):
+    """A Job for train_one_epoch around a Linear model, SGD (the project's optimizer) and its LR schedule.
+    Built here in one place: Job's fields may change."""
+    data = EpochSeeded(dataset, dataset.epoch)
+    train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = build_optimizer(model, args)
+    steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
+    scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    out.mkdir(parents=True, exist_ok=True)
+    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch,
+                        args.epochs * steps_per_epoch)
+    return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
+               criterion=torch.nn.CrossEntropyLoss(reduction="none"), train_loader=train_loader, val_loader=None,
+               steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
+               logger=logger, bad_images=BadImages(skip=False), stop=StopRequest(), nonfinite_steps=[],
+               best_top1=[])
+
+
+def epoch_order(loader, epoch):
+    """The sample indices of each micro-batch of `epoch`, in order: the seedable sampler draws them from
+    (seed, epoch) alone, so iterating once here gives the order train_one_epoch will see."""
+    loader.set_epoch(epoch)
+    loader.dataset.set_epoch(epoch)
+    return [batch["index"].tolist() for batch in loader]
+
+
+def snapshot(job):
+    params = {n: p.detach().clone() for n, p in job.model.named_parameters()}
+    state = job.optimizer.state_dict()["state"]
+    momentum = {k: v["momentum_buffer"].clone() for k, v in state.items() if v.get("momentum_buffer") is not None}
+    return params, momentum
+
+
+def assert_bitwise_equal(a, b):
+    assert a.keys() == b.keys() and a
+    different = [k for k in a if not torch.equal(a[k], b[k])]  # NaN != NaN: a poisoned value fails too
+    assert not different, f"changed: {different}"
+
+
+def run_epoch(job, epoch, global_step, done_steps=0):
+    """train_one_epoch's (global step reached, whether the epoch ran to its end); it may return more."""
+    return tuple(train_one_epoch(job, epoch, global_step, done_steps)[:2])
+
+
+def train_until(job, epoch, global_step, done_steps, stop_at):
+    job.args.max_train_steps = stop_at
+    return run_epoch(job, epoch, global_step, done_steps)

@@ -1,0 +1,80 @@
+"""Skipped (undecodable) images stay out of training: out of the loss, out of BatchNorm's statistics,
+and a step with none to learn from makes no update."""
+
+import copy
+
+import torch
+from torch.utils.data import Dataset
+
+import conftest  # noqa: F401  (puts the repo root on sys.path)
+from train_classification import Job, build_accelerator, train_one_epoch
+from utils.config import parse_args
+from utils.data import BadImages, EpochSeeded, build_dataloaders
+from utils.preemption import StopRequest
+from utils.progress import StepLogger
+from utils.schedule import build_lr_scheduler
+
+
+class HalfBroken(Dataset):
+    """8 samples; those in `bad` failed to decode: zero pixels, valid False, as utils/data.py yields them."""
+
+    def __init__(self, bad):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y, self.bad = torch.randn(8, 4, generator=g) * 3 + 1, torch.randint(3, (8,), generator=g), bad
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i in self.bad:
+            return {"pixel_values": torch.zeros(4), "labels": int(self.y[i]), "valid": False,
+                    "source": f"broken_{i}.jpg", "error": "OSError: truncated"}
+        return {"pixel_values": self.x[i], "labels": int(self.y[i]), "valid": True, "source": "", "error": ""}
+
+
+def one_step(tmp_path, bad):
+    """One optimizer step (batch 8 = the whole set) of a BatchNorm model; returns (job, model before)."""
+    args = parse_args(["--batch_size", "8", "--lr", "0.5", "--min_lr", "0.5", "--warmup_epochs", "0",
+                       "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0", "--epochs", "1",
+                       "--num_workers", "0", "--skip_bad_images"])
+    accelerator = build_accelerator(args)
+    data = EpochSeeded(HalfBroken(bad), torch.zeros((), dtype=torch.int64))
+    train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    before = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch=1)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=1, total_steps=1)
+    job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
+              train_loader, None, 1, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=True),
+              StopRequest(), [], [])
+    assert train_one_epoch(job, 0, 0) == (1, True, False)
+    return job, before
+
+
+def test_skipped_images_shape_neither_loss_nor_batchnorm(tmp_path, fresh_accelerate_state):
+    bad = {1, 4, 5, 7}
+    job, reference = one_step(tmp_path, bad)
+    assert sorted(job.bad_images.found) == [f"broken_{i}.jpg" for i in sorted(bad)]
+    # By hand: the same step on the four good samples alone.
+    good = sorted(set(range(8)) - bad)
+    data = HalfBroken(bad)
+    reference.train()
+    loss = torch.nn.functional.cross_entropy(reference(data.x[good]), data.y[good])
+    loss.backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= 0.5 * p.grad
+    ours = job.accelerator.unwrap_model(job.model).state_dict()
+    for key, value in reference.state_dict().items():  # weights and BatchNorm's running mean/var alike
+        torch.testing.assert_close(ours[key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_a_step_without_a_decodable_image_changes_nothing(tmp_path, fresh_accelerate_state, capsys):
+    job, before = one_step(tmp_path, set(range(8)))
+    after = job.accelerator.unwrap_model(job.model).state_dict()
+    for key, value in before.state_dict().items():  # no update, and BatchNorm saw no batch
+        assert torch.equal(after[key], value), key
+    assert "step 1: no decodable image in this step's batches, update skipped" in capsys.readouterr().out

@@ -1,0 +1,60 @@
+"""README promises about resuming that no other test covered: --resume latest with nothing to resume, and a
+checkpoint refused on another world size without touching the run."""
+
+import pytest
+
+from conftest import TINY, launch, read_json, read_jsonl
+
+FAST = [*TINY, "--warmup_epochs", "0", "--epochs", "1", "--log_every", "1"]
+
+
+def train_rows(out):
+    return [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "train_loss" in r]
+
+
+@pytest.mark.parametrize("leftover", [None, "checkpoints/.partial-step_3"])
+def test_resume_latest_without_a_checkpoint_starts_afresh_and_says_so(tmp_path, capsys, fresh_accelerate_state,
+                                                                      leftover):
+    import train_classification
+
+    out = tmp_path / "run"
+    if leftover:  # a first run killed while writing its first checkpoint: nothing complete to resume
+        (out / leftover).mkdir(parents=True)
+        (out / leftover / "model.safetensors").write_bytes(b"half a checkpoint")
+    results = train_classification.main([*FAST, "--resume", "latest", "--output_dir", str(out)])
+    printed = capsys.readouterr().out
+    assert f"resume: no complete checkpoint under {out}: starting afresh" in printed
+    assert "resumed from" not in printed
+    assert train_rows(out) == list(range(1, 9))  # 64 samples, batch 8: steps 1..8 of a fresh run
+    assert results["global_step"] == 8 and results["epochs_completed"] == 1
+    assert read_json(out / "checkpoints" / "epoch_0" / "training_state.json")["global_step"] == 8
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_0"]  # the leftover went at the save
+
+
+def listing(root):
+    """Every file and folder under root with its size and mtime (ns): any write shows. Except the run
+    folder's lock file (utils/run_folder.py), which every run that starts there rewrites with its pid."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size if p.is_file() else None, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.name != ".lock"}
+
+
+@pytest.mark.slow
+def test_a_checkpoint_from_1_process_is_refused_on_2_naming_the_world_size(tmp_path, fresh_accelerate_state):
+    import train_classification
+
+    out = tmp_path / "run"
+    train_classification.main([*FAST, "--output_dir", str(out)])
+    assert read_json(out / "checkpoints" / "epoch_0" / "training_state.json")["world_size"] == 1
+    before = listing(tmp_path)
+    assert len(before) > 10
+
+    proc = launch([*FAST, "--resume", "latest", "--output_dir", out], nproc=2)
+    assert proc.returncode != 0
+    refusals = [line for line in proc.stderr.splitlines() if "world size (1 -> 2)" in line]
+    # One line per process at most (each rank checks, the launcher adds its own report), the same line.
+    assert 1 <= len(refusals) <= 2 and len(set(refusals)) == 1, proc.stderr[-3000:]
+    assert refusals[0].startswith("train_classification.py: error: resume: ")
+    # No rank died of an uncaught exception (torchrun prefixes those "[rankN]:"; the traceback that follows
+    # the refusal is the launcher's own ChildFailedError report).
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("[rank")], proc.stderr[-3000:]
+    assert listing(tmp_path) == before  # nothing in the run folder was written, moved or removed

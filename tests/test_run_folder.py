@@ -1,0 +1,110 @@
+"""The run folder: one live run per folder, resuming from an older checkpoint, checkpoints complete or
+absent when saved over, and the checkpoint chosen once for every node."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, launch, read_json, resumed_from, run_ok, assert_same_weights
+from utils import checkpoints
+from utils.run_folder import RunLock
+
+
+def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_its_run(tmp_path, capsys,
+                                                                                       fresh_accelerate_state):
+    import train_classification
+
+    out = tmp_path / "run"
+    with RunLock(out).acquire():  # a live run holds the folder (flock: another open file is another holder)
+        with pytest.raises(SystemExit) as stopped:
+            train_classification.main([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", str(out),
+                                       "--resume", "latest"])
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert stopped.value.code == 2 and len(errors) == 1
+        assert errors[0].startswith(f"train_classification.py: error: output_dir: {out} is in use by a live run (pid ")
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written
+    # A run that ended (here: returned) holds nothing: the next one starts.
+    results = train_classification.main([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", str(out)])
+    assert results["global_step"] == 8
+    with RunLock(out).acquire():
+        pass
+
+
+def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path):
+    out = tmp_path / "run"
+    argv = [*TINY, "--epochs", "2", "--checkpoint_every_steps", "2", "--keep_best", "1", "--output_dir", out]
+    run_ok(argv)
+    whole = tmp_path / "whole"
+    shutil.copytree(out, whole)
+    newer = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name not in ("step_2", "step_4"))
+    proc = run_ok([*argv, "--keep_last", "2", "--resume", out / "checkpoints" / "step_4"])
+    assert resumed_from(proc.stdout) == out / "checkpoints" / "step_4"
+    moved = [line for line in proc.stdout.splitlines() if line.startswith("resume: step_4 is older")]
+    assert len(moved) == 1
+    aside = Path(moved[0].split(" to ")[-1])
+    assert aside.parent == out / "abandoned"
+    assert sorted(p.name for p in (aside / "checkpoints").iterdir()) == newer  # kept, not deleted
+    assert (aside / "best" / "metrics.json").is_file()  # best/ came from after step 4 too
+    # The new history alone is in checkpoints/: its two newest (pruning saw no abandoned ones), and
+    # `latest` is its end. It trained exactly like the first run.
+    kept = {p.name: read_json(p / "training_state.json")["global_step"] for p in (out / "checkpoints").iterdir()}
+    assert max(kept.values()) == 16 and len(kept) <= 3  # the 2 newest, and the best one
+    assert checkpoints.latest(out).name == "epoch_1"
+    assert_same_weights(out, whole)
+
+
+class FakeAccelerator:
+    """What checkpoints.save asks of Accelerate, on one process: save_state writes two files."""
+
+    is_main_process = True
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def wait_for_everyone(self):
+        pass
+
+    def save_state(self, folder):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        for name in ("model.safetensors", "optimizer.bin"):
+            (Path(folder) / name).write_text(self.tag)
+
+
+def test_saving_over_a_checkpoint_never_leaves_one_that_looks_complete_but_is_not(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    checkpoints.save(FakeAccelerator("old"), out, "epoch_0", {"global_step": 8, "epoch_end": True})
+
+    def killed_mid_delete(path, *args, **kwargs):  # removes one file, then the process "dies"
+        files = sorted(Path(path).iterdir())
+        files[0].unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", killed_mid_delete)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.save(FakeAccelerator("new"), out, "epoch_0", {"global_step": 8, "epoch_end": True})
+    for folder in checkpoints.complete_checkpoints(out):  # complete means whole
+        assert {p.name for p in folder.iterdir()} == {"model.safetensors", "optimizer.bin",
+                                                      checkpoints.STATE_FILE}
+    assert (out / "checkpoints" / "epoch_0" / "model.safetensors").read_text() == "new"
+
+
+@pytest.mark.slow
+def test_every_node_must_read_the_checkpoint_the_main_process_chose(tmp_path):
+    # Rank 1 works in another folder, as on a node with its own local disk: a relative --output_dir
+    # names a folder there that holds nothing.
+    here, elsewhere = tmp_path / "shared", tmp_path / "node1"
+    here.mkdir()
+    elsewhere.mkdir()
+    argv = [here, elsewhere, *TINY, "--epochs", "2", "--output_dir", here / "run"]
+    run_ok(argv, nproc=2, script="tests/helpers/node_local.py")  # both ranks see the same (absolute) folder
+    before = sorted(p.name for p in (here / "run").rglob("*"))
+    argv = [here, elsewhere, *TINY, "--epochs", "2", "--output_dir", "run", "--resume", "latest"]
+    proc = launch(argv, nproc=2, script="tests/helpers/node_local.py")
+    assert proc.returncode != 0
+    errors = {line for line in proc.stderr.splitlines() if line.startswith("train_classification.py: error:")}
+    assert errors == {"train_classification.py: error: resume: process(es) 1 cannot read the checkpoint "
+                      "run/checkpoints/epoch_1 that the main process chose: every node must see the run folder "
+                      "at the same path (shared storage)"}
+    assert sorted(p.name for p in (here / "run").rglob("*")) == before
+    assert not (elsewhere / "run").exists()
