@@ -377,6 +377,8 @@ def main(argv=None):
     finally:
         if lock is not None:
             lock.release()
+
+
 def report_results(job, results, figures, train_samples):
     """results.json, the pictures and the per-class table (main process), and the closing line."""
     accelerator, out, class_names = job.accelerator, job.out, job.class_names

@@ -37,13 +37,13 @@ class Points(Dataset):
         return {"pixel_values": x, "labels": int(self.y[i]), "valid": True, "source": "", "error": "", "index": i}
 
 
-def make_job(args, accelerator, out, dataset):
-    """A Job for train_one_epoch around a Linear model, SGD (the project's optimizer) and its LR schedule.
-    Built here in one place: Job's fields may change."""
+def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False):
+    """A Job for train_one_epoch around `model` (default: a Linear one), SGD (the project's optimizer)
+    and its LR schedule. Built here in one place: Job's fields may change."""
     data = EpochSeeded(dataset, dataset.epoch)
     train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 3)
+    model = model or torch.nn.Linear(4, 3)
     optimizer = build_optimizer(model, args)
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
@@ -54,7 +54,7 @@ def make_job(args, accelerator, out, dataset):
     return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
                criterion=torch.nn.CrossEntropyLoss(reduction="none"), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
-               logger=logger, bad_images=BadImages(skip=False), stop=StopRequest(), nonfinite_steps=[],
+               logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
                best_top1=[])
 
 

@@ -6,13 +6,9 @@ import copy
 import torch
 from torch.utils.data import Dataset
 
-import conftest  # noqa: F401  (puts the repo root on sys.path)
-from train_classification import Job, build_accelerator, train_one_epoch
+from loop_harness import make_job
+from train_classification import build_accelerator, train_one_epoch
 from utils.config import parse_args
-from utils.data import BadImages, EpochSeeded, build_dataloaders
-from utils.preemption import StopRequest
-from utils.progress import StepLogger
-from utils.schedule import build_lr_scheduler
 
 
 class HalfBroken(Dataset):
@@ -21,6 +17,7 @@ class HalfBroken(Dataset):
     def __init__(self, bad):
         g = torch.Generator().manual_seed(0)
         self.x, self.y, self.bad = torch.randn(8, 4, generator=g) * 3 + 1, torch.randint(3, (8,), generator=g), bad
+        self.epoch = torch.zeros((), dtype=torch.int64)
 
     def __len__(self):
         return 8
@@ -38,18 +35,10 @@ def one_step(tmp_path, bad):
                        "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0", "--epochs", "1",
                        "--num_workers", "0", "--skip_bad_images"])
     accelerator = build_accelerator(args)
-    data = EpochSeeded(HalfBroken(bad), torch.zeros((), dtype=torch.int64))
-    train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
     before = copy.deepcopy(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch=1)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=1, total_steps=1)
-    job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
-              train_loader, None, 1, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=True),
-              StopRequest(), [], [])
+    job = make_job(args, accelerator, tmp_path, HalfBroken(bad), model=model, skip_bad_images=True)
     assert train_one_epoch(job, 0, 0) == (1, True, False)
     return job, before
 

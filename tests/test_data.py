@@ -159,12 +159,15 @@ def bad_labels(t):
     (bad_labels, ["--dataset", "{t}/c"], "train_split: split 'train' is empty"),
     (bad_labels, ["--dataset", "{t}/a", "--label_column", "nope"],
      "label_column: no column 'nope'; columns are: image, label"),
+    (lambda t: make_folder(t / "tr", {"cat": 3, "dog": 3, "eel": 3}), ["--train_dir", "{t}/tr"],
+     "val_fraction: cannot carve a stratified 10% of 9 images in 3 classes"),
 ], ids=["empty-class", "unknown-val-class", "missing", "no-classes", "no-train", "labels", "empty-val",
-        "empty-train", "no-column"])
+        "empty-train", "no-column", "carve-too-small"])
 def test_bad_data_is_one_line_exit_2_before_training(tmp_path, setup, argv, message):
     setup(tmp_path)
     error = script_error([a.format(t=tmp_path) for a in argv], tmp_path)
     assert message.format(t=tmp_path) in error
+    assert not (tmp_path / "run").exists()  # not even the folder it would have written to
 
 
 def make_cached_hub_dataset(cache_dir, name):

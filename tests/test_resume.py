@@ -28,7 +28,6 @@ def train_rows(out):
 
 
 @pytest.mark.parametrize("nproc, workers, when, resumes_from", [
-    (1, 0, "step:6", "step_5"),            # mid-epoch
     (1, 2, "step:14", "step_13"),          # mid-epoch, worker processes
     (1, 0, "step:10", "epoch_0"),          # right after an epoch boundary
     (1, 0, "save:step_4", "step_3"),       # while a checkpoint is being written

@@ -11,8 +11,8 @@ from utils import checkpoints
 from utils.run_folder import RunLock
 
 
-def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_its_run(tmp_path, capsys,
-                                                                                       fresh_accelerate_state):
+def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_its_run(
+        tmp_path, capsys, fresh_accelerate_state):
     import train_classification
 
     out = tmp_path / "run"

@@ -5,10 +5,10 @@ otherwise find its own `latest` (or none) and the replicas would diverge. Every 
 that it can read the chosen checkpoint: a run folder must be on storage that every node shares.
 """
 
+import contextlib
 import fcntl
 import os
 import re
-import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -68,12 +68,13 @@ class RunLock:
     """
 
     def __init__(self, out):
-        self.out, self.file, self.created = Path(out), None, False
+        self.out, self.file, self.created = Path(out), None, []
 
     def acquire(self):
-        self.created = not self.out.exists()
+        lock = self.out / ".lock"
+        self.created = [p for p in (self.out, lock) if not p.exists()]  # what a failed run removes again
         self.out.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.out / ".lock", "a+")
+        self.file = open(lock, "a+")
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -95,11 +96,17 @@ class RunLock:
         self.release()
 
     def release(self, failed=False):
-        """Unlock; after a failure, remove the folder again if this run created it and wrote nothing else."""
+        """Unlock. After a failure, remove the lock file and the folder if this run created them and
+        wrote nothing else: bad input leaves no trace."""
         if self.file is None:
             return
-        if failed and self.created and [p.name for p in self.out.iterdir()] == [".lock"]:
-            shutil.rmtree(self.out, ignore_errors=True)
+        if failed:
+            for path in reversed(self.created):  # the file, then the folder if it is empty now
+                if path.is_dir():
+                    with contextlib.suppress(OSError):
+                        path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
         self.file.close()
         self.file = None
 

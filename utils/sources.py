@@ -186,7 +186,12 @@ def load_splits(args):
         _fail(f"val_split: no split {args.val_split!r}; splits are: {', '.join(loaded)}")
     _check_range(train, names)
     if val_split is None:
-        carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
+        try:
+            carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
+        except ValueError as e:  # a stratified carve needs an image of each class on both sides
+            _fail(f"val_fraction: cannot carve a stratified {args.val_fraction:.0%} of {len(train)} images in "
+                  f"{len(train.features['label'].names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, "
+                  f"or give a validation split (--val_dir)")
         train, val = carved["train"], carved["test"]
         notes.append(f"no validation split: carved {len(val)} images ({args.val_fraction:.0%}) from "
                      f"{args.train_split!r}, stratified, seed {SPLIT_SEED}")
