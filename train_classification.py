@@ -28,6 +28,10 @@ model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with
 eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
 """
 
+import os
+
+PARENT_AT_START = os.getppid()  # before the slow imports: a launcher that dies meanwhile is still noticed
+
 import math
 import sys
 import time
@@ -50,8 +54,8 @@ from utils.models import ModelError, build_model, initialise
 from utils.presets import mean_std, source_name
 from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
-from utils.run_folder import (RESUME_KEYS, FolderError, check_data, lock_run_folder, output_dir_for,
-                              resume_folder)
+from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
+                              output_dir_for, resume_folder)
 from utils.schedule import build_lr_scheduler, build_optimizer
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
@@ -61,7 +65,8 @@ PROG = "train_classification.py"
 
 def fail(message):
     """Bad input: one line, exit code 2, nothing written."""
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.stderr.write(f"{PROG}: error: {message}\n")  # one write: lines of several ranks do not interleave
+    sys.stderr.flush()
     raise SystemExit(2)
 
 
@@ -122,11 +127,11 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
         data_time = time.perf_counter() - fetch_start
         valid_images = job.bad_images.check(batch)
         with accelerator.accumulate(model):
-            loss = training_loss(job, batch, valid_images)
+            loss, used_images = training_loss(job, batch, valid_images)
             in_short_group = short_group and index >= batches - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             nonfinite += ~torch.isfinite(loss.detach())
-            group_images += valid_images
+            group_images += used_images
             skip = False
             if accelerator.sync_gradients:
                 skip, stop = agree_on_step(job, nonfinite, group_images, global_step + 1)
@@ -147,32 +152,32 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             global_step += 1
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
             mid_epoch = index + 1 < batches
+            if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
+                job.logger.end_epoch(global_step)
+                return global_step, False, stop
             if stop and mid_epoch:
                 return global_step, False, True
             if mid_epoch and args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0:
                 save_checkpoint(job, epoch, global_step, epoch_end=False)
-            if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
-                job.logger.end_epoch(global_step)
-                return global_step, False, False
         fetch_start = time.perf_counter()
     job.logger.end_epoch(global_step)
     return global_step, True, stop
 
 
 def training_loss(job, batch, valid_images):
-    """Mean loss over the batch's valid images. Images that could not be decoded never reach the model,
-    so they shift neither the loss nor BatchNorm's batch and running statistics."""
+    """(mean loss over the batch's valid images, how many it used). Images that could not be decoded
+    never reach the model, so they shift neither the loss nor BatchNorm's batch and running statistics."""
     pixels, labels = batch["pixel_values"], batch["labels"]
     if valid_images == len(labels):
-        return job.criterion(job.model(pixels), labels).mean()
-    if valid_images:
+        return job.criterion(job.model(pixels), labels).mean(), valid_images
+    if valid_images >= 2:  # BatchNorm cannot train on a single image: one left alone waits an epoch
         keep = batch["valid"]
-        return job.criterion(job.model(pixels[keep]), labels[keep]).mean()
-    # Nothing valid on this rank, yet the others' gradient all-reduce needs its share: a zero loss
-    # through the model in eval mode (BatchNorm's running statistics stay as they are).
+        return job.criterion(job.model(pixels[keep]), labels[keep]).mean(), valid_images
+    # Nothing to train on here, yet the others' gradient all-reduce needs this rank's share: a zero
+    # loss through the model in eval mode (BatchNorm's running statistics stay as they are).
     job.model.eval()
     try:
-        return job.model(pixels[:1]).sum() * 0.0
+        return job.model(pixels[:1]).sum() * 0.0, 0
     finally:
         job.model.train()
 
@@ -186,7 +191,7 @@ def agree_on_step(job, nonfinite, images, step):
 
     One small all-reduce carries this rank's NaN/inf count, valid images and stop signal. An update
     is skipped when a loss was NaN/inf anywhere (DDP has already spread that rank's NaN gradients to
-    all; past --skip_nonfinite_steps this raises), or when no rank had a valid image to learn from.
+    all; past --skip_nonfinite_steps this raises), or when no rank had images to learn from.
     """
     accelerator = job.accelerator
     mine = torch.stack([nonfinite.float(), torch.tensor(float(images), device=accelerator.device),
@@ -200,7 +205,7 @@ def agree_on_step(job, nonfinite, images, step):
         job.accelerator.print(f"step {step}: non-finite loss, update skipped "
                               f"({len(job.nonfinite_steps)} of {job.args.skip_nonfinite_steps} allowed)")
     elif not images_total:
-        job.accelerator.print(f"step {step}: no decodable image in this step's batches, update skipped")
+        job.accelerator.print(f"step {step}: no batch of this step held 2 or more decodable images, update skipped")
     return bool(nonfinite_total or not images_total), bool(stops)
 
 
@@ -319,7 +324,7 @@ def build_job(args, accelerator, out):
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps)
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
               metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
-              StopRequest(), [], [], data_signature(train_ds))
+              StopRequest(), [], [], data_signature(train_ds, len(class_names)))
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
@@ -328,7 +333,7 @@ def build_job(args, accelerator, out):
 
 
 def main(argv=None):
-    follow_launcher()  # a launcher killed without passing the signal on: we get SIGTERM (utils/preemption.py)
+    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (utils/preemption.py)
     args = parse_args(argv, prog=PROG)
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)
@@ -342,11 +347,12 @@ def main(argv=None):
         use_all_cores(accelerator.device)
         set_seed(args.seed)
         job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
-        position = (0, 0, 0, False)  # epoch, optimizer steps done in it, global step, a validation owed
+        position = (0, 0, 0, None)  # epoch, optimizer steps done in it, global step, epoch owing its validation
         if resume_from is not None:
             state = checkpoints.read_state(resume_from)
             if not args.eval_only:
-                check_data(state, job.data)
+                check_data(accelerator, state, job.data)
+            abandon_newer(accelerator, args, out, resume_from)
             accelerator.load_state(str(resume_from))
             position = resume_position(state)
             accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
@@ -401,11 +407,12 @@ def report_results(job, results, figures, train_samples):
 
 
 def resume_position(state):
-    """(epoch to start, its optimizer steps already done, global step, whether that epoch's predecessor
-    still owes its validation) from a checkpoint's training_state.json."""
+    """(epoch to start, its optimizer steps already done, global step, the epoch whose validation is
+    still owed or None) from a checkpoint's training_state.json."""
+    owed = state["epoch"] if state.get("validation_pending") else None
     if state["epoch_end"]:
-        return state["epoch"] + 1, 0, state["global_step"], state.get("validation_pending", False)
-    return state["epoch"], state["step_in_epoch"], state["global_step"], False
+        return state["epoch"] + 1, 0, state["global_step"], owed
+    return state["epoch"], state["step_in_epoch"], state["global_step"], owed
 
 
 def evaluate_only(job, position):
@@ -417,18 +424,19 @@ def evaluate_only(job, position):
             "dataset": source_name(job.args)}, figures
 
 
-def train(job, start_epoch, done_steps, global_step, validation_owed=False):
+def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
     """The epoch loop: train, validate every val_every epochs and at the end, checkpoint.
 
     Returns the results and the last validation's full figures. A stop signal ends it with a
-    checkpoint and Interrupted; when it came at an epoch's last step, that epoch's validation is owed
-    and the resumed run does it first, where the uninterrupted run would have (same RNG stream).
+    checkpoint and Interrupted; when it came at an epoch's last step (or training's), that epoch's
+    validation is owed (`owed_epoch`) and the resumed run does it first, where the uninterrupted run
+    would have (same RNG stream).
     """
     args, accelerator = job.args, job.accelerator
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
-    epoch_end = True
-    if validation_owed:
-        figures = after_epoch(job, start_epoch - 1, global_step, reached_end(args, start_epoch - 1, global_step))
+    epoch_end = done_steps == 0
+    if owed_epoch is not None:
+        figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step))
     for epoch in range(start_epoch, args.epochs):
         if args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
@@ -438,15 +446,15 @@ def train(job, start_epoch, done_steps, global_step, validation_owed=False):
         train_time += time.perf_counter() - t0
         epochs_completed = epoch + 1 if epoch_end else epoch
         finished = reached_end(args, epoch, global_step)
-        if stop:
-            owed = epoch_end and validation_due(args, epoch, finished)
+        if stop:  # at the epoch's end, or at the end of training, its validation is owed
+            owed = (epoch_end or finished) and validation_due(args, epoch, finished)
             save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
             raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
                               f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
         figures = after_epoch(job, epoch, global_step, finished) or figures
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
         figures = validate(job, epochs_completed - 1, global_step)
-    if global_step > first_step or validation_owed:  # else: the checkpoint it came from is the last one
+    if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_top1=figures["val_top1"])
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict

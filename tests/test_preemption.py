@@ -112,13 +112,15 @@ def test_sigint_on_one_rank_at_an_epochs_last_step_keeps_its_validation(images, 
 def test_stop_at_an_epochs_end_keeps_the_rng_stream_of_a_model_with_dropout(tmp_path):
     # mobilenet_v3_small has dropout: its training draws from the global RNG, which validation's
     # loader also draws from. An owed validation done elsewhere would change every later mask.
-    argv = [*TINY, "--model", "mobilenet_v3_small", "--epochs", "2", "--log_every", "1"]
+    # Workers on: validation's loader must not draw from the global RNG either (its first iterator
+    # would, at the first validation of each process). Epoch 1's validation is the second one.
+    argv = [*TINY, "--model", "mobilenet_v3_small", "--epochs", "3", "--log_every", "1", "--num_workers", "2"]
     whole, out = tmp_path / "whole", tmp_path / "run"
     run_ok([*argv, "--output_dir", whole])
-    code, step, _ = interrupted([*argv, "--output_dir", out], 7, "TERM", "self", launcher=False)
-    assert (code, step) == (75, 8)  # 64 images, batch 8: step 8 ends epoch 0
-    assert read_json(out / "checkpoints" / "epoch_0" / "training_state.json")["validation_pending"]
+    code, step, _ = interrupted([*argv, "--output_dir", out], 15, "TERM", "self", launcher=False)
+    assert (code, step) == (75, 16)  # 64 images, batch 8: step 16 ends epoch 1
+    assert read_json(out / "checkpoints" / "epoch_1" / "training_state.json")["validation_pending"]
     proc = run_ok([*argv, "--output_dir", out, "--resume", "latest"])
-    assert resumed_from(proc.stdout) == out / "checkpoints" / "epoch_0"
-    assert "epoch 0 val:" in proc.stdout
+    assert resumed_from(proc.stdout) == out / "checkpoints" / "epoch_1"
+    assert "epoch 1 val:" in proc.stdout
     assert_same_weights(out, whole)

@@ -38,6 +38,11 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
     whole = tmp_path / "whole"
     shutil.copytree(out, whole)
     newer = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name not in ("step_2", "step_4"))
+    # Refused (other data): nothing moves, the newer history stays where `latest` finds it.
+    before = snapshot(out)
+    refused = launch([*argv, "--synthetic_train_samples", "24", "--resume", out / "checkpoints" / "step_4"])
+    assert refused.returncode != 0 and "resume: the training data changed since the checkpoint" in refused.stderr
+    assert snapshot(out) == before
     proc = run_ok([*argv, "--keep_last", "2", "--resume", out / "checkpoints" / "step_4"])
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_4"
     moved = [line for line in proc.stdout.splitlines() if line.startswith("resume: step_4 is older")]
@@ -52,6 +57,12 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
     assert max(kept.values()) == 16 and len(kept) <= 3  # the 2 newest, and the best one
     assert checkpoints.latest(out).name == "epoch_1"
     assert_same_weights(out, whole)
+
+
+def snapshot(folder):
+    """Every file with its size and modification time (the lock file aside: each run writes its pid there)."""
+    return {p.relative_to(folder): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
+            if p.name != ".lock"}
 
 
 class FakeAccelerator:
@@ -76,6 +87,8 @@ def test_saving_over_a_checkpoint_never_leaves_one_that_looks_complete_but_is_no
     checkpoints.save(FakeAccelerator("old"), out, "epoch_0", {"global_step": 8, "epoch_end": True})
 
     def killed_mid_delete(path, *args, **kwargs):  # removes one file, then the process "dies"
+        if not Path(path).exists():
+            return
         files = sorted(Path(path).iterdir())
         files[0].unlink()
         raise KeyboardInterrupt
@@ -87,6 +100,16 @@ def test_saving_over_a_checkpoint_never_leaves_one_that_looks_complete_but_is_no
         assert {p.name for p in folder.iterdir()} == {"model.safetensors", "optimizer.bin",
                                                       checkpoints.STATE_FILE}
     assert (out / "checkpoints" / "epoch_0" / "model.safetensors").read_text() == "new"
+
+
+def test_a_checkpoint_renamed_aside_by_a_killed_replacement_is_put_back(tmp_path):
+    out = tmp_path / "run"
+    checkpoints.save(FakeAccelerator("old"), out, "epoch_0", {"global_step": 8, "epoch_end": True})
+    (out / "checkpoints" / "epoch_0").rename(out / "checkpoints" / ".replaced-epoch_0")  # killed right here
+    assert checkpoints.latest(out) is None
+    checkpoints.recover(out)
+    assert checkpoints.latest(out) == out / "checkpoints" / "epoch_0"
+    assert (out / "checkpoints" / "epoch_0" / "model.safetensors").read_text() == "old"
 
 
 @pytest.mark.slow

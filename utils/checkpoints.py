@@ -61,15 +61,24 @@ def save(accelerator, out, name, state):
     if accelerator.is_main_process:
         write_json_atomic(aside / STATE_FILE, state)
         old = folder_of(out) / f".replaced-{name}"
+        shutil.rmtree(old, ignore_errors=True)  # left by a process killed while replacing (recover() ran first)
         if final.exists():  # the same name saved again (e.g. after a resume that redid the same steps)
             # Renamed aside (atomic), never deleted in place: a kill mid-delete would leave a folder
             # that still holds its state file and looks complete. A kill between the two renames
-            # leaves this name absent, the older checkpoints intact.
+            # leaves this name absent until recover() renames the old one back.
             os.replace(final, old)
         os.replace(aside, final)
         shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def recover(out):
+    """Put back a checkpoint that a process killed mid-replacement left renamed aside (see save)."""
+    for old in folder_of(out).glob(".replaced-*"):
+        final = old.with_name(old.name.removeprefix(".replaced-"))
+        if not final.exists() and (old / STATE_FILE).is_file():
+            os.replace(old, final)
 
 
 def set_aside_newer(out, resumed):

@@ -192,15 +192,17 @@ class BadImages:
         return sum(not source for source in batch["source"])
 
 
-def data_signature(train_ds):
-    """What a resumed run must find again in its training data: the sample count and the labels in
-    order (the schedule's steps and each sample's place in the permutation come from them)."""
+def data_signature(train_ds, classes):
+    """What a resumed run must find again in its training data: the sample count, the class count
+    and the labels in order (the schedule's steps, each sample's place in the permutation and the
+    classifier's shape come from them)."""
     inner = train_ds.dataset if isinstance(train_ds, EpochSeeded) else train_ds
-    if isinstance(inner, SyntheticDataset):  # a function of its size
+    if isinstance(inner, SyntheticDataset):  # a function of its size and class count
         labels = b""
-    else:  # the plain label column, without the transform attached to the dataset
-        labels = np.asarray(inner.with_format(None)["label"], dtype=np.int64).tobytes()
-    return {"train_samples": len(train_ds), "labels_sha256": hashlib.sha256(labels).hexdigest()[:16]}
+    else:  # the plain label column, without the transform; [:] reads it whole (not row by row)
+        labels = np.asarray(inner.with_format(None)["label"][:], dtype=np.int64).tobytes()
+    return {"train_samples": len(train_ds), "classes": classes,
+            "labels_sha256": hashlib.sha256(labels).hexdigest()[:16]}
 
 
 def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
@@ -219,5 +221,7 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
     # Own generator: creating an epoch's iterator then draws nothing from the global RNG (which
     # a checkpoint restores), so a resumed run's random streams line up with an uninterrupted one.
     train = DataLoader(train_ds, shuffle=True, drop_last=lone_last, generator=torch.Generator(), **common)
-    val = DataLoader(val_ds, shuffle=False, **common)
+    # The val loader too: its first iterator would otherwise draw from the global RNG, at the first
+    # validation of each process (persistent workers), which a resumed run meets at another point.
+    val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)
     return accelerator.prepare(train, val)

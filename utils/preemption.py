@@ -50,12 +50,12 @@ def _started_by_launcher():
     return "ACCELERATE_DYNAMO_BACKEND" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
 
 
-def follow_launcher():
+def follow_launcher(launcher_pid):
     """Get SIGTERM when the launcher that started this process dies (Linux).
 
-    Only under a launcher: a run started from a shell (nohup, tmux) must not stop when the shell ends.
-    Call it first thing: until StopRequest.install, the signal's default action ends the process,
-    which has written nothing yet.
+    `launcher_pid`: our parent as read first thing at start-up. Only under a launcher: a run started
+    from a shell (nohup, tmux) must not stop when the shell ends. Until StopRequest.install, the
+    signal's default action ends the process, which has written nothing yet.
     """
     if not (sys.platform.startswith("linux") and _started_by_launcher()):
         return
@@ -63,7 +63,9 @@ def follow_launcher():
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the launcher was already gone before the signal was armed
+    # Re-parented since start-up: the launcher died before the signal was armed. (Not "parent is 1":
+    # in a container the launcher itself is often process 1.)
+    if os.getppid() != launcher_pid:
         os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -38,6 +38,8 @@ def _decided(accelerator, decide):
             box[0] = ("ok", decide())
         except FolderError as e:
             box[0] = ("error", str(e))
+        except OSError as e:  # a folder that cannot be created or read: the same line on every rank
+            box[0] = ("error", f"output_dir: {e.strerror}: {e.filename}")
     broadcast_object_list(box)
     kind, value = box[0]
     if kind == "error":
@@ -47,6 +49,9 @@ def _decided(accelerator, decide):
 
 def output_dir_for(args, accelerator):
     """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<dataset>-<model>."""
+    if args.resume not in (None, "latest") and not checkpoints.is_complete(args.resume):
+        raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
+                          f"(no {checkpoints.STATE_FILE} in it)")
     if args.output_dir is not None:
         return Path(args.output_dir)
     if args.resume not in (None, "latest") and not args.eval_only:  # an evaluation gets a folder of its own
@@ -100,6 +105,7 @@ class RunLock:
         wrote nothing else: bad input leaves no trace."""
         if self.file is None:
             return
+        fcntl.flock(self.file, fcntl.LOCK_UN)  # forked DataLoader workers share the open file: unlock it for all
         if failed:
             for path in reversed(self.created):  # the file, then the folder if it is empty now
                 if path.is_dir():
@@ -130,38 +136,49 @@ def _check_options(args, state, world_size):
                           f"or start a new run from its weights with --init_from <checkpoint>")
 
 
-def check_data(state, signature):
-    """Refuse to continue on other training data: the schedule's steps and the sample order come from it."""
+def check_data(accelerator, state, signature):
+    """Refuse to continue on other training data: the schedule's steps, the sample order and the
+    classifier's shape come from it. Every rank compares (a node with another copy of the data too)."""
     recorded = state.get("data")
+    seen = gather_object([signature])
+    if any(other != seen[0] for other in seen):
+        raise FolderError("resume: the processes see different training data (every node needs the same copy)")
     if recorded is not None and recorded != signature:
-        what = (f"{recorded['train_samples']} -> {signature['train_samples']} images"
-                if recorded["train_samples"] != signature["train_samples"] else "other labels or order")
-        raise FolderError(f"resume: the training data changed since the checkpoint ({what}); resume on the same "
-                          f"data, or start a new run from its weights with --init_from <checkpoint>")
+        changed = [f"{recorded[k]} -> {signature[k]} {k.replace('train_samples', 'images')}"
+                   for k in ("train_samples", "classes") if k in recorded and recorded[k] != signature[k]]
+        raise FolderError(f"resume: the training data changed since the checkpoint "
+                          f"({', '.join(changed) or 'other labels or order'}); resume on the same data, or start "
+                          f"a new run from its weights with --init_from <checkpoint>")
+
+
+def abandon_newer(accelerator, args, out, resume_from):
+    """Resuming from an older checkpoint of this run, once every check has passed: the newer history
+    moves aside (utils/checkpoints.set_aside_newer), so that `latest` and pruning see only the new one."""
+    if resume_from is None or args.eval_only or resume_from.resolve().parent.parent != out.resolve():
+        return
+    if accelerator.is_main_process:
+        moved = checkpoints.set_aside_newer(out, resume_from)
+        if moved:
+            print(f"resume: {resume_from.name} is older than this run's newest checkpoint: moved the newer "
+                  f"{', '.join(moved['names'])} to {moved['to']}", flush=True)
+    accelerator.wait_for_everyone()
 
 
 def _choose(args, out, world_size):
     """The main process's choice of checkpoint; moves a newer, abandoned history out of the way."""
     folder = None
+    checkpoints.recover(out)
     if args.resume == "latest":
         folder = checkpoints.latest(out)
         if folder is None:
             print(f"resume: no complete checkpoint under {out}: starting afresh", flush=True)
     elif args.resume is not None:
-        folder = Path(args.resume)
-        if not checkpoints.is_complete(folder):
-            raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
-                              f"(no {checkpoints.STATE_FILE} in it)")
+        folder = Path(args.resume)  # complete: output_dir_for checked
     if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
         _check_options(args, checkpoints.read_state(folder), world_size)
     same_run = folder is not None and folder.resolve().parent.parent == out.resolve()
     if (out / "config.yaml").exists() and not same_run and args.resume != "latest":
         raise FolderError(f"output_dir: {out} already holds a run; pick another folder or --resume its checkpoint")
-    if same_run and not args.eval_only:
-        moved = checkpoints.set_aside_newer(out, folder)
-        if moved:
-            print(f"resume: {folder.name} is older than this run's newest checkpoint: moved the newer "
-                  f"{', '.join(moved['names'])} to {moved['to']}", flush=True)
     return None if folder is None else str(folder)
 
 

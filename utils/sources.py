@@ -142,7 +142,7 @@ def _normalise(ds, args, class_names=None):
         _fail(f"image_column: column {image_col!r} holds {type(ds.features['image']).__name__}, not images")
     if isinstance(ds.features["label"], datasets.ClassLabel):
         return ds
-    labels = ds["label"]
+    labels = ds["label"][:]  # [:] reads the column whole, not row by row
     if labels and not all(isinstance(v, (int, np.integer)) for v in labels[:100]):
         _fail(f"label_column: column {label_col!r} holds {type(labels[0]).__name__} values, expected class indices")
     if class_names is None:  # integer labels without names: classes 0..max
@@ -152,7 +152,7 @@ def _normalise(ds, args, class_names=None):
 
 
 def _check_range(ds, class_names):
-    labels = np.asarray(ds["label"])
+    labels = np.asarray(ds["label"][:])
     bad = labels[(labels < 0) | (labels >= len(class_names))]
     if bad.size:
         _fail(f"label_column: {bad.size} labels outside [0, {len(class_names)}), e.g. {int(bad[0])}; "
