@@ -194,8 +194,8 @@ def agree_on_step(job, nonfinite, images, step):
     all; past --skip_nonfinite_steps this raises), or when no rank had images to learn from.
     """
     accelerator = job.accelerator
-    mine = torch.stack([nonfinite.float(), torch.tensor(float(images), device=accelerator.device),
-                        torch.tensor(float(job.stop.requested), device=accelerator.device)])
+    host = torch.tensor([images, job.stop.requested], dtype=torch.float32, device=accelerator.device)
+    mine = torch.cat([nonfinite.float().view(1), host])
     nonfinite_total, images_total, stops = accelerator.reduce(mine, "sum").tolist()
     if nonfinite_total:
         job.nonfinite_steps.append(step)
@@ -362,7 +362,7 @@ def main(argv=None):
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                             mixed_precision=accelerator.mixed_precision)
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
-        previous_run = checkpoints.read_state(resume_from).get("tracker_run_id") if resume_from else None
+        previous_run = state.get("tracker_run_id") if resume_from else None
         config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
                   accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
         job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)

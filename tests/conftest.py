@@ -145,6 +145,13 @@ def assert_same_weights(a, b):
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
 
 
+def snapshot(root, skip=()):
+    """Every file and folder under root with its size and mtime (ns): any write shows. `skip`: names
+    left out, e.g. a run folder's .lock, which every run that starts there rewrites with its pid."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size if p.is_file() else None, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.name not in skip}
+
+
 def resumed_from(stdout):
     """The checkpoint a run said it resumed from (None: it did not resume)."""
     found = re.findall(r"^resumed from (\S+): epoch", stdout, flags=re.M)

@@ -3,7 +3,7 @@ checkpoint refused on another world size without touching the run."""
 
 import pytest
 
-from conftest import TINY, launch, read_json, read_jsonl
+from conftest import TINY, launch, read_json, read_jsonl, snapshot
 
 FAST = [*TINY, "--warmup_epochs", "0", "--epochs", "1", "--log_every", "1"]
 
@@ -31,13 +31,6 @@ def test_resume_latest_without_a_checkpoint_starts_afresh_and_says_so(tmp_path, 
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_0"]  # the leftover went at the save
 
 
-def listing(root):
-    """Every file and folder under root with its size and mtime (ns): any write shows. Except the run
-    folder's lock file (utils/run_folder.py), which every run that starts there rewrites with its pid."""
-    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size if p.is_file() else None, p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.name != ".lock"}
-
-
 @pytest.mark.slow
 def test_a_checkpoint_from_1_process_is_refused_on_2_naming_the_world_size(tmp_path, fresh_accelerate_state):
     import train_classification
@@ -45,7 +38,7 @@ def test_a_checkpoint_from_1_process_is_refused_on_2_naming_the_world_size(tmp_p
     out = tmp_path / "run"
     train_classification.main([*FAST, "--output_dir", str(out)])
     assert read_json(out / "checkpoints" / "epoch_0" / "training_state.json")["world_size"] == 1
-    before = listing(tmp_path)
+    before = snapshot(tmp_path, skip=(".lock",))
     assert len(before) > 10
 
     proc = launch([*FAST, "--resume", "latest", "--output_dir", out], nproc=2)
@@ -57,4 +50,4 @@ def test_a_checkpoint_from_1_process_is_refused_on_2_naming_the_world_size(tmp_p
     # No rank died of an uncaught exception (torchrun prefixes those "[rankN]:"; the traceback that follows
     # the refusal is the launcher's own ChildFailedError report).
     assert not [line for line in proc.stderr.splitlines() if line.startswith("[rank")], proc.stderr[-3000:]
-    assert listing(tmp_path) == before  # nothing in the run folder was written, moved or removed
+    assert snapshot(tmp_path, skip=(".lock",)) == before  # nothing in the run folder was written, moved or removed

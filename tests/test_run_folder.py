@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, launch, read_json, resumed_from, run_ok, assert_same_weights
+from conftest import TINY, assert_same_weights, launch, read_json, resumed_from, run_ok, snapshot
 from utils import checkpoints
 from utils.run_folder import RunLock
 
@@ -39,10 +39,10 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
     shutil.copytree(out, whole)
     newer = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name not in ("step_2", "step_4"))
     # Refused (other data): nothing moves, the newer history stays where `latest` finds it.
-    before = snapshot(out)
+    before = snapshot(out, skip=(".lock",))
     refused = launch([*argv, "--synthetic_train_samples", "24", "--resume", out / "checkpoints" / "step_4"])
     assert refused.returncode != 0 and "resume: the training data changed since the checkpoint" in refused.stderr
-    assert snapshot(out) == before
+    assert snapshot(out, skip=(".lock",)) == before
     proc = run_ok([*argv, "--keep_last", "2", "--resume", out / "checkpoints" / "step_4"])
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_4"
     moved = [line for line in proc.stdout.splitlines() if line.startswith("resume: step_4 is older")]
@@ -57,12 +57,6 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
     assert max(kept.values()) == 16 and len(kept) <= 3  # the 2 newest, and the best one
     assert checkpoints.latest(out).name == "epoch_1"
     assert_same_weights(out, whole)
-
-
-def snapshot(folder):
-    """Every file with its size and modification time (the lock file aside: each run writes its pid there)."""
-    return {p.relative_to(folder): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
-            if p.name != ".lock"}
 
 
 class FakeAccelerator:

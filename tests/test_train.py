@@ -6,7 +6,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from conftest import TINY, read_json, read_jsonl, run_ok
+from conftest import TINY, read_json, read_jsonl, run_ok, snapshot
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
@@ -83,10 +83,6 @@ def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("finished") / "run"
     run_ok([*TINY, "--epochs", "2", "--save_every", "1", "--output_dir", out])
     return out
-
-
-def snapshot(folder):
-    return {p.relative_to(folder): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
 @pytest.mark.parametrize("change, named", [

@@ -6,7 +6,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from utils.io import write_json_atomic
+from utils.io import first_free, write_json_atomic
 
 STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
 
@@ -92,8 +92,7 @@ def set_aside_newer(out, resumed):
     best_is_newer = best.is_file() and json.loads(best.read_text())["global_step"] > position[0]
     if not newer and not best_is_newer:
         return None
-    base = Path(out) / "abandoned" / f"{datetime.now():%Y%m%d-%H%M%S}-after-{Path(resumed).name}"
-    to = next(p for p in (Path(f"{base}{s}") for s in [""] + [f"-{i}" for i in range(2, 1000)]) if not p.exists())
+    to = first_free(Path(out) / "abandoned" / f"{datetime.now():%Y%m%d-%H%M%S}-after-{Path(resumed).name}")
     (to / "checkpoints").mkdir(parents=True)
     for folder in newer:
         os.replace(folder, to / "checkpoints" / folder.name)

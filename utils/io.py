@@ -34,6 +34,12 @@ def _umask():
     return mask
 
 
+def first_free(base):
+    """`base`, or `base-2`, `base-3`, ...: the first such path that does not exist yet."""
+    return next(p for p in (Path(f"{base}{suffix}") for suffix in [""] + [f"-{i}" for i in range(2, 1000)])
+                if not p.exists())
+
+
 def write_json_atomic(path, obj):
     write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
 

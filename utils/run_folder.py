@@ -15,6 +15,7 @@ from pathlib import Path
 from accelerate.utils import broadcast_object_list, gather_object
 
 from utils import checkpoints
+from utils.io import first_free
 from utils.presets import source_name
 
 
@@ -59,9 +60,7 @@ def output_dir_for(args, accelerator):
 
     def new_name():  # holds a timestamp: one name for every rank
         dataset = re.sub(r"[^\w.-]+", "_", source_name(args))  # a Hub name or a path: no slashes
-        base = f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"
-        return next(f"{base}{suffix}" for suffix in [""] + [f"-{i}" for i in range(2, 1000)]
-                    if not Path(f"{base}{suffix}").exists())
+        return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"))
     return Path(_decided(accelerator, new_name))
 
 
