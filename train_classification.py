@@ -46,12 +46,13 @@ from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
-from utils.data import BadImages, build_dataloaders, build_datasets, data_signature
+from utils.data import BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
 from utils.models import ModelError, build_model, initialise
-from utils.presets import mean_std, source_name
+from utils.multiview import test_row, test_videos
+from utils.presets import is_video, mean_std, sample_unit, source_name
 from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
 from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
@@ -59,6 +60,7 @@ from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_dat
 from utils.schedule import build_lr_scheduler, build_optimizer
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
+from utils.video_sources import test_views
 
 PROG = "train_classification.py"
 
@@ -95,6 +97,7 @@ class Job:
     best_top1: list  # the best val top-1 so far, last (--keep_best)
     data: dict = None  # the training data's signature (utils/data.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
+    test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -234,7 +237,10 @@ def evaluate(job):
             store.append(tensor.cpu())
         if examples is None and job.tracker_run_id is not None:  # a wandb run on this process: its image table
             n = trackers.EXAMPLES
-            examples = (trackers.displayable(batch["pixel_values"][:n], mean_std(job.args)),
+            shown = batch["pixel_values"][:n]
+            if shown.dim() == 5:  # video clips (N, C, T, H, W): their middle frames
+                shown = shown[:, :, shown.shape[2] // 2]
+            examples = (trackers.displayable(shown, mean_std(job.args)),
                         logits[:n].argmax(dim=1).tolist(), batch["labels"][:n].tolist())
     keep = torch.cat(valid)  # skipped images are not scored
     ranked, labels, losses, owners = (torch.cat(t)[keep] for t in (ranked, labels, losses, owners))
@@ -250,7 +256,7 @@ def validate(job, epoch, global_step):
            **validation_row(figures, job.class_names)}
     job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
                           f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
-                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} images)")
+                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {sample_unit(job.args)})")
     trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
     if job.args.dump_rank_metrics:  # init: scored before any epoch
         dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), figures, own,
@@ -309,7 +315,8 @@ def build_job(args, accelerator, out):
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
-    model = build_model(args.model, num_classes=len(class_names))  # same weights on every rank (one seed)
+    # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
+    model = build_model(args.model, num_classes=len(class_names), video=is_video(args))
     initialise(model, args, accelerator.print)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
@@ -325,7 +332,10 @@ def build_job(args, accelerator, out):
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
               metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
               StopRequest(), [], [], data_signature(train_ds, len(class_names)))
-    accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val images, "
+    if args.test_clips or args.test_crops:
+        job.test_loader = build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
+    accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val "
+                      f"{sample_unit(args)}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
@@ -367,6 +377,8 @@ def main(argv=None):
                   accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
         job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
         results, figures = evaluate_only(job, position) if args.eval_only else train(job, *position)
+        if job.test_loader is not None:
+            results.update(multiview_test(job, results["global_step"]))
         return report_results(job, results, figures, train_samples)
     except (FolderError, DataError, ModelError, MetricError) as e:  # bad input: one line, exit 2
         if lock is not None:
@@ -385,6 +397,21 @@ def main(argv=None):
             lock.release()
 
 
+def multiview_test(job, global_step):
+    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video; its row
+    (metrics.jsonl, dashboards) and, with --dump_rank_metrics, eval/test/rank_<R>.json sums."""
+    args = job.args
+    figures, own = test_videos(job, job.test_loader, len(job.test_loader.dataset.labels))
+    row = test_row(figures, args)
+    job.logger.write({"step": global_step, **row},
+                     f"test ({row['test_clips']} clips x {row['test_crops']} crops): video top-1 "
+                     f"{row['video_top1']:.4f} top-{job.k} {row['video_topk']:.4f}, clip top-1 {row['clip_top1']:.4f} "
+                     f"({row['test_videos']} videos)")
+    if args.dump_rank_metrics:
+        dump_rank_sums(job.out / "eval" / "test", figures, own, job.accelerator)
+    return row
+
+
 def report_results(job, results, figures, train_samples):
     """results.json, the pictures and the per-class table (main process), and the closing line."""
     accelerator, out, class_names = job.accelerator, job.out, job.class_names
@@ -399,7 +426,7 @@ def report_results(job, results, figures, train_samples):
         print(report.per_class_table(figures, class_names))
     accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
                       f"macro F1 {results['macro_f1']:.4f}, "
-                      f"loss {results['val_loss']:.4f} on {results['val_samples']} images"
+                      f"loss {results['val_loss']:.4f} on {results['val_samples']} {sample_unit(job.args)}"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")
     accelerator.end_training()

@@ -157,3 +157,31 @@ def resumed_from(stdout):
     found = re.findall(r"^resumed from (\S+): epoch", stdout, flags=re.M)
     assert len(found) <= 1
     return Path(found[0]) if found else None
+
+
+def make_video(path, frames=12, height=24, width=32, label=0, codec="libx264"):
+    """A small video whose frame t is uniformly grey at level 8 * t (its index readable after lossy
+    coding), with a bright bar moving right (label 0) or left (label 1)."""
+    import numpy as np
+
+    from utils.video import write_video
+
+    data = np.zeros((frames, height, width, 3), np.uint8)
+    for t in range(frames):
+        data[t] = 8 * t
+        x = (2 * t) % (width - 4) if label == 0 else width - 4 - (2 * t) % (width - 4)
+        data[t, :, x:x + 4] = 250
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_video(path, data, codec=codec)
+    return path
+
+
+@pytest.fixture(scope="session")
+def videos(tmp_path_factory):
+    """tr/<class>/<i>.mp4 (2 classes x 4) and va/<class>/<i>.mp4 (3 + 2: an odd count), 12 frames of 24x32."""
+    root = tmp_path_factory.mktemp("videos")
+    for split, counts in (("tr", (4, 4)), ("va", (3, 2))):
+        for label, (name, n) in enumerate(zip(("left", "right"), counts)):
+            for i in range(n):
+                make_video(root / split / name / f"{i}.mp4", frames=10 + i, label=1 - label)
+    return root

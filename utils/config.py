@@ -3,12 +3,17 @@
 import argparse
 import difflib
 import sys
+from pathlib import Path
+
 import yaml
 
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
-from utils.models import check_image_size, check_model_name
-from utils.presets import image_size
+from utils.models import check_image_size, check_model_name, is_video_model
+from utils.presets import image_size, is_video
+
+# Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
+DATA_RECIPES = {"moving_digits": Path(__file__).parent.parent / "configs" / "moving_digits_mc3_18.yaml"}
 
 
 class ConfigError(ValueError):
@@ -30,7 +35,8 @@ def get_args_parser(prog="train_classification.py"):
                    help="YAML recipe whose keys (option names) set defaults; the command line wins")
     g = p.add_argument_group("data")
     g.add_argument("--dataset", type=str, default="digits",
-                   help="digits (embedded 8x8 scans, offline), synthetic (random tensors, no I/O), imagefolder "
+                   help="digits (embedded 8x8 scans, offline), moving_digits (embedded video clips labelled by "
+                        "direction of motion, offline), synthetic (random tensors, no I/O), imagefolder "
                         "(with --data_dir), a folder written by save_to_disk, or a Hub dataset name (e.g. cifar10)")
     g.add_argument("--dataset_config", type=str, default=None, help="Hub dataset configuration name")
     g.add_argument("--train_split", type=str, default="train", help="split to train on")
@@ -40,14 +46,16 @@ def get_args_parser(prog="train_classification.py"):
                    help="without a validation split: this fraction of train, stratified, fixed seed")
     g.add_argument("--image_column", type=str, default=None, help="image column (default: image, img, ...)")
     g.add_argument("--label_column", type=str, default=None, help="label column (default: label, labels, ...)")
-    g.add_argument("--train_dir", type=str, default=None, help="folder of <class>/<image> files to train on")
-    g.add_argument("--val_dir", type=str, default=None, help="folder of <class>/<image> files to validate on")
+    g.add_argument("--train_dir", type=str, default=None,
+                   help="folder of <class>/<image> (or <class>/<video>) files to train on")
+    g.add_argument("--val_dir", type=str, default=None,
+                   help="folder of <class>/<image> (or <class>/<video>) files to validate on")
     g.add_argument("--data_dir", type=str, default=None,
                    help="with --dataset imagefolder: a folder holding train/ and val/ (or validation/)")
     g.add_argument("--max_train_samples", type=int, default=None, help="train on a seeded subset of this size")
     g.add_argument("--max_val_samples", type=int, default=None, help="validate on a seeded subset of this size")
-    g.add_argument("--skip_bad_images", action="store_true",
-                   help="skip images that cannot be decoded (listed in bad_images.txt) instead of stopping")
+    g.add_argument("--skip_bad_images", "--skip_bad_videos", dest="skip_bad_images", action="store_true",
+                   help="skip images or videos that cannot be decoded (listed in bad_images.txt) instead of stopping")
     g.add_argument("--image_size", type=int, default=None,
                    help="side of the square input images (default: 32 for digits and synthetic, else 224)")
     g.add_argument("--num_classes", type=int, default=10, help="class count of --dataset synthetic")
@@ -55,7 +63,24 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--synthetic_val_samples", type=int, default=256, help="val size of --dataset synthetic")
     g.add_argument("--num_workers", type=int, default=None,
                    help="data-loading worker processes per process (default: chosen from the cores per process)")
-    g = p.add_argument_group("augmentation (images from files; digits keeps its own recipe)")
+    g = p.add_argument_group("video (list files, <class>/<video> folders, moving digits)")
+    g.add_argument("--train_list", type=str, default=None,
+                   help="list file of training videos: 'path label' or 'path num_frames label' per line; a path "
+                        "is a video file or a folder of frame images")
+    g.add_argument("--val_list", type=str, default=None, help="list file of validation videos (same format)")
+    g.add_argument("--data_root", type=str, default=None,
+                   help="folder the list files' paths are relative to (default: each list file's folder)")
+    g.add_argument("--class_names", type=str, default=None,
+                   help="file with one class name per line, for the integer labels of list files")
+    g.add_argument("--clip_len", type=int, default=16, help="frames per clip (per segment)")
+    g.add_argument("--frame_interval", type=int, default=2, help="take every N-th frame of the video in a clip")
+    g.add_argument("--num_segments", type=int, default=1,
+                   help="cut each video into N segments and take a clip in each (TSN); a model sees them all")
+    g.add_argument("--test_clips", type=int, default=None,
+                   help="after training (and with --eval_only): test on N clips per video, spread evenly")
+    g.add_argument("--test_crops", type=int, default=None,
+                   help="... and M crops per clip (3: left, centre, right); softmax averaged over a video's views")
+    g = p.add_argument_group("augmentation (images and videos from files; digits keep their own recipes)")
     g.add_argument("--no_hflip", action="store_true", help="no random horizontal flip")
     g.add_argument("--auto_augment", type=str, default=None, choices=("imagenet", "cifar10", "svhn"),
                    help="AutoAugment policy")
@@ -64,7 +89,9 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--mean", type=float, nargs=3, default=None, help="normalisation mean (default: ImageNet's)")
     g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
     g = p.add_argument_group("model and optimisation")
-    g.add_argument("--model", type=str, default="resnet18", help="any torchvision classification model name")
+    g.add_argument("--model", type=str, default=None,
+                   help="any torchvision classification or video model name (default: resnet18 for images, "
+                        "r2plus1d_18 for video); an image model on video scores each frame and averages (TSN)")
     g.add_argument("--pretrained", action="store_true", help="start from torchvision's DEFAULT weights")
     g.add_argument("--weights", type=str, default=None, help="start from these torchvision weights (e.g. "
                    "ResNet50_Weights.IMAGENET1K_V2); read from the torch hub cache offline")
@@ -198,7 +225,9 @@ def check_args(args):
     for key in ("epochs", "batch_size", "grad_accum_steps", "val_every", "log_every",
                 "synthetic_train_samples", "synthetic_val_samples"):
         need(getattr(args, key) >= 1, key, "must be >= 1")
-    for key in ("image_size", "max_train_samples", "max_val_samples"):
+    for key in ("clip_len", "frame_interval", "num_segments"):
+        need(getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("image_size", "max_train_samples", "max_val_samples", "test_clips", "test_crops"):
         need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
     need(0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
@@ -216,6 +245,14 @@ def check_args(args):
     need(args.resume != "latest" or args.output_dir, "resume", "'latest' needs --output_dir, the run to continue")
     need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
     need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")
+    need(not (args.train_list and (args.train_dir or args.data_dir)), "train_list",
+         "give list files or folders, not both")
+    need(args.val_list is None or args.train_list, "val_list", "needs --train_list")
+    need(args.train_list is None or args.val_list, "train_list", "needs --val_list too")
+    need(not args.train_list or args.dataset == "digits", "dataset",
+         "reads no list file: drop it when giving --train_list")
+    video = is_video(args)
+    need(video or not (args.test_clips or args.test_crops), "test_clips", "multi-view test is for video data")
     folders = args.train_dir or args.data_dir
     need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
          "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
@@ -248,8 +285,10 @@ def check_args(args):
         check_model_name(args.model)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
+    need(video or not is_video_model(args.model), "model", "is a video model: give it video data (--train_list, "
+         "a folder of videos, --dataset moving_digits)")
     try:
-        check_image_size(args.model, image_size(args))
+        check_image_size(args.model, image_size(args), args.clip_len * args.num_segments if video else None)
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""
         raise ConfigError(f"image_size: {e}{default}") from None
@@ -258,11 +297,16 @@ def check_args(args):
 def parse_args(argv=None, prog="train_classification.py"):
     """Parse `argv` (default sys.argv[1:]) over the recipe's defaults; exit 2 with one line on bad input."""
     parser = get_args_parser(prog)
-    config_path = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
+    config_path, dataset = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
     try:
-        if config_path is not None:
-            parser.set_defaults(**load_recipe(config_path, parser))
+        recipe = load_recipe(config_path, parser) if config_path is not None else {}
+        data_recipe = DATA_RECIPES.get(dataset or recipe.get("dataset"))
+        if data_recipe is not None:
+            parser.set_defaults(**load_recipe(data_recipe, parser))
+        parser.set_defaults(**recipe)
         args = parser.parse_args(argv)
+        if args.model is None:
+            args.model = "r2plus1d_18" if is_video(args) else "resnet18"
         check_args(args)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
@@ -270,11 +314,12 @@ def parse_args(argv=None, prog="train_classification.py"):
 
 
 def _find_config_arg(argv, parser):
-    """Read --config alone first, so that the recipe can set the defaults of the full parse."""
+    """Read --config and --dataset alone first: the recipes they name set the defaults of the full parse."""
     pre = _OneLineParser(prog=parser.prog, add_help=False)
     pre.add_argument("--config", type=str, default=None)
+    pre.add_argument("--dataset", type=str, default=None)
     known, _ = pre.parse_known_args(argv)
-    return known.config
+    return known.config, known.dataset
 
 
 def save_config(args, path, **resolved):

@@ -12,7 +12,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from utils import presets
 from utils.preemption import worker_init_fn
+from utils.seeding import EpochSeeded, sample_rng
 from utils.sources import SPLIT_SEED, DataError, load_splits
+from utils.video import VideoClips
+from utils.video_sources import build_video_datasets
 
 # torchvision 0.29 marks its decoders deprecated in favour of torchcodec; they are still the fastest
 # decoder we can count on here (libjpeg-turbo, no PIL round trip). PIL takes over if they go away.
@@ -77,7 +80,7 @@ def _with_transform(ds, transform, image_size, decoded, seed=None):
         indices = batch["_index"] if seed is not None else [None] * len(batch["label"])
         for image, index in zip(batch["image"], indices):
             try:
-                rng = _sample_rng(seed, int(epoch), index) if seed is not None else contextlib.nullcontext()
+                rng = sample_rng(seed, int(epoch), index) if seed is not None else contextlib.nullcontext()
                 with rng:
                     pixels = transform(image.convert("RGB") if decoded else decode_rgb(image))
                 source, error = "", ""
@@ -121,6 +124,8 @@ def build_datasets(args):
 
     The train set's augmentation is seeded per sample: call its set_epoch before each epoch.
     """
+    if presets.is_video(args):
+        return build_video_datasets(args)
     size = presets.image_size(args)
     if presets.source_kind(args) == "synthetic":
         names = [f"class_{i}" for i in range(args.num_classes)]
@@ -137,43 +142,6 @@ def build_datasets(args):
             _with_transform(val, presets.eval_preset(args), size, decoded=False), names, notes)
 
 
-class EpochSeeded(Dataset):
-    """A dataset whose random augmentation is a function of (seed, epoch, sample index) alone.
-
-    Not of the worker that loads a sample, the number of workers or processes, or where the epoch
-    started: a run resumed mid-epoch, or on other hardware, sees exactly the same augmented images.
-    The epoch lives in shared memory, so persistent worker processes see `set_epoch` too.
-    """
-
-    def __init__(self, dataset, epoch):
-        self.dataset, self.epoch = dataset, epoch
-
-    def set_epoch(self, epoch):
-        self.epoch.fill_(epoch)
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, index):
-        return self.dataset[index]
-
-    def __getitems__(self, indices):  # one batched read from `datasets`, as the DataLoader would do
-        return self.dataset.__getitems__(indices) if hasattr(self.dataset, "__getitems__") \
-            else [self.dataset[i] for i in indices]
-
-
-@contextlib.contextmanager
-def _sample_rng(seed, epoch, index):
-    """torch's global RNG seeded for one sample (v2 transforms draw from it), the caller's restored."""
-    # By hand rather than torch.random.fork_rng + manual_seed: ~2 us instead of ~90 us a sample.
-    saved = torch.default_generator.get_state()
-    torch.default_generator.manual_seed(((seed * 1_000_003 + epoch) * 2_147_483_647 + index) % 2**63)
-    try:
-        yield
-    finally:
-        torch.default_generator.set_state(saved)
-
-
 class BadImages:
     """Images that could not be decoded: stop at the first one (default), or skip and list them all."""
 
@@ -186,7 +154,7 @@ class BadImages:
         bad = {source: error for source, error in zip(batch["source"], batch["error"]) if source}
         if bad and not self.skip:
             source, error = next(iter(bad.items()))
-            raise DataError(f"cannot decode image {source} ({error.splitlines()[0]}); pass --skip_bad_images "
+            raise DataError(f"cannot decode {source} ({error.splitlines()[0]}); pass --skip_bad_images "
                             f"to skip such files (they are then listed in bad_images.txt)")
         self.found.update(bad)
         return sum(not source for source in batch["source"])
@@ -199,6 +167,8 @@ def data_signature(train_ds, classes):
     inner = train_ds.dataset if isinstance(train_ds, EpochSeeded) else train_ds
     if isinstance(inner, SyntheticDataset):  # a function of its size and class count
         labels = b""
+    elif isinstance(inner, VideoClips):
+        labels = np.asarray(inner.labels, dtype=np.int64).tobytes()
     else:  # the plain label column, without the transform; [:] reads it whole (not row by row)
         labels = np.asarray(inner.with_format(None)["label"][:], dtype=np.int64).tobytes()
     return {"train_samples": len(train_ds), "classes": classes,
@@ -225,3 +195,13 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
     # validation of each process (persistent workers), which a resumed run meets at another point.
     val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)
     return accelerator.prepare(train, val)
+
+
+def build_test_loader(accelerator, test_ds, views_per_batch, num_workers):
+    """The multi-view test's loader, prepared (sharded, padded) like the val loader: each batch holds
+    views_per_batch // crops clips of `crops` views, so a forward pass sees about views_per_batch views."""
+    crops = test_ds.shape[0]
+    loader = DataLoader(test_ds, batch_size=max(1, views_per_batch // crops), shuffle=False, num_workers=num_workers,
+                        worker_init_fn=worker_init_fn(), pin_memory=accelerator.device.type == "cuda",
+                        generator=torch.Generator())
+    return accelerator.prepare(loader)

@@ -8,8 +8,17 @@ import torchvision
 
 
 def classification_models():
-    """Names that torchvision.models.get_model accepts for image classification."""
-    return torchvision.models.list_models(module=torchvision.models)
+    """Names that torchvision.models.get_model accepts for image or video classification."""
+    return torchvision.models.list_models(module=torchvision.models) + video_models()
+
+
+def video_models():
+    """torchvision's video classifiers (input (B, C, T, H, W)): r3d_18, mc3_18, r2plus1d_18, s3d, mvit, swin3d."""
+    return torchvision.models.list_models(module=torchvision.models.video)
+
+
+def is_video_model(name):
+    return name in video_models()
 
 
 def check_model_name(name):
@@ -18,7 +27,7 @@ def check_model_name(name):
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see torchvision.models.list_models()"
-        raise ValueError(f"{name!r} is not a torchvision classification model{hint}")
+        raise ValueError(f"{name!r} is not a torchvision classification or video model{hint}")
 
 
 class ModelError(ValueError):
@@ -33,10 +42,31 @@ _BUILD_OPTIONS = {name: dict(aux_logits=False, transform_input=True, init_weight
 AUX_HEADS = ("aux1", "aux2", "AuxLogits")  # their auxiliary classifiers' module names
 
 
-def build_model(name, num_classes):
-    """A randomly initialised model whose classifier has `num_classes` outputs."""
-    return torchvision.models.get_model(name, weights=None, num_classes=num_classes,
-                                        **_BUILD_OPTIONS.get(name, {}))
+def build_model(name, num_classes, video=False):
+    """A randomly initialised model whose classifier has `num_classes` outputs. An image model asked
+    to take video (`video`) scores every frame and averages the logits (TSN, see frame_averaged)."""
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **_BUILD_OPTIONS.get(name, {}))
+    return frame_averaged(model) if video and not is_video_model(name) else model
+
+
+def frame_averaged(model):
+    """Make a 2D image model take clips (B, C, T, H, W): each frame is scored alone, as an image, and
+    a clip's logits are the mean of its frames' (TSN's consensus). Done with forward hooks on the
+    model itself, so its state dict keeps torchvision's names: pretrained weights, --init_from and
+    --freeze_backbone work unchanged, and model.safetensors loads into the plain image model."""
+    def frames_as_images(module, inputs):
+        (clips,) = inputs
+        b, c, t, h, w = clips.shape
+        module._clip_shape = (b, t)
+        return clips.transpose(1, 2).reshape(b * t, c, h, w)
+
+    def average_frames(module, inputs, logits):
+        b, t = module._clip_shape
+        return logits.view(b, t, -1).mean(dim=1)
+
+    model.register_forward_pre_hook(frames_as_images)
+    model.register_forward_hook(average_frames)
+    return model
 
 
 def _min_image_size(name):
@@ -56,8 +86,19 @@ def _min_image_size(name):
             "squeezenet1_1": 17}.get(name, 1), False
 
 
-def check_image_size(name, size):
-    """Raise ModelError when `name` cannot take size x size inputs (before a conv fails deep inside)."""
+# Video models laid out for Kinetics' 16 x 224 x 224 clips: (side, frames, exactly that?), measured.
+_VIDEO_INPUT = {"s3d": (224, 16, False), "mvit_v1_b": (224, 16, True), "mvit_v2_s": (224, 16, True)}
+
+
+def check_image_size(name, size, frames=None):
+    """Raise ModelError when `name` cannot take size x size inputs (before a conv fails deep inside),
+    or, for a video model, clips of `frames` frames."""
+    if name in _VIDEO_INPUT:
+        side, least_frames, only = _VIDEO_INPUT[name]
+        if (size, frames) != (side, least_frames) if only else (size < side or (frames or 0) < least_frames):
+            raise ModelError(f"{name} takes clips of {'exactly' if only else 'at least'} {least_frames} frames "
+                             f"of {side}x{side} (--clip_len x --num_segments, --image_size), got {frames} of {size}")
+        return
     least, only = _min_image_size(name)
     if only and size != least:
         raise ModelError(f"{name} takes --image_size {least} only, got {size}")

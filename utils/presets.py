@@ -1,22 +1,48 @@
 """Train and eval transform presets (torchvision transforms v2), and the defaults that depend on the source."""
 
+import os
+
 import torch
 from torchvision.transforms import v2
+
+from utils.moving_digits import CANVAS as MOVING_DIGITS_CANVAS
+from utils.sources import folder_holds_videos
 
 # Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
 DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# Kinetics-400's, which torchvision's video weights were trained with.
+KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
+# Moving digits' (0..1 scale), measured over its 2,000 train clips: mostly black canvas.
+MOVING_DIGITS_MEAN, MOVING_DIGITS_STD = (0.034,) * 3, (0.158,) * 3
+VIDEO_KINDS = ("moving_digits", "video")
 
 
 def source_kind(args):
-    """digits, synthetic, or images (a Hub dataset, an image folder, a save_to_disk folder)."""
-    if args.train_dir or args.data_dir:
-        return "images"
-    return args.dataset if args.dataset in ("digits", "synthetic") else "images"
+    """digits, synthetic, moving_digits, video (list files, folders of videos) or images (a Hub
+    dataset, an image folder, a save_to_disk folder): the modality follows from the data."""
+    if args.train_list:
+        return "video"
+    folder = args.train_dir or args.data_dir and os.path.join(args.data_dir, "train")
+    if folder:
+        return "video" if folder_holds_videos(folder) else "images"
+    return args.dataset if args.dataset in ("digits", "synthetic", "moving_digits") else "images"
+
+
+def is_video(args):
+    return source_kind(args) in VIDEO_KINDS
+
+
+def sample_unit(args):
+    """What the console calls a sample: clips of video data, images otherwise."""
+    return "clips" if is_video(args) else "images"
 
 
 def image_size(args):
-    return args.image_size or (32 if source_kind(args) in ("digits", "synthetic") else 224)
+    """The side of the model's input frames: 32 for digits and synthetic, 24 (the canvas) for moving
+    digits, 112 for video (torchvision's Kinetics weights), else 224."""
+    default = {"digits": 32, "synthetic": 32, "moving_digits": MOVING_DIGITS_CANVAS, "video": 112}
+    return args.image_size or default.get(source_kind(args), 224)
 
 
 def mean_std(args):
@@ -26,6 +52,10 @@ def mean_std(args):
         return None
     if kind == "digits":
         return DIGITS_MEAN, DIGITS_STD
+    if kind == "moving_digits":
+        return MOVING_DIGITS_MEAN, MOVING_DIGITS_STD
+    if kind == "video":
+        return args.mean or KINETICS_MEAN, args.std or KINETICS_STD
     return args.mean or IMAGENET_MEAN, args.std or IMAGENET_STD
 
 
@@ -75,8 +105,60 @@ def eval_preset(args):
                       + _normalize(args))
 
 
+# Video presets: for (T, C, H, W) uint8 tv_tensors.Video frames; one random draw for all frames of a clip.
+
+def video_train(args):
+    """Short side resized to a random 8/7..10/7 of the crop (PySlowFast's 256..320 for 224), random
+    crop, horizontal flip unless --no_hflip. Moving digits: as generated (a flip, or a crop that moves
+    the canvas, would change or hide the direction that is the label)."""
+    size = image_size(args)
+    if source_kind(args) == "moving_digits":
+        return video_eval(args)
+    steps = [v2.RandomResize(round(size * 8 / 7), round(size * 10 / 7) + 1, antialias=True), v2.RandomCrop(size)]
+    if not args.no_hflip:
+        steps.append(v2.RandomHorizontalFlip())
+    return v2.Compose(steps + [v2.ToDtype(torch.float32, scale=True), v2.Normalize(*mean_std(args))])
+
+
+def _video_resize(args):
+    size = image_size(args)
+    if source_kind(args) == "moving_digits":
+        return [v2.Identity()] if size == MOVING_DIGITS_CANVAS else [v2.Resize(size, antialias=True)]
+    return [v2.Resize(int(size / args.crop_pct), antialias=True)]
+
+
+def video_eval(args):
+    """Short side to image_size / crop_pct, centre crop: the val view, and the 1-crop test view."""
+    return v2.Compose(_video_resize(args) + [v2.CenterCrop(image_size(args)), v2.ToDtype(torch.float32, scale=True),
+                                              v2.Normalize(*mean_std(args))])
+
+
+def video_test(args, crops):
+    """The eval resize, then `crops` squares spread evenly along the longer side (3: left, centre,
+    right, as GluonCV's and PySlowFast's tests take them; 1: the centre crop of video_eval):
+    (crops, T, C, H, W)."""
+    resize = v2.Compose(_video_resize(args))
+    size = image_size(args)
+    finish = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(*mean_std(args))])
+
+    def views(frames):
+        frames = resize(frames)
+        height, width = frames.shape[-2:]
+        top, left, longer = (height - size) // 2, (width - size) // 2, max(height, width)
+        out = []
+        for c in range(crops):
+            along = round(c * (longer - size) / (crops - 1)) if crops > 1 else (longer - size) // 2
+            y, x = (along, left) if height > width else (top, along)
+            out.append(finish(v2.functional.crop(frames, y, x, size, size)))
+        return torch.stack(out)
+
+    return views
+
+
 def source_name(args):
-    """How results.json and the run folder name the data: digits, synthetic, a Hub name or a folder."""
+    """How results.json and the run folder name the data: digits, synthetic, a Hub name, a folder or a list."""
+    if args.train_list:
+        return f"videolist:{args.train_list}"
     if args.train_dir or args.data_dir:
-        return f"imagefolder:{args.train_dir or args.data_dir}"
+        return f"{'video' if is_video(args) else 'image'}folder:{args.train_dir or args.data_dir}"
     return args.dataset

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.video import VIDEO_SUFFIXES
+
 SPLIT_SEED = 0  # carving and subsets use a fixed seed, so every --seed is scored on the same images
 IMAGE_COLUMNS = ("image", "img", "images", "picture", "pixel_values")
 LABEL_COLUMNS = ("label", "labels", "fine_label", "coarse_label", "class", "target", "category")
@@ -20,7 +22,18 @@ def _fail(message):
     raise DataError(message)
 
 
-def _folder_files(folder, role):
+def folder_holds_videos(folder):
+    """Whether a <class>/<file> folder holds video files (its first media file, in walk order, says)."""
+    for _, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            suffix = os.path.splitext(name)[1].lower()
+            if not name.startswith(".") and suffix in IMAGE_SUFFIXES | VIDEO_SUFFIXES:
+                return suffix in VIDEO_SUFFIXES
+    return False
+
+
+def folder_files(folder, role, suffixes=IMAGE_SUFFIXES, kind="images"):
     """{class name: [image files]} of a folder with one sub-folder per class, in sorted class order.
 
     A class folder may nest its images in sub-folders: the class is the top folder. Hidden files and
@@ -31,7 +44,7 @@ def _folder_files(folder, role):
         _fail(f"{role}: {folder} is not a readable folder")
     classes = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
-        _fail(f"{role}: {folder} has no class sub-folders (expected {folder}/<class>/<image>)")
+        _fail(f"{role}: {folder} has no class sub-folders (expected {folder}/<class>/<{kind[:-1]}>)")
     files = {}
     for name in classes:
         found = []
@@ -40,9 +53,9 @@ def _folder_files(folder, role):
         for parent, dirs, names in os.walk(os.path.abspath(folder / name)):
             dirs[:] = [d for d in dirs if not d.startswith(".")]
             found += [os.path.join(parent, f) for f in names
-                      if not f.startswith(".") and os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES]
+                      if not f.startswith(".") and os.path.splitext(f)[1].lower() in suffixes]
         if not found:
-            _fail(f"{role}: class folder {folder / name} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            _fail(f"{role}: class folder {folder / name} holds no {kind} ({', '.join(sorted(suffixes))})")
         files[name] = sorted(found)
     return files
 
@@ -66,11 +79,11 @@ def _load_folders(train_dir, val_dir):
     """
     import datasets
 
-    train = _folder_files(train_dir, "train_dir")
+    train = folder_files(train_dir, "train_dir")
     names = list(train)
     splits = {"train": _folder_split(train, names)}
     if val_dir is not None:
-        val = _folder_files(val_dir, "val_dir")
+        val = folder_files(val_dir, "val_dir")
         unknown = sorted(set(val) - set(train))
         if unknown:
             _fail(f"val_dir: classes not in train_dir: {', '.join(unknown[:10])}")

@@ -1,0 +1,144 @@
+"""Video data without training: list files, folders and frame folders, clip positions, seeking, test views."""
+
+import numpy as np
+import pytest
+import torch
+from torchvision import tv_tensors
+
+from conftest import make_video
+from utils.config import parse_args
+from utils.presets import video_eval, video_test
+from utils.seeding import EpochSeeded
+from utils.sources import DataError
+from utils.video import ArrayFrames, VideoClips, frame_indices, read_video_file
+from utils.video_sources import build_video_datasets, parse_list
+
+
+def grey_level(frames):
+    """The frame indices make_video wrote: grey level 8 * t (the median of a row: the bar is 4 of 32 pixels)."""
+    return (frames[:, 0, 0].float().median(dim=1).values / 8).round().long().tolist()
+
+
+def test_list_files_in_both_formats_space_or_comma(tmp_path):
+    for name in ("a.mp4", "b.avi"):
+        (tmp_path / name).touch()
+    (tmp_path / "frames" / "c").mkdir(parents=True)
+    (tmp_path / "two.txt").write_text("a.mp4 3\n\n# a comment\nb.avi,0\n")
+    (tmp_path / "three.txt").write_text("frames/c 120 2\na.mp4, 30, 1\n")  # GluonCV: path num_frames label
+    assert parse_list(tmp_path / "two.txt") == ([str(tmp_path / "a.mp4"), str(tmp_path / "b.avi")], [3, 0])
+    assert parse_list(tmp_path / "three.txt") == ([str(tmp_path / "frames/c"), str(tmp_path / "a.mp4")], [2, 1])
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "rel.txt").write_text("a.mp4 1\n")  # relative to --data_root, not the list's folder
+    assert parse_list(tmp_path / "sub" / "rel.txt", data_root=tmp_path) == ([str(tmp_path / "a.mp4")], [1])
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ("a.mp4 1\nb.mp4\n", 2, "expected 'path label' or 'path num_frames label', got 1 fields"),
+    ("a.mp4 1 2 3\n", 1, "got 4 fields"),
+    ("a.mp4 1\na.mp4 10 1\n", 2, "3 fields where the lines above have 2"),
+    ("a.mp4 cat\n", 1, "must be integers"),
+    ("a.mp4 1\n\nmissing.mp4 0\n", 3, "missing.mp4 does not exist"),
+])
+def test_a_bad_list_line_is_one_line_with_file_and_number(tmp_path, text, line, says):
+    (tmp_path / "a.mp4").touch()
+    (tmp_path / "list.txt").write_text(text)
+    with pytest.raises(DataError) as e:
+        parse_list(tmp_path / "list.txt")
+    assert str(e.value).startswith(f"{tmp_path / 'list.txt'}:{line}: ") and says in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_clip_positions_stay_inside_and_short_videos_repeat_their_last_frame():
+    assert frame_indices(100, 4, 2, [0.0]) == [0, 2, 4, 6]
+    assert frame_indices(100, 4, 2, [0.999]) == [93, 95, 97, 99]  # the last start that fits
+    assert frame_indices(100, 4, 2, [0.5]) == [47, 49, 51, 53]  # the centre clip
+    assert frame_indices(5, 4, 2, [0.5]) == [0, 2, 4, 4]  # shorter than a clip: the last frame repeats
+    assert frame_indices(1, 3, 1, [0.3]) == [0, 0, 0]
+    # 3 segments of 30 frames, a 2-frame clip in each
+    assert frame_indices(90, 2, 1, [0.0, 0.5, 0.999]) == [0, 1, 44, 45, 88, 89]
+    for n in range(1, 60):
+        for offset in np.linspace(0, 0.999, 7):
+            got = frame_indices(n, 4, 3, [offset, offset])
+            assert all(0 <= i < n for i in got)
+
+
+def clips_of(seed=0, clips=1, segments=1):
+    """Videos of 40 frames whose frame t is filled with t: the clip's values are its frame indices."""
+    array = np.broadcast_to(np.arange(40, dtype=np.uint8)[None, :, None, None], (6, 40, 4, 4)).copy()
+    return VideoClips(ArrayFrames(array), [0, 1] * 3, clip_len=4, interval=3, segments=segments, clips=clips,
+                      transform=lambda v: v.as_subclass(torch.Tensor), shape=(3, 4 * segments, 4, 4), seed=seed)
+
+
+def picked(item):
+    return item["pixel_values"][0, :, 0, 0].long().tolist()
+
+
+def test_training_clips_follow_seed_epoch_and_index_alone():
+    ds = clips_of()
+    epoch = EpochSeeded(ds, ds.epoch)
+    first = [picked(ds[i]) for i in range(6)]
+    assert [picked(ds[i]) for i in reversed(range(6))] == first[::-1]  # not of the order of reading
+    assert len({tuple(c) for c in first}) > 1  # each video its own position
+    for clip in first:
+        assert clip == list(range(clip[0], clip[0] + 10, 3)) and 0 <= clip[0] <= 30
+    epoch.set_epoch(1)
+    assert [picked(ds[i]) for i in range(6)] != first  # another epoch, other clips
+    epoch.set_epoch(0)
+    assert [picked(ds[i]) for i in range(6)] == first
+    assert [picked(clips_of(seed=1)[i]) for i in range(6)] != first
+
+
+def test_val_takes_the_centre_clip_and_test_spreads_clips_evenly():
+    val = clips_of(seed=None)
+    assert picked(val[0]) == [15, 18, 21, 24]  # 15 frames before it, 15 after
+    test = clips_of(seed=None, clips=3)
+    assert len(test) == 18 and [test[i]["video"] for i in range(6)] == [0, 0, 0, 1, 1, 1]
+    assert [picked(test[i])[0] for i in range(3)] == [5, 15, 25]  # centres of 3 equal parts of the room (0..30)
+
+
+@pytest.mark.parametrize("suffix, codec", [(".mp4", "libx264"), (".webm", "libvpx"), (".avi", "mpeg4")])
+def test_seeking_reads_the_same_frames_as_decoding_everything(tmp_path, suffix, codec):
+    path = make_video(tmp_path / f"v{suffix}", frames=30, codec=codec)
+    for wanted in ([0, 1, 2], [11, 13, 15, 17], [29, 29, 29], [4, 20]):
+        seeked = read_video_file(str(path), lambda n: wanted)
+        whole = read_video_file(str(path), lambda n: wanted, seek=False)
+        assert torch.equal(seeked, whole)
+        if suffix == ".mp4":  # near-lossless grey levels: the very frames asked for
+            assert grey_level(seeked) == wanted
+
+
+def test_video_folders_and_frame_folder_lists(videos, tmp_path):
+    args = parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--image_size", "16",
+                       "--clip_len", "4", "--frame_interval", "2"])
+    assert args.model == "r2plus1d_18"  # the default for video data
+    train, val, names, _ = build_video_datasets(args)
+    assert names == ["left", "right"] and len(train) == 8 and len(val) == 5
+    item = val[0]
+    assert item["pixel_values"].shape == (3, 4, 16, 16) and item["valid"] and item["labels"] == 0
+    # A list whose entries are a folder of frames (mmaction2 rawframes) and a video file.
+    frames = tmp_path / "rawframes" / "v1"
+    frames.mkdir(parents=True)
+    from PIL import Image
+    for t in range(9):
+        Image.new("RGB", (32, 24), (8 * t,) * 3).save(frames / f"img_{t + 1:05d}.jpg", quality=100)
+    (tmp_path / "list.txt").write_text(f"rawframes/v1 9 1\n{videos / 'va' / 'left' / '0.mp4'} 12 0\n")
+    (tmp_path / "names.txt").write_text("left\nright\n")
+    args = parse_args(["--train_list", str(tmp_path / "list.txt"), "--val_list", str(tmp_path / "list.txt"),
+                       "--class_names", str(tmp_path / "names.txt"), "--image_size", "16", "--clip_len", "3",
+                       "--frame_interval", "2", "--model", "r3d_18", "--mean", "0", "0", "0", "--std", "1", "1", "1"])
+    train, val, names, _ = build_video_datasets(args)
+    assert names == ["left", "right"] and val.labels == [1, 0]
+    grey = val[0]["pixel_values"][0, :, 8, 8]  # the frame folder's centre clip: frames 2, 4, 6
+    assert (grey * 255 / 8).round().tolist() == [2, 4, 6]
+
+
+def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
+    args = parse_args(["--dataset", "moving_digits", "--image_size", "8", "--crop_pct", "1"])
+    # A 2-frame clip, 8 high and 16 wide, whose pixel values are their column numbers.
+    frames = tv_tensors.Video(torch.arange(16, dtype=torch.uint8).expand(2, 3, 8, 16).clone())
+    views = video_test(args, 3)(frames)  # (crops, T, C, H, W)
+    assert views.shape == (3, 2, 3, 8, 8)
+    mean, std = 0.034, 0.158
+    left_columns = [round(float(v[0, 0, 0, 0] * std + mean) * 255) for v in views]
+    assert left_columns == [0, 4, 8]
+    assert torch.equal(video_test(args, 1)(frames)[0], video_eval(args)(frames))

@@ -1,0 +1,43 @@
+"""Randomness that is a function of (seed, epoch, sample index) alone: what makes resumed runs see the same data."""
+
+import contextlib
+
+import torch
+from torch.utils.data import Dataset
+
+
+class EpochSeeded(Dataset):
+    """A dataset whose random augmentation is a function of (seed, epoch, sample index) alone.
+
+    Not of the worker that loads a sample, the number of workers or processes, or where the epoch
+    started: a run resumed mid-epoch, or on other hardware, sees exactly the same augmented images.
+    The epoch lives in shared memory, so persistent worker processes see `set_epoch` too.
+    """
+
+    def __init__(self, dataset, epoch):
+        self.dataset, self.epoch = dataset, epoch
+
+    def set_epoch(self, epoch):
+        self.epoch.fill_(epoch)
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return self.dataset[index]
+
+    def __getitems__(self, indices):  # one batched read from `datasets`, as the DataLoader would do
+        return self.dataset.__getitems__(indices) if hasattr(self.dataset, "__getitems__") \
+            else [self.dataset[i] for i in indices]
+
+
+@contextlib.contextmanager
+def sample_rng(seed, epoch, index):
+    """torch's global RNG seeded for one sample (v2 transforms draw from it), the caller's restored."""
+    # By hand rather than torch.random.fork_rng + manual_seed: ~2 us instead of ~90 us a sample.
+    saved = torch.default_generator.get_state()
+    torch.default_generator.manual_seed(((seed * 1_000_003 + epoch) * 2_147_483_647 + index) % 2**63)
+    try:
+        yield
+    finally:
+        torch.default_generator.set_state(saved)
