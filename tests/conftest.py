@@ -99,9 +99,13 @@ def make_folder(root, counts):
 @pytest.fixture
 def fresh_accelerate_state():
     """Let a test call main() in-process more than once: Accelerate keeps singletons per process."""
+    yield
+    reset_accelerate_state()
+
+
+def reset_accelerate_state():
     from accelerate.state import AcceleratorState, GradientState, PartialState
 
-    yield
     AcceleratorState._reset_state(reset_partial_state=True)
     PartialState._reset_state()
     GradientState._reset_state()

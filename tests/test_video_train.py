@@ -5,8 +5,8 @@ import subprocess
 import pytest
 import torch
 
-from conftest import (ROOT, assert_same_weights, command, environment, read_json, resumed_from,
-                      run_ok)
+from conftest import (ROOT, assert_same_weights, command, environment, read_json, reset_accelerate_state,
+                      resumed_from, run_ok)
 from utils.models import build_model
 
 pytestmark = pytest.mark.slow
@@ -98,13 +98,6 @@ def test_moving_digits_needs_time_a_frame_model_cannot_tell_the_direction(tmp_pa
         results = train_classification.main(["--dataset", "moving_digits", "--model", model, "--image_size", "16",
                                              "--num_workers", "0", "--output_dir", str(out)])
         top1[model] = results["val_top1"]
-        fresh_accelerate_state_reset()
+        reset_accelerate_state()  # main() again in this process
     assert top1["mc3_18"] >= 0.9 and top1["resnet18"] <= 0.55, top1
 
-
-def fresh_accelerate_state_reset():
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    PartialState._reset_state()
-    GradientState._reset_state()
