@@ -1,4 +1,4 @@
-"""Train an image classifier on a laptop CPU, one GPU, N GPUs or several nodes, unchanged.
+"""Train an image or video classifier on a laptop CPU, one GPU, N GPUs or several nodes, unchanged.
 
 The hardware is chosen by the launcher's config, never here. Runbook:
 
@@ -16,6 +16,12 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     # your data: image folders, a Hub dataset (cached offline: HF_HUB_OFFLINE=1), a save_to_disk folder
     accelerate launch train_classification.py --train_dir data/train --val_dir data/val
     accelerate launch train_classification.py --dataset cifar10 --image_size 32
+    # video: embedded moving digits (offline, val top-1 1.00), <class>/<video> folders, list files;
+    # multi-view test (10 clips x 3 crops per video) after training or on a checkpoint
+    accelerate launch train_classification.py --dataset moving_digits
+    accelerate launch train_classification.py --train_dir ucf/train --val_dir ucf/val --model r2plus1d_18
+    accelerate launch train_classification.py --train_list train.txt --val_list val.txt --data_root videos/ \
+        --eval_only --resume runs/r/checkpoints/epoch_29 --test_clips 10 --test_crops 3
     # checkpoint every 500 steps; after a kill or preemption, the same command with --resume latest
     accelerate launch train_classification.py --output_dir runs/r --checkpoint_every_steps 500
     accelerate launch train_classification.py --output_dir runs/r --checkpoint_every_steps 500 --resume latest
@@ -328,7 +334,8 @@ def build_job(args, accelerator, out):
     # Per-sample losses: batches may hold skipped images, which the loop masks out.
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
-    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps)
+    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
+                        unit="clip" if is_video(args) else "img")
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
               metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
               StopRequest(), [], [], data_signature(train_ds, len(class_names)))

@@ -69,3 +69,17 @@ def test_data_throughput_benchmark_runs_tiny_on_a_given_folder(tmp_path):
                                    rf"img/s \| ratio {NUMBER}$", out)
         assert base > 0 and ours > 0 and ratio > 0
         assert ratio == pytest.approx(ours / base, rel=0.02, abs=0.006)  # printed with 2 decimals
+
+
+@pytest.mark.slow
+def test_video_throughput_benchmark_runs_tiny(tmp_path):
+    # 4 one-second videos, one timed batch per pipeline, then 3 training steps of the default video model.
+    out = run_benchmark("video_throughput.py", "--videos", 4, "--seconds", 1, "--batch_size", 2, "--batches", 1,
+                        "--repeats", 1, "--workers", 1, "--train_steps", 3)
+    assert "generated 4 videos of 1 s, 320x240, 25 fps, H.264" in out
+    seek, whole, ratio = figure(rf"^input pipeline, 1 workers, batch 2, .*: seek {NUMBER} clips/s, decode-everything "
+                                rf"{NUMBER} clips/s, ratio {NUMBER}$", out)
+    assert seek > 0 and whole > 0 and ratio == pytest.approx(seek / whole, rel=0.02, abs=0.006)
+    rate, share = figure(rf"^training r2plus1d_18 \(3 steps, batch 2, default workers\): {NUMBER} clips/s, data wait "
+                         rf"{NUMBER}% of step time", out)
+    assert rate > 0 and 0 <= share <= 100

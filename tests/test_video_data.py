@@ -142,3 +142,16 @@ def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
     left_columns = [round(float(v[0, 0, 0, 0] * std + mean) * 255) for v in views]
     assert left_columns == [0, 4, 8]
     assert torch.equal(video_test(args, 1)(frames)[0], video_eval(args)(frames))
+
+
+def test_a_hub_dataset_of_videos_is_one_line_saying_what_is_missing(tmp_path):
+    import datasets
+
+    from utils.sources import load_splits
+
+    features = datasets.Features(video=datasets.Video(), label=datasets.Value("int64"))
+    datasets.Dataset.from_dict({"video": [str(tmp_path / "v.mp4")], "label": [0]}, features=features) \
+        .save_to_disk(tmp_path / "ds")
+    with pytest.raises(DataError) as e:
+        load_splits(parse_args(["--dataset", str(tmp_path / "ds")]))
+    assert "column 'video' holds videos" in str(e.value) and "torchcodec" in str(e.value) and "--train_list" in str(e.value)

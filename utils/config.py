@@ -285,7 +285,7 @@ def check_args(args):
         check_model_name(args.model)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
-    need(video or not is_video_model(args.model), "model", "is a video model: give it video data (--train_list, "
+    need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
     try:
         check_image_size(args.model, image_size(args), args.clip_len * args.num_segments if video else None)

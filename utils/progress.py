@@ -21,9 +21,10 @@ class StepLogger:
     all-reduce (and `.tolist()`) per logged line, and one per epoch.
     """
 
-    def __init__(self, accelerator, metrics_path, log_every, steps_per_epoch, total_steps):
+    def __init__(self, accelerator, metrics_path, log_every, steps_per_epoch, total_steps, unit="img"):
         self.accelerator, self.metrics_path = accelerator, metrics_path
         self.log_every, self.steps_per_epoch, self.total_steps = log_every, steps_per_epoch, total_steps
+        self.unit = unit  # the console's name of a sample (metrics.jsonl keeps img_per_s for both)
         self.bar = None
         self._reset(epoch=0, first_step=0)
 
@@ -65,13 +66,13 @@ class StepLogger:
         eta_epoch = min(self.steps_per_epoch - self.step_in_epoch, self.total_steps - global_step) / rate
         eta_run = (self.total_steps - global_step) / rate  # training steps only: validation adds to it
         if self.bar is not None:
-            self.bar.set_postfix_str(f"loss {row['train_loss']:.4f} lr {lr:.2e} {row['img_per_s']:.0f} img/s "
+            self.bar.set_postfix_str(f"loss {row['train_loss']:.4f} lr {lr:.2e} {row['img_per_s']:.0f} {self.unit}/s "
                                      f"({row['img_per_s_per_device']:.0f}/device) data "
                                      f"{100 * row['data_time_frac']:.0f}% run ETA {_eta(eta_run)}")
         self.write({key: row[key] for key in ("step", "epoch", "lr", "train_loss", "img_per_s",
                                               "img_per_s_per_device", "data_time_frac")},
                    f"epoch {row['epoch']:.2f} step {global_step} loss {row['train_loss']:.4f} lr {lr:.5f} "
-                   f"img/s {row['img_per_s']:.1f} ({row['img_per_s_per_device']:.1f}/device) "
+                   f"{self.unit}/s {row['img_per_s']:.1f} ({row['img_per_s_per_device']:.1f}/device) "
                    f"data {100 * row['data_time_frac']:.0f}% eta epoch {_eta(eta_epoch)} run {_eta(eta_run)}",
                    console=self.bar is None)  # on a terminal the bar shows it
 
@@ -90,7 +91,7 @@ class StepLogger:
                     "epoch_train_loss": row["train_loss"], "epoch_img_per_s": row["img_per_s"],
                     "epoch_img_per_s_per_device": row["img_per_s_per_device"],
                     "epoch_data_time_frac": row["data_time_frac"], "epoch_time_s": round(seconds, 3)},
-                   f"epoch {self.epoch} train: loss {row['train_loss']:.4f}, {row['img_per_s']:.1f} img/s "
+                   f"epoch {self.epoch} train: loss {row['train_loss']:.4f}, {row['img_per_s']:.1f} {self.unit}/s "
                    f"({row['img_per_s_per_device']:.1f}/device), data {100 * row['data_time_frac']:.0f}%, "
                    f"{seconds:.1f} s")
 

@@ -144,6 +144,12 @@ def _normalise(ds, args, class_names=None):
     """Rename the image and label columns to `image` and `label`, drop the others, labels as ClassLabel."""
     import datasets
 
+    videos = [name for name, feature in ds.features.items() if type(feature).__name__ == "Video"]
+    if videos and args.image_column not in ds.column_names:
+        _fail(f"dataset: column {videos[0]!r} holds videos, which datasets decodes with torchcodec, and torchcodec "
+              f"needs FFmpeg's shared libraries installed on the system: write the videos out to "
+              f"<class>/<video> folders or a list file and pass --train_dir/--val_dir or --train_list/--val_list "
+              f"(decoded here with PyAV, no system FFmpeg needed)")
     image_col = _pick_column(ds, args.image_column, IMAGE_COLUMNS, "image")
     label_col = _pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
     ds = ds.select_columns([image_col, label_col])

@@ -4,9 +4,11 @@ before training; and the datasets built over them (utils/video.py) with the pres
 import os
 from pathlib import Path
 
+import numpy as np
+
 from utils import moving_digits, presets
 from utils.seeding import EpochSeeded
-from utils.sources import DataError, folder_files
+from utils.sources import SPLIT_SEED, DataError, folder_files
 from utils.video import ArrayFrames, PathFrames, VideoClips, VIDEO_SUFFIXES
 
 
@@ -99,6 +101,14 @@ def _from_folders(args):
     return split(train), split(val), names
 
 
+def _subset(paths, labels, n):
+    """A seeded random subset of n videos, in their listed order (all of them when n is None or larger)."""
+    if n is None or n >= len(paths):
+        return paths, labels
+    rows = np.sort(np.random.default_rng(SPLIT_SEED).choice(len(paths), size=n, replace=False))
+    return [paths[i] for i in rows], [labels[i] for i in rows]
+
+
 def build_video_datasets(args):
     """(train, val, class_names, notes) for video data; the train set wrapped in EpochSeeded."""
     size, frames_per_clip = presets.image_size(args), args.clip_len * args.num_segments
@@ -114,6 +124,8 @@ def build_video_datasets(args):
     else:
         (train_names, train_labels), (val_names, val_labels), names = \
             _from_lists(args) if args.train_list else _from_folders(args)
+        train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
+        val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
         train_src, val_src = PathFrames(train_names), PathFrames(val_names)
         notes = []
     train = VideoClips(train_src, train_labels, transform=presets.video_train(args), seed=args.seed,
