@@ -36,7 +36,7 @@ def reject(argv, capsys):
     (["--clip_grad_norm", "0"], "clip_grad_norm: must be > 0"),
     (["--min_lr", "1", "--lr", "0.1"], "min_lr: must not exceed lr=0.1"),
     (["--max_train_steps", "-1"], "max_train_steps: must be >= 0"),
-    (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification model; did you mean resnet18"),
+    (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification or video model; did you mean resnet18"),
     (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
     (["--optimizer", "lamb"], "argument --optimizer: invalid choice: 'lamb'"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),

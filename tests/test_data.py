@@ -229,7 +229,7 @@ def test_corrupt_image_stops_with_the_file_named(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1
-    assert f"cannot decode image {tmp_path}/tr/dog/broken.jpg" in errors[0] and "--skip_bad_images" in errors[0]
+    assert f"cannot decode {tmp_path}/tr/dog/broken.jpg" in errors[0] and "--skip_bad_images" in errors[0]
     assert not (out / "results.json").exists()
 
 

@@ -14,7 +14,7 @@ def test_classifier_has_num_classes_outputs(name):
 
 
 def test_unknown_name_suggests_close_ones():
-    with pytest.raises(ValueError, match=r"'resnet19' is not a torchvision classification model; did you mean "
+    with pytest.raises(ValueError, match=r"'resnet19' is not a torchvision classification or video model; did you mean "
                                           r"resnet18"):
         check_model_name("resnet19")
     with pytest.raises(ValueError, match="see torchvision.models.list_models"):

@@ -150,8 +150,27 @@ def test_a_hub_dataset_of_videos_is_one_line_saying_what_is_missing(tmp_path):
     from utils.sources import load_splits
 
     features = datasets.Features(video=datasets.Video(), label=datasets.Value("int64"))
-    datasets.Dataset.from_dict({"video": [str(tmp_path / "v.mp4")], "label": [0]}, features=features) \
+    video = make_video(tmp_path / "v.mp4")  # with torchcodec installed, datasets opens it to encode the row
+    datasets.Dataset.from_dict({"video": [str(video)], "label": [0]}, features=features) \
         .save_to_disk(tmp_path / "ds")
     with pytest.raises(DataError) as e:
         load_splits(parse_args(["--dataset", str(tmp_path / "ds")]))
     assert "column 'video' holds videos" in str(e.value) and "torchcodec" in str(e.value) and "--train_list" in str(e.value)
+
+
+def test_moving_digits_brings_its_own_defaults_and_the_command_line_wins(tmp_path):
+    args = parse_args(["--dataset", "moving_digits"])
+    assert (args.model, args.epochs, args.clip_len, args.frame_interval, args.batch_size) == ("mc3_18", 2, 8, 1, 32)
+    assert parse_args(["--dataset", "moving_digits", "--epochs", "3", "--model", "resnet18"]).epochs == 3
+    (tmp_path / "r.yaml").write_text("dataset: moving_digits\nlr: 0.02\n")
+    args = parse_args(["--config", str(tmp_path / "r.yaml")])  # the dataset named by a recipe counts too
+    assert (args.model, args.lr, args.epochs) == ("mc3_18", 0.02, 2)
+    assert parse_args([]).model == "resnet18" and parse_args([]).epochs == 18  # images: untouched
+
+
+def test_a_video_model_on_images_is_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--model", "r3d_18"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("model: a video model needs video data (--train_list, a folder "
+                                                    "of videos, --dataset moving_digits), got 'r3d_18'")

@@ -1,5 +1,6 @@
 """Where images come from: Hub datasets, image folders, save_to_disk folders, checked before training."""
 
+import functools
 import os
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def _fail(message):
     raise DataError(message)
 
 
+@functools.lru_cache(maxsize=None)  # asked by every option default that depends on the modality
 def folder_holds_videos(folder):
     """Whether a <class>/<file> folder holds video files (its first media file, in walk order, says)."""
     for _, dirs, names in os.walk(folder):

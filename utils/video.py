@@ -98,6 +98,9 @@ def read_video_file(path, choose, seek=True):
 
     with av.open(path) as container:
         stream = container.streams.video[0]
+        # One decoding thread: the DataLoader's workers are the parallelism. FFmpeg's default (as many
+        # threads as cores, for every file opened) oversubscribes the cores once there are several workers.
+        stream.thread_count = 1
         rate = stream.average_rate or stream.guessed_rate
         if not rate:
             raise ValueError("the video stream has no frame rate")
