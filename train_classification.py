@@ -63,7 +63,7 @@ from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
 from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
                               output_dir_for, resume_folder)
-from utils.schedule import build_lr_scheduler, build_optimizer
+from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, warmup_epochs
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
 from utils.video_sources import test_views
@@ -322,7 +322,8 @@ def build_job(args, accelerator, out):
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = build_model(args.model, num_classes=len(class_names), video=is_video(args))
+    model = build_model(args.model, num_classes=len(class_names), video=is_video(args),
+                        zero_init_residual=args.zero_init_residual)
     initialise(model, args, accelerator.print)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
@@ -330,6 +331,9 @@ def build_job(args, accelerator, out):
     optimizer = build_optimizer(model, args)
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
+    if args.warmup_epochs is None and warmup_epochs(args) < DEFAULT_WARMUP_EPOCHS:
+        accelerator.print(f"warmup: {warmup_epochs(args):g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened "
+                          f"to a fifth of --epochs {args.epochs})")
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     # Per-sample losses: batches may hold skipped images, which the loop masks out.
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")

@@ -1,7 +1,10 @@
 """Models: any torchvision classifier by name, num_classes from the data, helpful unknown-name errors."""
 
 import pytest
+import torch
+import torchvision
 
+from utils.config import parse_args
 from utils.models import build_model, check_model_name
 
 
@@ -149,3 +152,16 @@ def test_image_sizes_the_model_can_take_pass(argv):
     from utils.config import parse_args
 
     assert parse_args(argv).model == argv[1]
+
+
+def test_image_resnets_start_with_identity_residual_blocks_unless_asked_not_to():
+    model = build_model("resnet18", num_classes=3)
+    blocks = [m for m in model.modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+    assert blocks and all(torch.count_nonzero(b.bn2.weight) == 0 for b in blocks)
+    block = blocks[0].eval()  # no downsample: the block is relu(x + 0)
+    x = torch.randn(2, 64, 8, 8)
+    assert torch.equal(block(x), torch.relu(x))
+    plain = build_model("resnet18", num_classes=3, zero_init_residual=False)
+    assert all(torch.count_nonzero(m.bn2.weight) > 0 for m in plain.modules()
+               if isinstance(m, torchvision.models.resnet.BasicBlock))
+    assert not parse_args(["--no-zero_init_residual"]).zero_init_residual and parse_args([]).zero_init_residual

@@ -72,3 +72,24 @@ def test_same_point_same_lr_across_step_counts():
     one, two, four = schedule(8), schedule(4), schedule(2)
     for s in range(len(four)):
         assert one[4 * s] == pytest.approx(two[2 * s], rel=1e-12) == pytest.approx(four[s], rel=1e-12)
+
+
+def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsys):
+    from utils.config import parse_args
+    from utils.schedule import warmup_epochs
+
+    assert warmup_epochs(parse_args([])) == 1.0  # the default job: unchanged
+    assert warmup_epochs(parse_args(["--epochs", "1"])) == pytest.approx(0.2)  # fits instead of failing
+    assert warmup_epochs(parse_args(["--epochs", "3"])) == pytest.approx(0.6)
+    assert warmup_epochs(parse_args(["--epochs", "1", "--warmup_epochs", "0.5"])) == 0.5
+    args = parse_args(["--epochs", "1"])
+    scheduler = build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr), args, 10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(scheduler.get_last_lr()[0])
+        scheduler.step()
+    assert lrs[0] == pytest.approx(0.1 * args.lr) and lrs[2] == pytest.approx(args.lr)  # 2 warmup steps of 10
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--epochs", "1", "--warmup_epochs", "1"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("warmup_epochs: must be in [0, epochs=1), got 1.0")

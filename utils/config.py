@@ -11,6 +11,7 @@ from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
 from utils.models import check_image_size, check_model_name, is_video_model
 from utils.presets import image_size, is_video
+from utils.schedule import warmup_epochs
 
 # Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
 DATA_RECIPES = {"moving_digits": Path(__file__).parent.parent / "configs" / "moving_digits_mc3_18.yaml"}
@@ -99,6 +100,8 @@ def get_args_parser(prog="train_classification.py"):
                    help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
                         "a classifier for another class count is re-initialised")
     g.add_argument("--freeze_backbone", action="store_true", help="train the classifier (last Linear) only")
+    g.add_argument("--zero_init_residual", action=argparse.BooleanOptionalAction, default=True,
+                   help="image ResNets from scratch: each residual block's last BatchNorm starts at zero")
     g.add_argument("--eval_only", action="store_true",
                    help="validate the weights of --resume / --init_from / --pretrained and write results.json")
     g.add_argument("--epochs", type=int, default=18, help="training epochs")
@@ -115,7 +118,8 @@ def get_args_parser(prog="train_classification.py"):
                    help="override the accelerate config's mixed precision")
     g = p.add_argument_group("learning-rate schedule (in epochs, so it is the same for any world size)")
     g.add_argument("--lr_schedule", type=str, default="cosine", choices=("cosine", "step"), help="decay after warmup")
-    g.add_argument("--warmup_epochs", type=float, default=1.0, help="linear warmup length in epochs (fractional ok)")
+    g.add_argument("--warmup_epochs", type=float, default=None,
+                   help="linear warmup length in epochs, fractional ok (default: 1, or a fifth of --epochs if shorter)")
     g.add_argument("--warmup_start_factor", type=float, default=0.1, help="warmup starts at this x lr (never 0)")
     g.add_argument("--min_lr", type=float, default=0.0, help="cosine: final learning rate")
     g.add_argument("--lr_milestones", type=float, nargs="+", default=None, help="step: epochs at which lr *= lr_gamma")
@@ -267,14 +271,16 @@ def check_args(args):
     need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
     need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
     need(0 < args.warmup_start_factor <= 1, "warmup_start_factor", "must be in (0, 1] (0 would waste the first step)")
-    need(0 <= args.warmup_epochs < args.epochs, "warmup_epochs", f"must be in [0, epochs={args.epochs})")
+    need(args.warmup_epochs is None or 0 <= args.warmup_epochs < args.epochs, "warmup_epochs",
+         f"must be in [0, epochs={args.epochs})")
+    warmup = warmup_epochs(args)
     need(args.min_lr <= args.lr, "min_lr", f"must not exceed lr={args.lr}")
     need(args.lr_gamma > 0, "lr_gamma", "must be > 0")
     if args.lr_schedule == "step":
         need(args.lr_milestones is not None, "lr_milestones", "required with lr_schedule step")
         ms = args.lr_milestones
-        need(all(args.warmup_epochs < m < args.epochs for m in ms), "lr_milestones",
-             f"each must lie after warmup ({args.warmup_epochs}) and before the end of training ({args.epochs})")
+        need(all(warmup < m < args.epochs for m in ms), "lr_milestones",
+             f"each must lie after warmup ({warmup}) and before the end of training ({args.epochs})")
         need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
     for spec in args.metrics or ():
         try:

@@ -16,6 +16,17 @@ def build_optimizer(model, args):
     return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
 
 
+DEFAULT_WARMUP_EPOCHS = 1.0
+
+
+def warmup_epochs(args):
+    """--warmup_epochs, or by default 1 epoch, shortened to a fifth of training when that is less
+    (a 1-epoch run warms up for 0.2 epochs instead of failing)."""
+    if args.warmup_epochs is not None:
+        return args.warmup_epochs
+    return min(DEFAULT_WARMUP_EPOCHS, args.epochs / 5)
+
+
 def build_lr_scheduler(optimizer, args, steps_per_epoch):
     """A scheduler to step once per optimizer step.
 
@@ -25,7 +36,7 @@ def build_lr_scheduler(optimizer, args, steps_per_epoch):
     """
     total_steps = args.epochs * steps_per_epoch
     # Rounded to whole steps; at least one step is left for the decay, even for a tiny run.
-    warmup_steps = min(round(args.warmup_epochs * steps_per_epoch), total_steps - 1)
+    warmup_steps = min(round(warmup_epochs(args) * steps_per_epoch), total_steps - 1)
     if args.lr_schedule == "cosine":
         decay = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=args.min_lr)
     else:
