@@ -63,7 +63,7 @@ from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
 from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
                               output_dir_for, resume_folder)
-from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, warmup_epochs
+from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
 from utils.sources import DataError
 from utils.threads import cores_per_process, use_all_cores
 from utils.video_sources import test_views
@@ -328,7 +328,9 @@ def build_job(args, accelerator, out):
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)
-    optimizer = build_optimizer(model, args)
+    optimizer = build_optimizer(model, args, accelerator.num_processes)
+    for note in lr_notes(args, accelerator.num_processes):
+        accelerator.print(note)
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
     if args.warmup_epochs is None and warmup_epochs(args) < DEFAULT_WARMUP_EPOCHS:
@@ -381,7 +383,7 @@ def main(argv=None):
         if accelerator.is_main_process:
             if not (out / "config.yaml").exists():  # a resumed run keeps the config it started with
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
-                            mixed_precision=accelerator.mixed_precision)
+                            mixed_precision=accelerator.mixed_precision, notes=lr_notes(args, accelerator.num_processes))
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
         previous_run = state.get("tracker_run_id") if resume_from else None
         config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":

@@ -163,3 +163,25 @@ def test_eval_pixels_are_value_over_255_normalised(extra, mean, std):
     assert torch.allclose(out.double(), expected, atol=1e-5)
     assert out[:, 3, 5].tolist() == pytest.approx([(200 / 255 - mean[0]) / std[0], (0 - mean[1]) / std[1],
                                                    (1 - mean[2]) / std[2]], abs=1e-5)
+
+
+def test_random_erase_ta_wide_and_interpolation_change_the_pixels_as_they_claim():
+    image = torch.randint(0, 256, (3, 60, 80), dtype=torch.uint8)
+    base = ["--train_dir", "x", "--image_size", "32", "--no_hflip"]
+
+    def train(*extra, seed=0):
+        torch.manual_seed(seed)
+        return train_preset(parse_args([*base, *extra]))(image)
+
+    plain = train()
+    erased = train("--random_erase", "1")  # the same crop (same seed), then a patch set to 0 (the mean)
+    changed = (erased != plain).any(dim=0)
+    assert changed.any() and not changed.all() and (erased[:, changed] == 0).all()
+    assert torch.equal(train("--random_erase", "0"), plain)
+    ta = [train("--auto_augment", "ta_wide", seed=s) for s in range(4)]
+    assert any(not torch.equal(t, train(seed=s)) for s, t in enumerate(ta))  # some draws change the image
+    args = ["--train_dir", "x", "--image_size", "24"]
+    bilinear = eval_preset(parse_args(args))(image)
+    bicubic = eval_preset(parse_args([*args, "--interpolation", "bicubic"]))(image)
+    assert bilinear.shape == bicubic.shape and not torch.equal(bilinear, bicubic)
+    assert torch.equal(bilinear, eval_preset(parse_args([*args, "--interpolation", "bilinear"]))(image))

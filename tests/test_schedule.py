@@ -93,3 +93,44 @@ def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsy
         parse_args(["--epochs", "1", "--warmup_epochs", "1"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().endswith("warmup_epochs: must be in [0, epochs=1), got 1.0")
+
+
+def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
+    import torchvision
+
+    from utils.config import parse_args, save_config
+    from utils.schedule import build_optimizer, lr_notes, parameter_groups
+
+    model = torchvision.models.resnet18(num_classes=3)
+    weights, norms, biases = (g["params"] for g in parameter_groups(model, parse_args([])))
+    bn = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert {id(p) for p in norms} == {id(p) for m in bn for p in m.parameters()}
+    assert [id(p) for p in biases] == [id(model.fc.bias)]
+    # with the defaults, the same split as before (no decay on anything 1-d), so the default job is unchanged
+    assert {id(p) for p in weights} == {id(p) for p in model.parameters() if p.ndim > 1}
+
+    def one_step(*extra):  # zero gradients: only weight decay moves a parameter
+        net = torchvision.models.resnet18(num_classes=3)
+        with torch.no_grad():
+            for m in net.modules():
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.weight.fill_(2.0)
+        opt = build_optimizer(net, parse_args(["--momentum", "0", *extra]))
+        for p in net.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        return net.bn1.weight[0].item(), net.fc.bias.detach().clone(), net.conv1.weight.detach().clone()
+
+    bn_weight, _, _ = one_step()
+    assert bn_weight == 2.0  # no decay on norms by default
+    bn_weight, _, _ = one_step("--norm_weight_decay", "0.01")
+    assert bn_weight == pytest.approx(2.0 * (1 - 0.1 * 0.01))
+    args = parse_args(["--lr", "0.1", "--batch_size", "64", "--grad_accum_steps", "2", "--lr_scale_batch", "128"])
+    opt = build_optimizer(model, args, num_processes=2)  # global batch 256 = 2 x 128
+    assert all(g["lr"] == pytest.approx(0.2) for g in opt.param_groups)
+    assert build_optimizer(model, parse_args(["--lr", "0.1"]), num_processes=2).param_groups[0]["lr"] == 0.1
+    notes = lr_notes(args, 2)
+    assert notes == ["lr: 0.2 in force (--lr 0.1 is for a global batch of 128; this run's is 256)"]
+    save_config(args, tmp_path / "config.yaml", notes=notes)  # a comment: config.yaml stays a recipe
+    assert (tmp_path / "config.yaml").read_text().startswith("# lr: 0.2 in force")
+    assert parse_args(["--config", str(tmp_path / "config.yaml")]).lr_scale_batch == 128

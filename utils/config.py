@@ -83,9 +83,13 @@ def get_args_parser(prog="train_classification.py"):
                    help="... and M crops per clip (3: left, centre, right); softmax averaged over a video's views")
     g = p.add_argument_group("augmentation (images and videos from files; digits keep their own recipes)")
     g.add_argument("--no_hflip", action="store_true", help="no random horizontal flip")
-    g.add_argument("--auto_augment", type=str, default=None, choices=("imagenet", "cifar10", "svhn"),
+    g.add_argument("--auto_augment", type=str, default=None, choices=("imagenet", "cifar10", "svhn", "ta_wide"),
                    help="AutoAugment policy")
     g.add_argument("--rand_augment", type=int, default=None, help="RandAugment with this magnitude (0-30)")
+    g.add_argument("--random_erase", type=float, default=0.0,
+                   help="random erasing probability, after normalisation (torchvision's recipe: 0.1)")
+    g.add_argument("--interpolation", type=str, default="bilinear", choices=("bilinear", "bicubic"),
+                   help="resampling of the train crop and the eval resize")
     g.add_argument("--crop_pct", type=float, default=0.875, help="eval: resize to image_size / crop_pct, crop")
     g.add_argument("--mean", type=float, nargs=3, default=None, help="normalisation mean (default: ImageNet's)")
     g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
@@ -111,7 +115,12 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
     g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=True, help="SGD Nesterov momentum")
-    g.add_argument("--weight_decay", type=float, default=5e-4, help="weight decay")
+    g.add_argument("--weight_decay", type=float, default=5e-4, help="weight decay (of weights: see the next two)")
+    g.add_argument("--norm_weight_decay", type=float, default=0.0, help="weight decay of normalisation layers")
+    g.add_argument("--bias_weight_decay", type=float, default=0.0, help="weight decay of the other biases")
+    g.add_argument("--lr_scale_batch", type=int, default=None,
+                   help="--lr is for a global batch of N: scale it linearly with the real global batch "
+                        "(batch_size x processes x grad_accum_steps)")
     g.add_argument("--label_smoothing", type=float, default=0.1, help="cross-entropy label smoothing")
     g.add_argument("--clip_grad_norm", type=float, default=None, help="clip the global gradient norm to this value")
     g.add_argument("--mixed_precision", type=str, default=None, choices=("no", "fp16", "bf16"),
@@ -237,6 +246,7 @@ def check_args(args):
     need(0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
     need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
+    need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
     need(args.keep_last >= 0, "keep_last", "must be >= 0")
@@ -261,7 +271,8 @@ def check_args(args):
     need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
          "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
     need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")
-    for key in ("save_every", "weight_decay", "min_lr"):
+    need(args.lr_scale_batch is None or args.lr_scale_batch >= 1, "lr_scale_batch", "must be >= 1")
+    for key in ("save_every", "weight_decay", "norm_weight_decay", "bias_weight_decay", "min_lr"):
         need(getattr(args, key) >= 0, key, "must be >= 0")
     need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")
     need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
@@ -328,10 +339,12 @@ def _find_config_arg(argv, parser):
     return known.config, known.dataset
 
 
-def save_config(args, path, **resolved):
-    """Write the options in force (with `resolved` values, e.g. the real output_dir) as a recipe.
+def save_config(args, path, notes=(), **resolved):
+    """Write the options in force (with `resolved` values, e.g. the real output_dir) as a recipe;
+    `notes` become comment lines at its top (values derived from options, not options themselves).
 
     `--config <that file>` reproduces the run; the recipe it came from is not a key of its own.
     """
     options = {key: value for key, value in vars(args).items() if key not in ("config", "resume")}
-    write_text_atomic(path, yaml.safe_dump({**options, **resolved}, sort_keys=False))
+    comments = "".join(f"# {note}\n" for note in notes)
+    write_text_atomic(path, comments + yaml.safe_dump({**options, **resolved}, sort_keys=False))

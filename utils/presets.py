@@ -85,24 +85,32 @@ def _normalize(args):
             v2.Normalize(args.mean or IMAGENET_MEAN, args.std or IMAGENET_STD)]
 
 
+def _interpolation(args):
+    return v2.InterpolationMode(args.interpolation)
+
+
 def train_preset(args):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here."""
     size = image_size(args)
-    steps = [v2.RandomResizedCrop(size, antialias=True)]
+    steps = [v2.RandomResizedCrop(size, interpolation=_interpolation(args), antialias=True)]
     if not args.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
-    if args.auto_augment:
+    if args.auto_augment == "ta_wide":
+        steps.append(v2.TrivialAugmentWide(interpolation=_interpolation(args)))
+    elif args.auto_augment:
         steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(args.auto_augment)))
     if args.rand_augment is not None:
         steps.append(v2.RandAugment(magnitude=args.rand_augment))
-    return v2.Compose(steps + _normalize(args))
+    # Erasing works on the normalised image (its erased patch is 0: the mean), as torchvision's references do.
+    erase = [v2.RandomErasing(p=args.random_erase)] if args.random_erase else []
+    return v2.Compose(steps + _normalize(args) + erase)
 
 
 def eval_preset(args):
     """Resize to image_size / crop_pct, then center-crop image_size (224 / 0.875 = 256, the usual)."""
     size = image_size(args)
-    return v2.Compose([v2.Resize(int(size / args.crop_pct), antialias=True), v2.CenterCrop(size)]
-                      + _normalize(args))
+    return v2.Compose([v2.Resize(int(size / args.crop_pct), interpolation=_interpolation(args), antialias=True),
+                       v2.CenterCrop(size)] + _normalize(args))
 
 
 # Video presets: for (T, C, H, W) uint8 tv_tensors.Video frames; one random draw for all frames of a clip.

@@ -28,7 +28,8 @@ class FolderError(Exception):
 # and the optimizer state only fits the optimizer (and the model) it was made with.
 RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
                "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma", "seed", "optimizer", "momentum",
-               "nesterov", "weight_decay", "model", "clip_len", "frame_interval", "num_segments")
+               "nesterov", "weight_decay", "norm_weight_decay", "bias_weight_decay", "lr_scale_batch", "model",
+               "clip_len", "frame_interval", "num_segments")
 
 
 def _decided(accelerator, decide):

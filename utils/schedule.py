@@ -4,16 +4,44 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, MultiStepLR, SequentialLR
 
 
-def build_optimizer(model, args):
-    """SGD (Nesterov) or AdamW."""
-    # No weight decay on norms and biases, as in timm and the torchvision references.
-    params = [p for p in model.parameters() if p.requires_grad]  # --freeze_backbone leaves the head only
-    decay = [p for p in params if p.ndim > 1]
-    no_decay = [p for p in params if p.ndim <= 1]
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+NORMS = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm)
+
+
+def effective_lr(args, num_processes):
+    """--lr, or with --lr_scale_batch N, --lr x global batch / N (the linear scaling rule)."""
+    if args.lr_scale_batch is None:
+        return args.lr
+    return args.lr * args.batch_size * num_processes * args.grad_accum_steps / args.lr_scale_batch
+
+
+def lr_notes(args, num_processes):
+    """With --lr_scale_batch: the LR in force, for the start-up line and config.yaml."""
+    if args.lr_scale_batch is None:
+        return []
+    batch = args.batch_size * num_processes * args.grad_accum_steps
+    return [f"lr: {effective_lr(args, num_processes):g} in force (--lr {args.lr:g} is for a global batch of "
+            f"{args.lr_scale_batch}; this run's is {batch})"]
+
+
+def parameter_groups(model, args):
+    """Weight decay per kind of parameter: --weight_decay on weights, --norm_weight_decay on the
+    normalisation layers' parameters, --bias_weight_decay on the other biases (both 0 by default, as
+    in timm and the torchvision references). Frozen parameters (--freeze_backbone) are left out."""
+    kinds = {"weights": [], "norms": [], "biases": []}
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if p.requires_grad:
+                kinds["norms" if isinstance(module, NORMS) else "biases" if name == "bias" else "weights"].append(p)
+    decay = {"weights": args.weight_decay, "norms": args.norm_weight_decay, "biases": args.bias_weight_decay}
+    return [{"params": ps, "weight_decay": decay[kind]} for kind, ps in kinds.items()]
+
+
+def build_optimizer(model, args, num_processes=1):
+    """SGD (Nesterov) or AdamW over parameter_groups, at effective_lr."""
+    groups, lr = parameter_groups(model, args), effective_lr(args, num_processes)
     if args.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=args.lr)
-    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
+        return torch.optim.AdamW(groups, lr=lr)
+    return torch.optim.SGD(groups, lr=lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
 
 
 DEFAULT_WARMUP_EPOCHS = 1.0
