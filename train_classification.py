@@ -323,7 +323,7 @@ def build_job(args, accelerator, out):
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     model = build_model(args.model, num_classes=len(class_names), video=is_video(args),
-                        zero_init_residual=args.zero_init_residual)
+                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout)
     initialise(model, args, accelerator.print)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.

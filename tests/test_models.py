@@ -165,3 +165,20 @@ def test_image_resnets_start_with_identity_residual_blocks_unless_asked_not_to()
     assert all(torch.count_nonzero(m.bn2.weight) > 0 for m in plain.modules()
                if isinstance(m, torchvision.models.resnet.BasicBlock))
     assert not parse_args(["--no-zero_init_residual"]).zero_init_residual and parse_args([]).zero_init_residual
+
+
+def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsys, fresh_accelerate_state):
+    import train_classification
+
+    model = build_model("efficientnet_b0", num_classes=3, drop_path=0.3, dropout=0.4)
+    depths = [m.p for m in model.modules() if type(m).__name__ == "StochasticDepth"]
+    assert depths[-1] == pytest.approx(0.3 * (len(depths) - 1) / len(depths))  # torchvision ramps it per block
+    assert [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)] == [0.4]
+    default = build_model("efficientnet_b0", num_classes=3)
+    assert [m.p for m in default.modules() if isinstance(m, torch.nn.Dropout)] == [0.2]  # the builder's own
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train_classification.main(["--dataset", "synthetic", "--dropout", "0.2", "--output_dir", str(out)])
+    assert e.value.code == 2 and not out.exists()  # the folder this refused run made is gone
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "train_classification.py: error: --dropout: resnet18 has no dropout to set")

@@ -104,6 +104,9 @@ def get_args_parser(prog="train_classification.py"):
                    help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
                         "a classifier for another class count is re-initialised")
     g.add_argument("--freeze_backbone", action="store_true", help="train the classifier (last Linear) only")
+    g.add_argument("--drop_path", type=float, default=None,
+                   help="stochastic depth probability (stochastic_depth_prob of efficientnet, convnext, swin, ...)")
+    g.add_argument("--dropout", type=float, default=None, help="the classifier's dropout (models whose builder takes it)")
     g.add_argument("--zero_init_residual", action=argparse.BooleanOptionalAction, default=True,
                    help="image ResNets from scratch: each residual block's last BatchNorm starts at zero")
     g.add_argument("--eval_only", action="store_true",
@@ -247,6 +250,8 @@ def check_args(args):
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
     need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
     need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
+    for key in ("drop_path", "dropout"):
+        need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
     need(args.keep_last >= 0, "keep_last", "must be >= 0")

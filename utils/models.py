@@ -47,17 +47,34 @@ def zero_init_residual_applies(name):
     return name.startswith(("resnet", "resnext", "wide_resnet"))
 
 
-def build_model(name, num_classes, video=False, zero_init_residual=True):
+def build_model(name, num_classes, video=False, zero_init_residual=True, drop_path=None, dropout=None):
     """A randomly initialised model whose classifier has `num_classes` outputs. An image model asked
     to take video (`video`) scores every frame and averages the logits (TSN, see frame_averaged).
 
     An image ResNet starts with the last BatchNorm of each residual block at zero (`zero_init_residual`,
     timm's default too): every block starts as the identity, and the first steps at a high LR no longer
-    blow up BatchNorm's running statistics (on the digits: epoch-0 val loss 3.0 instead of ~9,600)."""
+    blow up BatchNorm's running statistics (on the digits: epoch-0 val loss 3.0 instead of ~9,600).
+
+    `drop_path` and `dropout` go to the builder's `stochastic_depth_prob` and `dropout` arguments; a
+    model whose builder has no such argument is a ModelError."""
     options = dict(_BUILD_OPTIONS.get(name, {}))
     if zero_init_residual and zero_init_residual_applies(name):
         options["zero_init_residual"] = True
-    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **options)
+    asked = {key: value for key, value in (("stochastic_depth_prob", drop_path), ("dropout", dropout))
+             if value is not None}
+    try:
+        model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **options, **asked)
+    except TypeError as e:
+        flag = next((f"--{flag}" for key, flag in (("stochastic_depth_prob", "drop_path"), ("dropout", "dropout"))
+                     if key in asked and key in str(e)), None)
+        if flag is None:
+            raise
+        drop_path_flag = flag == "--drop_path"
+        raise ModelError(f"{flag}: {name} has no {flag[2:].replace('_', ' ')} to set (torchvision's builder takes no "
+                         f"{'stochastic_depth_prob' if drop_path_flag else 'dropout'} argument); drop the option or "
+                         f"pick a model that has it (e.g. "
+                         f"{'efficientnet, convnext, swin, maxvit' if drop_path_flag else 'efficientnet, mobilenet, vgg, vit, swin'})"
+                         ) from None
     return frame_averaged(model) if video and not is_video_model(name) else model
 
 
