@@ -53,6 +53,7 @@ from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature
+from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
@@ -104,6 +105,7 @@ class Job:
     data: dict = None  # the training data's signature (utils/data.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
+    ema: object = None  # --model_ema: the averaged copy (utils/ema.py)
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -159,6 +161,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             # follows epoch progress whatever the world size or accumulation.
             job.scheduler.step()
             global_step += 1
+            update_ema(job.ema, accelerator.unwrap_model(model), global_step, args.model_ema_steps)
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
             mid_epoch = index + 1 < batches
             if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
@@ -219,20 +222,21 @@ def agree_on_step(job, nonfinite, images, step):
 
 
 @torch.no_grad()
-def evaluate(job):
-    """Exact figures over the whole validation set, this rank's own sums, and its first images with
-    their predictions (for the wandb table; None without a wandb run on this process).
+def evaluate(job, model=None):
+    """Exact figures over the whole validation set for `model` (default: the trained one), this
+    rank's own sums, and its first images with their predictions (for the wandb table; None without
+    a wandb run on this process).
 
     Accelerate pads the last batches so that every rank gets the same number; gather_for_metrics
     drops those repeats, so each sample is counted exactly once whatever the world size.
     """
-    accelerator = job.accelerator
-    job.model.eval()
+    accelerator, model = job.accelerator, model or job.model
+    model.eval()
     ranked, labels, losses, owners, valid = [], [], [], [], []
     examples = None
     for batch in job.val_loader:
         job.bad_images.check(batch)
-        logits = job.model(batch["pixel_values"]).float()
+        logits = model(batch["pixel_values"]).float()
         per_sample_loss = F.cross_entropy(logits, batch["labels"], reduction="none")
         # Which rank scored each sample: after the gather this tells every rank which of the kept
         # samples are its own, with no shard arithmetic.
@@ -258,16 +262,30 @@ def evaluate(job):
 def validate(job, epoch, global_step):
     """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked."""
     figures, own, examples = evaluate(job)
+    if job.ema is not None:  # the averaged weights, scored the same exact way
+        ema_figures, _, _ = evaluate(job, job.ema.module)
+        figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in ("val_top1", "val_topk", "val_loss")})
     row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
            **validation_row(figures, job.class_names)}
     job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
                           f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
-                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {sample_unit(job.args)})")
+                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {sample_unit(job.args)})"
+                          f"{ema_line(figures)}")
     trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
     if job.args.dump_rank_metrics:  # init: scored before any epoch
         dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), figures, own,
                        job.accelerator)
     return figures
+
+
+def ema_line(figures):
+    return f"; EMA top-1 {figures['val_ema_top1']:.4f} loss {figures['val_ema_loss']:.4f}" \
+        if "val_ema_top1" in figures else ""
+
+
+def tracked_top1(figures):
+    """The figure --keep_best follows: the EMA's with --model_ema."""
+    return figures.get("val_ema_top1", figures["val_top1"])
 
 
 def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validation_pending=False):
@@ -336,7 +354,10 @@ def build_job(args, accelerator, out):
     if args.warmup_epochs is None and warmup_epochs(args) < DEFAULT_WARMUP_EPOCHS:
         accelerator.print(f"warmup: {warmup_epochs(args):g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened "
                           f"to a fifth of --epochs {args.epochs})")
+    ema = build_ema(model, args, accelerator.device)  # from the initial weights, on every rank alike
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if ema is not None:
+        accelerator.register_for_checkpointing(ema)  # saved and restored by save_state / load_state
     # Per-sample losses: batches may hold skipped images, which the loop masks out.
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
@@ -345,6 +366,7 @@ def build_job(args, accelerator, out):
     job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
               metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
               StopRequest(), [], [], data_signature(train_ds, len(class_names)))
+    job.ema = ema
     if args.test_clips or args.test_crops:
         job.test_loader = build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val "
@@ -496,8 +518,10 @@ def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
         figures = validate(job, epochs_completed - 1, global_step)
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
-                        val_top1=figures["val_top1"])
+                        val_top1=tracked_top1(figures))
     accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
+    if job.ema is not None and accelerator.is_main_process:
+        save_ema(job.ema, job.out / "model_ema.safetensors")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": source_name(args)}, figures
@@ -517,12 +541,13 @@ def after_epoch(job, epoch, global_step, finished):
     args = job.args
     figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
     if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
-        checkpoints.keep_if_best(job.accelerator, job.model, job.out, job.best_top1, {
-            "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)})
+        checkpoints.keep_if_best(job.accelerator, job.ema.module if job.ema else job.model, job.out, job.best_top1, {
+            "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)},
+            key="val_ema_top1" if job.ema else "val_top1")
     every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
     after_val = args.keep_best and figures is not None
     if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps or after_val) and not finished:
-        save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and figures["val_top1"])
+        save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and tracked_top1(figures))
     return figures
 
 

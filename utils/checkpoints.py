@@ -123,17 +123,18 @@ def prune(out, keep_last, keep_best=0):
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def keep_if_best(accelerator, model, out, record, summary):
-    """--keep_best: weights that beat the best val top-1 so far (record[-1]) go to <out>/best/.
+def keep_if_best(accelerator, model, out, record, summary, key="val_top1"):
+    """--keep_best: weights that beat the best `key` figure so far (record[-1]) go to <out>/best/
+    (the EMA's weights and val_ema_top1 with --model_ema).
 
     Call it on every rank (save_model may be collective) with the same gathered figures.
     """
     best = out / "best" / "metrics.json"
     if not record:  # first call: a resumed run continues its record
-        record.append(json.loads(best.read_text())["val_top1"] if best.exists() else -1.0)
-    if summary["val_top1"] <= record[-1]:
+        record.append(json.loads(best.read_text())[key] if best.exists() else -1.0)
+    if summary[key] <= record[-1]:
         return
-    record.append(summary["val_top1"])
+    record.append(summary[key])
     accelerator.save_model(model, str(out / "best"))
     if accelerator.is_main_process:
         write_json_atomic(best, summary)

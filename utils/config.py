@@ -104,6 +104,12 @@ def get_args_parser(prog="train_classification.py"):
                    help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
                         "a classifier for another class count is re-initialised")
     g.add_argument("--freeze_backbone", action="store_true", help="train the classifier (last Linear) only")
+    g.add_argument("--model_ema", action="store_true",
+                   help="keep an exponential moving average of the weights; validation scores it too (val_ema_*)")
+    g.add_argument("--model_ema_decay", type=float, default=0.9998, help="EMA decay per update")
+    g.add_argument("--model_ema_steps", type=int, default=1, help="update the EMA every N optimizer steps")
+    g.add_argument("--model_ema_warmup", action=argparse.BooleanOptionalAction, default=True,
+                   help="EMA decay min(decay, (1 + n) / (10 + n)) after n updates (timm's warmup)")
     g.add_argument("--drop_path", type=float, default=None,
                    help="stochastic depth probability (stochastic_depth_prob of efficientnet, convnext, swin, ...)")
     g.add_argument("--dropout", type=float, default=None, help="the classifier's dropout (models whose builder takes it)")
@@ -250,6 +256,8 @@ def check_args(args):
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
     need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
     need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
+    need(0 < args.model_ema_decay < 1, "model_ema_decay", "must be in (0, 1)")
+    need(args.model_ema_steps >= 1, "model_ema_steps", "must be >= 1")
     for key in ("drop_path", "dropout"):
         need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",

@@ -1,0 +1,46 @@
+"""An exponential moving average of the weights (--model_ema), built on torch's AveragedModel.
+
+Every --model_ema_steps optimizer steps: ema = decay * ema + (1 - decay) * weights, for the
+parameters and the buffers (BatchNorm's running statistics too, as torchvision's references do).
+With --model_ema_warmup the decay starts low and grows as timm's does, min(decay, (1 + n) / (10 + n))
+after n updates, so that early EMA weights are not dominated by the random initialisation. Each rank
+keeps its own copy; they stay equal because the weights they follow are (DDP). The copy is registered
+with Accelerate, so every checkpoint holds it and a resumed run continues it exactly.
+"""
+
+import torch
+from torch.optim.swa_utils import AveragedModel
+
+
+def _ema_update(decay, warmup):
+    """AveragedModel's multi_avg_fn: called per (device, dtype) group of tensors after the first update."""
+    @torch.no_grad()
+    def update(averaged, current, num_averaged):
+        if not torch.is_floating_point(averaged[0]):  # counters (BatchNorm's num_batches_tracked): the current one
+            torch._foreach_copy_(averaged, current)
+            return
+        n = float(num_averaged)
+        d = min(decay, (1 + n) / (10 + n)) if warmup else decay
+        torch._foreach_lerp_(averaged, current, 1 - d)  # averaged += (1 - d) * (current - averaged)
+    return update
+
+
+def build_ema(model, args, device):
+    """The averaged copy of `model` (its unwrapped module), or None without --model_ema."""
+    if not args.model_ema:
+        return None
+    return AveragedModel(model, device=device, multi_avg_fn=_ema_update(args.model_ema_decay, args.model_ema_warmup),
+                         use_buffers=True)
+
+
+def update_ema(ema, model, global_step, every):
+    """Fold the current weights into the average when `global_step` is a multiple of `every`."""
+    if ema is not None and global_step % every == 0:
+        ema.update_parameters(model)
+
+
+def save_ema(ema, path):
+    """The averaged weights as a plain state dict, loadable like model.safetensors."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()}, str(path))
