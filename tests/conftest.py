@@ -74,6 +74,16 @@ def run_ok(args, nproc=1, **kw):
     return proc
 
 
+def killed(argv, when, nproc=1, target="group"):
+    """Run the job under accelerate launch and SIGKILL it from `target` at `when` (tests/helpers/signal_at.py);
+    returns the launcher's exit, which must be a failure."""
+    proc = subprocess.run(command([when, "KILL", target, "0", *argv], nproc, script="tests/helpers/signal_at.py"),
+                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
+                          start_new_session=True)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    return proc
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 

@@ -1,13 +1,12 @@
 """--model_ema: the averaged weights' arithmetic, their validation figures, files and exact resume."""
 
 import argparse
-import subprocess
 
 import pytest
 import torch
 import torchvision
 
-from conftest import ROOT, command, environment, read_json, resume_job, resumed_from, run_ok
+from conftest import killed, read_json, resume_job, resumed_from, run_ok
 from utils.ema import build_ema, update_ema
 
 
@@ -39,10 +38,8 @@ def test_sigkill_mid_epoch_then_resume_continues_the_ema_bitwise(images, tmp_pat
     whole, out = tmp_path / "whole", tmp_path / "run"
     run_ok(resume_job(images, whole, 2, *extra))
     argv = resume_job(images, out, 2, *extra, "--checkpoint_every_steps", "1")
-    proc = subprocess.run(command(["step:14", "KILL", "group", "0", *argv], script="tests/helpers/signal_at.py"),
-                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
-    assert proc.returncode != 0 and not (out / "results.json").exists()
+    killed(argv, "step:14")
+    assert not (out / "results.json").exists()
     proc = run_ok([*argv, "--resume", "latest"])
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_13"
     for name in ("model.safetensors", "model_ema.safetensors", "best/model.safetensors"):

@@ -4,23 +4,11 @@ The kill comes from inside the run (tests/helpers/signal_at.py) at an exact step
 each case is deterministic; the resumed run must say which checkpoint it continued from.
 """
 
-import subprocess
-
 import pytest
 
-from conftest import (ROOT, assert_same_weights, command, environment, read_json, read_jsonl, resume_job,
-                      resumed_from, run_ok)
+from conftest import assert_same_weights, killed, read_json, read_jsonl, resume_job, resumed_from, run_ok
 
 pytestmark = pytest.mark.slow
-
-
-def killed(argv, when, nproc, target):
-    """Run the job under accelerate launch and SIGKILL it from `target` at `when`; returns the launcher's exit."""
-    proc = subprocess.run(command([when, "KILL", target, "0", *argv], nproc, script="tests/helpers/signal_at.py"),
-                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
-    assert proc.returncode != 0, proc.stdout[-2000:]
-    return proc
 
 
 def train_rows(out):

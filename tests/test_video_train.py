@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import (ROOT, assert_same_weights, command, environment, read_json, reset_accelerate_state,
+from conftest import (ROOT, assert_same_weights, command, environment, killed, read_json, reset_accelerate_state,
                       resumed_from, run_ok)
 from utils.models import build_model
 
@@ -77,10 +77,8 @@ def test_sigkill_mid_epoch_with_workers_then_resume_is_bitwise_equal(videos, tmp
     whole, out = tmp_path / "whole", tmp_path / "run"
     run_ok(video_job(videos, whole, "--num_workers", "2"))
     argv = video_job(videos, out, "--num_workers", "2", "--checkpoint_every_steps", "1", "--keep_last", "2")
-    proc = subprocess.run(command(["step:6", "KILL", "group", "0", *argv], script="tests/helpers/signal_at.py"),
-                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
-    assert proc.returncode != 0 and not (out / "results.json").exists()
+    killed(argv, "step:6")
+    assert not (out / "results.json").exists()
     proc = run_ok([*argv, "--resume", "latest"])
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_5"
     assert_same_weights(out, whole)

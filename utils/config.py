@@ -30,7 +30,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def get_args_parser(prog="train_classification.py"):
     """Every option, with its default and help. YAML keys are these dest names (snake_case)."""
-    p = _OneLineParser(prog=prog, description="Train an image classifier with HuggingFace Accelerate.",
+    p = _OneLineParser(prog=prog, description="Train an image or video classifier with HuggingFace Accelerate.",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", type=str, default=None,
                    help="YAML recipe whose keys (option names) set defaults; the command line wins")
