@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
+from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin, gather_object, set_seed
 
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
@@ -57,9 +57,10 @@ from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
-from utils.models import ModelError, build_model, initialise
+from utils.models import ModelError, build_model, for_device, initialise
 from utils.multiview import test_row, test_videos
-from utils.presets import is_video, mean_std, sample_unit, source_name
+from utils.on_device import BatchInput
+from utils.presets import is_video, sample_unit, source_name
 from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
 from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
@@ -106,6 +107,7 @@ class Job:
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
     ema: object = None  # --model_ema: the averaged copy (utils/ema.py)
+    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/on_device.py)
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -138,7 +140,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
         data_time = time.perf_counter() - fetch_start
         valid_images = job.bad_images.check(batch)
         with accelerator.accumulate(model):
-            loss, used_images = training_loss(job, batch, valid_images)
+            loss, used_images = training_loss(job, batch, valid_images, epoch, index)
             in_short_group = short_group and index >= batches - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             nonfinite += ~torch.isfinite(loss.detach())
@@ -176,15 +178,16 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     return global_step, True, stop
 
 
-def training_loss(job, batch, valid_images):
-    """(mean loss over the batch's valid images, how many it used). Images that could not be decoded
-    never reach the model, so they shift neither the loss nor BatchNorm's batch and running statistics."""
-    pixels, labels = batch["pixel_values"], batch["labels"]
-    if valid_images == len(labels):
-        return job.criterion(job.model(pixels), labels).mean(), valid_images
+def training_loss(job, batch, valid_images, epoch, index):
+    """(mean loss over the batch's valid images, how many it used), for micro-batch `index` of `epoch`.
+    Images that could not be decoded never reach the model, so they shift neither the loss nor
+    BatchNorm's batch and running statistics; nor are they erased or mixed."""
+    pixels, labels = job.inputs(batch["pixel_values"]), batch["labels"]
+    if 2 <= valid_images < len(labels):
+        pixels, labels = pixels[batch["valid"]], labels[batch["valid"]]
     if valid_images >= 2:  # BatchNorm cannot train on a single image: one left alone waits an epoch
-        keep = batch["valid"]
-        return job.criterion(job.model(pixels[keep]), labels[keep]).mean(), valid_images
+        pixels, targets = job.inputs.augment(pixels, labels, epoch, index)
+        return job.criterion(job.model(pixels), targets).mean(), valid_images
     # Nothing to train on here, yet the others' gradient all-reduce needs this rank's share: a zero
     # loss through the model in eval mode (BatchNorm's running statistics stay as they are).
     job.model.eval()
@@ -236,7 +239,7 @@ def evaluate(job, model=None):
     examples = None
     for batch in job.val_loader:
         job.bad_images.check(batch)
-        logits = model(batch["pixel_values"]).float()
+        logits = model(job.inputs(batch["pixel_values"])).float()
         per_sample_loss = F.cross_entropy(logits, batch["labels"], reduction="none")
         # Which rank scored each sample: after the gather this tells every rank which of the kept
         # samples are its own, with no shard arithmetic.
@@ -250,7 +253,7 @@ def evaluate(job, model=None):
             shown = batch["pixel_values"][:n]
             if shown.dim() == 5:  # video clips (N, C, T, H, W): their middle frames
                 shown = shown[:, :, shown.shape[2] // 2]
-            examples = (trackers.displayable(shown, mean_std(job.args)),
+            examples = (trackers.displayable(shown),
                         logits[:n].argmax(dim=1).tolist(), batch["labels"][:n].tolist())
     keep = torch.cat(valid)  # skipped images are not scored
     ranked, labels, losses, owners = (torch.cat(t)[keep] for t in (ranked, labels, losses, owners))
@@ -306,7 +309,11 @@ def build_accelerator(args):
     # A rank that dies leaves the others blocked in a collective; the process-group timeout bounds
     # that wait (torchrun also tears a job down when one of its local processes exits).
     timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
+    # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
+    # it, an accelerate config's dynamo settings still apply.
+    compiling = dict(dynamo_plugin=TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)) if args.compile else {}
     return Accelerator(
+        **compiling,
         kwargs_handlers=[timeout],
         log_with=trackers.TRACKERS[args.report_to] or None,
         project_dir="runs",  # TensorBoard insists on a folder now; trackers.start points it at the run's
@@ -338,11 +345,13 @@ def build_job(args, accelerator, out):
         accelerator.print(f"data: {note}")
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
-    train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers)
+    train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
+                                                 ra_reps=args.ra_reps, seed=args.seed * 1_000_003)
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     model = build_model(args.model, num_classes=len(class_names), video=is_video(args),
                         zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout)
     initialise(model, args, accelerator.print)
+    model = for_device(model, args, accelerator)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)
@@ -367,6 +376,7 @@ def build_job(args, accelerator, out):
               metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
               StopRequest(), [], [], data_signature(train_ds, len(class_names)))
     job.ema = ema
+    job.inputs = BatchInput(args, len(class_names), accelerator.process_index)
     if args.test_clips or args.test_crops:
         job.test_loader = build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
     accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val "

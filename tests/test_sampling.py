@@ -7,10 +7,11 @@ from conftest import read_json, run_ok
 N, BATCH = 37, 4  # 37 samples: divides by neither the world size nor the batch size
 
 
-def orders(tmp_path, name, seed, epochs, nproc):
+def orders(tmp_path, name, seed, epochs, nproc, n=N, options=()):
     out = tmp_path / name
-    run_ok([out, seed, N, BATCH, *epochs], nproc=nproc, script="tests/helpers/sample_order.py", timeout=180)
-    return [{int(e): o for e, o in read_json(out / f"rank_{r}.json").items()} for r in range(nproc)]
+    run_ok([out, seed, n, BATCH, *options, *epochs], nproc=nproc, script="tests/helpers/sample_order.py", timeout=180)
+    return [{int(e) if e.isdigit() else e: o for e, o in read_json(out / f"rank_{r}.json").items()}
+            for r in range(nproc)]
 
 
 def global_order(rank_orders, epoch):
@@ -47,3 +48,25 @@ def test_two_process_sharding(tmp_path):
     assert single[0][0] == global_order(first, 0)[:N - 1] and single[0][1] == global_order(first, 1)[:N - 1]
     assert other_seed[0][0] != single[0][0]
     assert other_seed[0][0] != single[0][1]  # seed 1 epoch 0 is not seed 0 epoch 1 shifted
+
+
+@pytest.mark.slow
+def test_repeated_augmentation_on_two_processes(tmp_path):
+    n, reps = 30, 2  # 30 samples, batches of 4: each rank's 15 fill 4 batches (the last from its own start)
+    ranks = orders(tmp_path, "ra", 0, [0, 1], nproc=2, n=n, options=["ra=2", "skip=1"])
+    plain = orders(tmp_path, "plain", 0, [0], nproc=2, n=n)
+    for epoch in (0, 1):
+        r0, r1 = ranks[0][epoch], ranks[1][epoch]
+        assert len(r0) == len(r1) == len(plain[0][0]) == 16  # the epoch keeps its length
+        real = [keys[:15] for keys in (r0, r1)]  # each rank's share; the 16th repeats its first
+        assert r0[15] == r0[0] and r1[15] == r1[0]
+        samples = [k % n for share in real for k in share]
+        # 15 samples drawn, each exactly twice per epoch, as copies 0 and 1 (their own augmentation)...
+        assert len(set(samples)) == 15 and all(samples.count(i) == reps for i in set(samples))
+        assert sorted(k // n for share in real for k in share) == [0] * 15 + [1] * 15
+        # ... and a sample's two copies always on different processes.
+        assert {k % n for k in real[0]} == {k % n for k in real[1]}
+        assert not set(real[0]) & set(real[1])
+        # A run resumed after one batch sees the rest of the same order.
+        assert ranks[0][f"{epoch}:resumed"] == r0[4:] and ranks[1][f"{epoch}:resumed"] == r1[4:]
+    assert sorted(ranks[0][0]) != sorted(ranks[0][1])  # another draw each epoch

@@ -10,7 +10,7 @@ import yaml
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
 from utils.models import check_image_size, check_model_name, is_video_model
-from utils.presets import image_size, is_video
+from utils.presets import image_size, is_video, train_crop_size, val_crop_size
 from utils.schedule import warmup_epochs
 
 # Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
@@ -90,7 +90,23 @@ def get_args_parser(prog="train_classification.py"):
                    help="random erasing probability, after normalisation (torchvision's recipe: 0.1)")
     g.add_argument("--interpolation", type=str, default="bilinear", choices=("bilinear", "bicubic"),
                    help="resampling of the train crop and the eval resize")
-    g.add_argument("--crop_pct", type=float, default=0.875, help="eval: resize to image_size / crop_pct, crop")
+    g.add_argument("--crop_pct", type=float, default=0.875,
+                   help="eval: resize to the val crop size / crop_pct, then centre-crop")
+    g.add_argument("--train_crop_size", type=int, default=None,
+                   help="images: side of the random train crop (default: --image_size; torchvision's recipe: 176)")
+    g.add_argument("--val_crop_size", type=int, default=None, help="images: side of the eval centre crop "
+                   "(default: --image_size)")
+    g.add_argument("--val_resize_size", type=int, default=None,
+                   help="images: eval resize of the shorter side before the crop (default: val crop / crop_pct; "
+                        "torchvision's recipe: 232 for 224)")
+    g.add_argument("--mixup_alpha", type=float, default=0.0, help="MixUp with this Beta(alpha, alpha) (0: off)")
+    g.add_argument("--cutmix_alpha", type=float, default=0.0,
+                   help="CutMix with this Beta(alpha, alpha) (0: off); with both alphas, each batch takes one of "
+                        "the two at random")
+    g.add_argument("--mix_prob", type=float, default=1.0, help="probability that a batch is mixed at all")
+    g.add_argument("--ra_reps", type=int, default=1,
+                   help="repeated augmentation: each sample N times per epoch, differently augmented, its copies on "
+                        "different processes; the epoch keeps its length (torchvision's recipe: 4)")
     g.add_argument("--mean", type=float, nargs=3, default=None, help="normalisation mean (default: ImageNet's)")
     g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
     g = p.add_argument_group("model and optimisation")
@@ -115,6 +131,13 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--dropout", type=float, default=None, help="the classifier's dropout (models whose builder takes it)")
     g.add_argument("--zero_init_residual", action=argparse.BooleanOptionalAction, default=True,
                    help="image ResNets from scratch: each residual block's last BatchNorm starts at zero")
+    g.add_argument("--sync_bn", action="store_true",
+                   help="BatchNorm statistics over the global batch (SyncBatchNorm), for small per-device batches")
+    g.add_argument("--channels_last", action="store_true", help="model and input in channels-last memory format")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--compile_mode", type=str, default="default",
+                   choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                   help="torch.compile mode")
     g.add_argument("--eval_only", action="store_true",
                    help="validate the weights of --resume / --init_from / --pretrained and write results.json")
     g.add_argument("--epochs", type=int, default=18, help="training epochs")
@@ -249,6 +272,14 @@ def check_args(args):
         need(getattr(args, key) >= 1, key, "must be >= 1")
     for key in ("clip_len", "frame_interval", "num_segments"):
         need(getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("train_crop_size", "val_crop_size", "val_resize_size"):
+        need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
+    need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args)),
+         "val_resize_size", "must be at least the val crop size")
+    for key in ("mixup_alpha", "cutmix_alpha"):
+        need(getattr(args, key) >= 0, key, "must be >= 0")
+    need(0 <= args.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
+    need(args.ra_reps >= 1, "ra_reps", "must be >= 1")
     for key in ("image_size", "max_train_samples", "max_val_samples", "test_clips", "test_crops"):
         need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
@@ -317,8 +348,12 @@ def check_args(args):
         raise ConfigError(f"model: {e}") from None
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
+    sizes = ("train_crop_size", "val_crop_size", "val_resize_size")
+    need(not video or all(getattr(args, key) is None for key in sizes), next(
+        (key for key in sizes if getattr(args, key) is not None), "train_crop_size"), "is for images; clips use --image_size")
     try:
-        check_image_size(args.model, image_size(args), args.clip_len * args.num_segments if video else None)
+        check_image_size(args.model, min(train_crop_size(args), val_crop_size(args)),
+                         args.clip_len * args.num_segments if video else None)
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""
         raise ConfigError(f"image_size: {e}{default}") from None

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from utils import presets
 from utils.preemption import worker_init_fn
+from utils.sampling import RepeatedAugmentationSampler
 from utils.seeding import EpochSeeded, sample_rng
 from utils.sources import SPLIT_SEED, DataError, load_splits
 from utils.video import VideoClips
@@ -60,40 +61,48 @@ def decode_rgb(image):
         return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
-def _with_transform(ds, transform, image_size, decoded, seed=None):
-    """Attach `transform` lazily (applied per batch at access time; the dataset is not rewritten).
+class ImageRows(Dataset):
+    """A `datasets.Dataset` of images read a batch of rows at a time, `transform` applied per image.
 
-    With a seed, each sample's randomness comes from (seed, epoch, index): see EpochSeeded. A file
-    that cannot be decoded becomes a zero image with valid=False and its path in `source`, so every
-    batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
+    With a seed, each image's randomness comes from (seed, epoch, key) alone: see EpochSeeded. A key
+    k >= len(self) is copy k // len of row k % len (repeated augmentation), with its own draws. A
+    file that cannot be decoded becomes a zero image with valid=False and its path in `source`, so
+    every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
     """
-    import datasets
 
-    if not decoded:
-        ds = ds.cast_column("image", datasets.Image(decode=False))
-    epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-    if seed is not None:
-        ds = ds.add_column("_index", np.arange(len(ds)))  # the transform needs each row's index
+    def __init__(self, ds, transform, image_size, decoded, seed=None):
+        import datasets
 
-    def apply(batch):
-        out = {"pixel_values": [], "labels": batch["label"], "valid": [], "source": [], "error": []}
-        indices = batch["_index"] if seed is not None else [None] * len(batch["label"])
-        for image, index in zip(batch["image"], indices):
-            try:
-                rng = sample_rng(seed, int(epoch), index) if seed is not None else contextlib.nullcontext()
-                with rng:
-                    pixels = transform(image.convert("RGB") if decoded else decode_rgb(image))
-                source, error = "", ""
-            except (OSError, ValueError, RuntimeError, SyntaxError) as e:  # PIL raises all of these
-                pixels = torch.zeros(3, image_size, image_size)
-                source, error = image.get("path") or "<embedded image bytes>", f"{type(e).__name__}: {e}"
-            out["pixel_values"].append(pixels)
-            out["valid"].append(not source)
-            out["source"].append(source)
-            out["error"].append(error)
-        return out
+        # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
+        self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
+        self.transform, self.image_size, self.decoded, self.seed = transform, image_size, decoded, seed
+        self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
 
-    return EpochSeeded(ds.with_transform(apply), epoch)
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, key):
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys):
+        rows = self.rows[[key % len(self.rows) for key in keys]]  # one batched read
+        return [self._item(image, label, key) for image, label, key in zip(rows["image"], rows["label"], keys)]
+
+    def _item(self, image, label, key):
+        try:
+            rng = sample_rng(self.seed, int(self.epoch), key) if self.seed is not None else contextlib.nullcontext()
+            with rng:
+                pixels = self.transform(image.convert("RGB") if self.decoded else decode_rgb(image))
+            source, error = "", ""
+        except (OSError, ValueError, RuntimeError, SyntaxError) as e:  # PIL raises all of these
+            pixels = torch.zeros(3, self.image_size, self.image_size, dtype=torch.uint8)
+            source, error = image.get("path") or "<embedded image bytes>", f"{type(e).__name__}: {e}"
+        return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
+
+
+def _with_transform(ds, transform, image_size, decoded, seed=None):
+    rows = ImageRows(ds, transform, image_size, decoded, seed)
+    return EpochSeeded(rows, rows.epoch)
 
 
 class SyntheticDataset(Dataset):
@@ -126,7 +135,7 @@ def build_datasets(args):
     """
     if presets.is_video(args):
         return build_video_datasets(args)
-    size = presets.image_size(args)
+    size, train_size, val_size = presets.image_size(args), presets.train_crop_size(args), presets.val_crop_size(args)
     if presets.source_kind(args) == "synthetic":
         names = [f"class_{i}" for i in range(args.num_classes)]
         epoch = torch.zeros((), dtype=torch.int64)  # synthetic data has no augmentation to seed
@@ -135,11 +144,11 @@ def build_datasets(args):
     if presets.source_kind(args) == "digits":
         splits = load_digits_dataset()
         train, val, names, notes = splits["train"], splits["validation"], splits["train"].features["label"].names, []
-        return (_with_transform(train, presets.digits_train(size), size, decoded=True, seed=args.seed),
-                _with_transform(val, presets.digits_eval(size), size, decoded=True), names, notes)
+        return (_with_transform(train, presets.digits_train(train_size), train_size, decoded=True, seed=args.seed),
+                _with_transform(val, presets.digits_eval(val_size), val_size, decoded=True), names, notes)
     train, val, names, notes = load_splits(args)
-    return (_with_transform(train, presets.train_preset(args), size, decoded=False, seed=args.seed),
-            _with_transform(val, presets.eval_preset(args), size, decoded=False), names, notes)
+    return (_with_transform(train, presets.train_preset(args), train_size, decoded=False, seed=args.seed),
+            _with_transform(val, presets.eval_preset(args), val_size, decoded=False), names, notes)
 
 
 class BadImages:
@@ -169,17 +178,19 @@ def data_signature(train_ds, classes):
         labels = b""
     elif isinstance(inner, VideoClips):
         labels = np.asarray(inner.labels, dtype=np.int64).tobytes()
-    else:  # the plain label column, without the transform; [:] reads it whole (not row by row)
-        labels = np.asarray(inner.with_format(None)["label"][:], dtype=np.int64).tobytes()
+    else:  # the plain label column; [:] reads it whole (not row by row)
+        labels = np.asarray(inner.rows["label"][:], dtype=np.int64).tobytes()
     return {"train_samples": len(train_ds), "classes": classes,
             "labels_sha256": hashlib.sha256(labels).hexdigest()[:16]}
 
 
-def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
+def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0):
     """Plain DataLoaders, prepared: Accelerate shards them and seeds the shuffle with (seed, epoch).
 
     No DistributedSampler here: `prepare` already shards, and would shard it a second time. Call
     `train_loader.set_epoch(epoch)` before each epoch so the permutation depends on the epoch alone.
+    With ra_reps > 1 the train order comes from the repeated augmentation sampler, built for that
+    sharding (utils/sampling.py).
     """
     # Workers leave SIGTERM/SIGINT to their rank, which checkpoints (utils/preemption.py).
     common = dict(batch_size=batch_size, num_workers=num_workers,
@@ -190,7 +201,11 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers):
     lone_last = accelerator.num_processes == 1 and len(train_ds) % batch_size == 1
     # Own generator: creating an epoch's iterator then draws nothing from the global RNG (which
     # a checkpoint restores), so a resumed run's random streams line up with an uninterrupted one.
-    train = DataLoader(train_ds, shuffle=True, drop_last=lone_last, generator=torch.Generator(), **common)
+    if ra_reps > 1:  # whole batches of each rank's own share: nothing ragged, nothing for Accelerate to pad
+        sampler = RepeatedAugmentationSampler(len(train_ds), ra_reps, accelerator.num_processes, batch_size, seed)
+        train = DataLoader(train_ds, sampler=sampler, generator=torch.Generator(), **common)
+    else:
+        train = DataLoader(train_ds, shuffle=True, drop_last=lone_last, generator=torch.Generator(), **common)
     # The val loader too: its first iterator would otherwise draw from the global RNG, at the first
     # validation of each process (persistent workers), which a resumed run meets at another point.
     val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)

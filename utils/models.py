@@ -219,3 +219,15 @@ def initialise(model, args, log=print):
         trainable = set(head(model).parameters())
         for p in model.parameters():
             p.requires_grad_(p in trainable)
+
+
+def for_device(model, args, accelerator):
+    """--sync_bn (BatchNorm statistics over all processes) and --channels_last, before Accelerate wraps the model."""
+    if args.sync_bn:
+        if accelerator.num_processes > 1 and accelerator.device.type == "cpu":
+            raise ModelError("sync_bn: torch's SyncBatchNorm runs on GPUs (CUDA, XPU, HPU) only, not on CPU "
+                             "processes: drop --sync_bn here")
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last_3d if is_video_model(args.model) else torch.channels_last)
+    return model

@@ -33,7 +33,7 @@ def test_videos(job, loader, num_videos):
         job.bad_images.check(batch)
         pixels = batch["pixel_values"]  # (B, crops, C, T, H, W)
         b, crops = pixels.shape[:2]
-        probs = model(pixels.flatten(0, 1)).float().softmax(dim=1).view(b, crops, -1).mean(dim=1)
+        probs = model(job.inputs(pixels.flatten(0, 1))).float().softmax(dim=1).view(b, crops, -1).mean(dim=1)
         owner = torch.full_like(batch["labels"], accelerator.process_index)
         gathered = accelerator.gather_for_metrics((probs, batch["labels"], batch["video"], owner, batch["valid"]))
         probs, label, video, owner, valid = (t.cpu() for t in gathered)

@@ -1,4 +1,9 @@
-"""Train and eval transform presets (torchvision transforms v2), and the defaults that depend on the source."""
+"""Train and eval transform presets (torchvision transforms v2), and the defaults that depend on the source.
+
+Every preset ends in uint8 pixels: the loaders hand uint8 batches to the main process (a quarter of
+float32's bytes through worker IPC and host-to-device copies), and normalisation, random erasing and
+MixUp/CutMix run on whole batches on the device (utils/on_device.py), as timm and FFCV do.
+"""
 
 import os
 
@@ -45,6 +50,19 @@ def image_size(args):
     return args.image_size or default.get(source_kind(args), 224)
 
 
+def train_crop_size(args):
+    return args.train_crop_size or image_size(args)
+
+
+def val_crop_size(args):
+    return args.val_crop_size or image_size(args)
+
+
+def val_resize_size(args):
+    """The eval resize of the shorter side: --val_resize_size, else the val crop / crop_pct (224 / 0.875 = 256)."""
+    return args.val_resize_size or int(val_crop_size(args) / args.crop_pct)
+
+
 def mean_std(args):
     """The normalisation of the model's input (None: synthetic input, which is not normalised)."""
     kind = source_kind(args)
@@ -66,23 +84,11 @@ def digits_train(size):
         v2.Resize(size),
         v2.RandomAffine(degrees=10, translate=(0.08, 0.08), scale=(0.9, 1.1)),
         v2.PILToTensor(),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(DIGITS_MEAN, DIGITS_STD),
     ])
 
 
 def digits_eval(size):
-    return v2.Compose([
-        v2.Resize(size),
-        v2.PILToTensor(),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(DIGITS_MEAN, DIGITS_STD),
-    ])
-
-
-def _normalize(args):
-    return [v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(args.mean or IMAGENET_MEAN, args.std or IMAGENET_STD)]
+    return v2.Compose([v2.Resize(size), v2.PILToTensor()])
 
 
 def _interpolation(args):
@@ -91,8 +97,7 @@ def _interpolation(args):
 
 def train_preset(args):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here."""
-    size = image_size(args)
-    steps = [v2.RandomResizedCrop(size, interpolation=_interpolation(args), antialias=True)]
+    steps = [v2.RandomResizedCrop(train_crop_size(args), interpolation=_interpolation(args), antialias=True)]
     if not args.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
     if args.auto_augment == "ta_wide":
@@ -101,16 +106,14 @@ def train_preset(args):
         steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(args.auto_augment)))
     if args.rand_augment is not None:
         steps.append(v2.RandAugment(magnitude=args.rand_augment))
-    # Erasing works on the normalised image (its erased patch is 0: the mean), as torchvision's references do.
-    erase = [v2.RandomErasing(p=args.random_erase)] if args.random_erase else []
-    return v2.Compose(steps + _normalize(args) + erase)
+    return v2.Compose(steps)
 
 
 def eval_preset(args):
-    """Resize to image_size / crop_pct, then center-crop image_size (224 / 0.875 = 256, the usual)."""
-    size = image_size(args)
-    return v2.Compose([v2.Resize(int(size / args.crop_pct), interpolation=_interpolation(args), antialias=True),
-                       v2.CenterCrop(size)] + _normalize(args))
+    """Resize the shorter side to val_resize_size (default: val crop / crop_pct, 224 / 0.875 = 256),
+    then centre-crop the val crop size."""
+    return v2.Compose([v2.Resize(val_resize_size(args), interpolation=_interpolation(args), antialias=True),
+                       v2.CenterCrop(val_crop_size(args))])
 
 
 # Video presets: for (T, C, H, W) uint8 tv_tensors.Video frames; one random draw for all frames of a clip.
@@ -125,7 +128,7 @@ def video_train(args):
     steps = [v2.RandomResize(round(size * 8 / 7), round(size * 10 / 7) + 1, antialias=True), v2.RandomCrop(size)]
     if not args.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
-    return v2.Compose(steps + [v2.ToDtype(torch.float32, scale=True), v2.Normalize(*mean_std(args))])
+    return v2.Compose(steps)
 
 
 def _video_resize(args):
@@ -137,8 +140,7 @@ def _video_resize(args):
 
 def video_eval(args):
     """Short side to image_size / crop_pct, centre crop: the val view, and the 1-crop test view."""
-    return v2.Compose(_video_resize(args) + [v2.CenterCrop(image_size(args)), v2.ToDtype(torch.float32, scale=True),
-                                              v2.Normalize(*mean_std(args))])
+    return v2.Compose(_video_resize(args) + [v2.CenterCrop(image_size(args))])
 
 
 def video_test(args, crops):
@@ -147,7 +149,6 @@ def video_test(args, crops):
     (crops, T, C, H, W)."""
     resize = v2.Compose(_video_resize(args))
     size = image_size(args)
-    finish = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(*mean_std(args))])
 
     def views(frames):
         frames = resize(frames)
@@ -157,7 +158,7 @@ def video_test(args, crops):
         for c in range(crops):
             along = round(c * (longer - size) / (crops - 1)) if crops > 1 else (longer - size) // 2
             y, x = (along, left) if height > width else (top, along)
-            out.append(finish(v2.functional.crop(frames, y, x, size, size)))
+            out.append(v2.functional.crop(frames, y, x, size, size))
         return torch.stack(out)
 
     return views

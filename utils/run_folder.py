@@ -30,7 +30,7 @@ RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", 
                "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma", "seed", "optimizer", "momentum",
                "nesterov", "weight_decay", "norm_weight_decay", "bias_weight_decay", "lr_scale_batch", "model",
                "clip_len", "frame_interval", "num_segments", "model_ema", "model_ema_decay", "model_ema_steps",
-               "model_ema_warmup")
+               "model_ema_warmup", "ra_reps", "sync_bn")
 
 
 def _decided(accelerator, decide):

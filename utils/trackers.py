@@ -83,15 +83,13 @@ def log_pictures(accelerator, step, paths):
             tracker.log_images({k: [v] for k, v in pictures.items()}, step=step)
 
 
-def displayable(pixel_values, normalisation):
-    """The model's input as uint8 (N, 3, H, W) images: normalisation undone, or min-max scaled without one."""
+def displayable(pixel_values):
+    """The loader's images as uint8 (N, 3, H, W): as they are, or min-max scaled (synthetic float input)."""
     import torch
 
-    x = pixel_values.float().cpu()
-    if normalisation is None:
-        low = x.amin(dim=(1, 2, 3), keepdim=True)
-        x = (x - low) / (x.amax(dim=(1, 2, 3), keepdim=True) - low).clamp(min=1e-6)
-    else:
-        mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in normalisation)
-        x = x * std + mean
+    x = pixel_values.cpu()
+    if x.dtype == torch.uint8:
+        return x
+    low = x.amin(dim=(1, 2, 3), keepdim=True)
+    x = (x - low) / (x.amax(dim=(1, 2, 3), keepdim=True) - low).clamp(min=1e-6)
     return (x.clamp(0, 1) * 255).round().to(torch.uint8)

@@ -136,8 +136,9 @@ class VideoClips(Dataset):
     - test (clips=N): N clips spread evenly over each video, item i = clip i % N of video i // N; the
       transform returns the clip's crops stacked (views, C, T, H, W), and the item names its video.
 
-    An item is {"pixel_values": (C, T, H, W) float, "labels", "valid", "source", "error"} like an
-    image's, and "video", the video's index. A video that cannot be read becomes zeros with valid=False and its path in `source`.
+    An item is {"pixel_values": (C, T, H, W) uint8, "labels", "valid", "source", "error"} like an image's
+    (normalised on the device: utils/on_device.py), and "video", the video's index. A video that cannot
+    be read becomes zeros with valid=False and its path in `source`.
     """
 
     def __init__(self, frames, labels, *, clip_len, interval, segments, transform, shape, seed=None, clips=1,
@@ -151,18 +152,20 @@ class VideoClips(Dataset):
     def __len__(self):
         return len(self.labels) * self.clips
 
-    def __getitem__(self, index):
+    def __getitem__(self, key):
+        # A key past the end is another copy of video key % len (repeated augmentation): its own draws.
+        index = key % len(self)
         video, clip = divmod(index, self.clips)
         item = {"labels": self.labels[video], "valid": True, "source": "", "error": ""}
         if self.clips > 1 or self.seed is None:
             pixels = self._load(video, [(clip + 0.5) / self.clips] * self.segments)
         else:
-            with sample_rng(self.seed, int(self.epoch), index):
+            with sample_rng(self.seed, int(self.epoch), key):
                 pixels = self._load(video, torch.rand(self.segments).tolist())
         if isinstance(pixels, Exception):
             item.update(valid=False, source=self.names[video] if self.names else f"video {video}",
                         error=f"{type(pixels).__name__}: {pixels}")
-            pixels = torch.zeros(self.shape)
+            pixels = torch.zeros(self.shape, dtype=torch.uint8)
         item["pixel_values"] = pixels
         item["video"] = video  # the multi-view test gathers a video's clips by it
         return item

@@ -1,8 +1,11 @@
 """Record each rank's training sample order, through the loader code train_classification.py uses.
 
-    accelerate launch ... tests/helpers/sample_order.py OUT_DIR SEED N_SAMPLES BATCH EPOCH [EPOCH ...]
+    accelerate launch ... tests/helpers/sample_order.py OUT_DIR SEED N_SAMPLES BATCH [ra=N] [skip=K] EPOCH [EPOCH ...]
 
-Writes OUT_DIR/rank_<R>.json: {"<epoch>": [sample indices in the order this rank saw them]}.
+Writes OUT_DIR/rank_<R>.json: {"<epoch>": [sample keys in the order this rank saw them]}; with ra=N,
+the repeated augmentation sampler's (keys past N_SAMPLES are copies); with skip=K, also
+"<epoch>:resumed": what a run resumed after K batches of the epoch sees, through skip_first_batches
+as train_one_epoch uses it.
 """
 
 import json
@@ -30,14 +33,21 @@ class IndexDataset(Dataset):
 
 
 def main():
-    out, seed, n, batch, *epochs = sys.argv[1:]
+    out, seed, n, batch, *rest = sys.argv[1:]
+    options = dict(a.split("=") for a in rest if "=" in a)
+    epochs = [int(a) for a in rest if "=" not in a]
     args = parse_args(["--seed", seed, "--batch_size", batch])
     accelerator = build_accelerator(args)
-    train_loader, _ = build_dataloaders(accelerator, IndexDataset(int(n)), IndexDataset(3), int(batch), 0)
+    train_loader, _ = build_dataloaders(accelerator, IndexDataset(int(n)), IndexDataset(3), int(batch), 0,
+                                        ra_reps=int(options.get("ra", 1)), seed=args.seed * 1_000_003)
     orders = {}
-    for epoch in map(int, epochs):
+    for epoch in epochs:
         train_loader.set_epoch(epoch)  # exactly what train_one_epoch does
         orders[epoch] = [i for b in train_loader for i in b["labels"].tolist()]
+        if "skip" in options:
+            resumed = accelerator.skip_first_batches(train_loader, int(options["skip"]))
+            resumed.set_epoch(epoch)
+            orders[f"{epoch}:resumed"] = [i for b in resumed for i in b["labels"].tolist()]
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank_{accelerator.process_index}.json").write_text(json.dumps(orders))
 
