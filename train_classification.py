@@ -109,6 +109,11 @@ class Job:
     ema: object = None  # --model_ema: the averaged copy (utils/ema.py)
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/on_device.py)
 
+    def bare_model(self):
+        """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
+        the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
+        return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
     """This process's shard of one epoch, after `done_steps` optimizer steps of it (a resumed run).
@@ -163,7 +168,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             # follows epoch progress whatever the world size or accumulation.
             job.scheduler.step()
             global_step += 1
-            update_ema(job.ema, accelerator.unwrap_model(model), global_step, args.model_ema_steps)
+            update_ema(job.ema, job.bare_model(), global_step, args.model_ema_steps)
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
             mid_epoch = index + 1 < batches
             if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
@@ -311,7 +316,7 @@ def build_accelerator(args):
     timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
     # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
     # it, an accelerate config's dynamo settings still apply.
-    compiling = dict(dynamo_plugin=TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)) if args.compile else {}
+    compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
     return Accelerator(
         **compiling,
         kwargs_handlers=[timeout],
@@ -529,7 +534,7 @@ def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_top1=tracked_top1(figures))
-    accelerator.save_model(job.model, str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
+    accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.ema, job.out / "model_ema.safetensors")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
@@ -551,7 +556,8 @@ def after_epoch(job, epoch, global_step, finished):
     args = job.args
     figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
     if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
-        checkpoints.keep_if_best(job.accelerator, job.ema.module if job.ema else job.model, job.out, job.best_top1, {
+        best_model = job.ema.module if job.ema else job.bare_model()
+        checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_top1, {
             "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)},
             key="val_ema_top1" if job.ema else "val_top1")
     every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0

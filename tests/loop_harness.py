@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 import conftest  # noqa: F401  (puts the repo root on sys.path)
 from train_classification import Job, train_one_epoch
 from utils.data import BadImages, EpochSeeded, build_dataloaders
+from utils.on_device import BatchInput
 from utils.preemption import StopRequest
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler, build_optimizer
@@ -55,7 +56,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                criterion=torch.nn.CrossEntropyLoss(reduction="none"), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_top1=[])
+               best_top1=[], inputs=BatchInput(args, 3, accelerator.process_index))
 
 
 def epoch_order(loader, epoch):

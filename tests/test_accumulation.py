@@ -7,6 +7,7 @@ import conftest  # noqa: F401  (puts the repo root on sys.path)
 from train_classification import Job, build_accelerator, train_one_epoch
 from utils.config import parse_args
 from utils.data import BadImages, EpochSeeded, build_dataloaders
+from utils.on_device import BatchInput
 from utils.preemption import StopRequest
 from utils.progress import StepLogger
 from utils.schedule import build_lr_scheduler
@@ -42,7 +43,7 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
     job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
               train_loader, None, 3, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
-              StopRequest(), [], [])
+              StopRequest(), [], [], inputs=BatchInput(args, 3, rank=0))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

@@ -182,3 +182,25 @@ def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsy
     assert e.value.code == 2 and not out.exists()  # the folder this refused run made is gone
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         "train_classification.py: error: --dropout: resnet18 has no dropout to set")
+
+
+def test_sync_bn_and_channels_last_reshape_the_model_and_sync_bn_is_refused_on_cpu_processes():
+    from types import SimpleNamespace
+
+    from utils.models import ModelError, build_model, for_device
+
+    one_cpu = SimpleNamespace(num_processes=1, device=torch.device("cpu"))
+    model = for_device(build_model("resnet18", 10), parse_args(["--sync_bn", "--channels_last"]), one_cpu)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    assert norms and all(isinstance(m, torch.nn.SyncBatchNorm) for m in norms)  # statistics over all processes
+    assert model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    plain = for_device(build_model("resnet18", 10), parse_args([]), one_cpu)
+    assert not any(isinstance(m, torch.nn.SyncBatchNorm) for m in plain.modules())
+    assert plain.conv1.weight.is_contiguous()
+    video = for_device(build_model("r3d_18", 2), parse_args(["--dataset", "moving_digits", "--channels_last",
+                                                             "--model", "r3d_18"]), one_cpu)
+    assert video.stem[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+    # torch's SyncBatchNorm has no CPU implementation: 2 CPU processes get one line, before any training.
+    with pytest.raises(ModelError, match="sync_bn: .*GPUs"):
+        for_device(build_model("resnet18", 10), parse_args(["--sync_bn"]),
+                   SimpleNamespace(num_processes=2, device=torch.device("cpu")))

@@ -44,9 +44,8 @@ def test_random_erase_zeroes_one_patch_per_image_drawn_per_batch_and_rank():
     assert len({(tuple(r.tolist()), tuple(c.tolist())) for r, c in zip(rows, cols)}) > 1  # each image its own patch
     again, _ = erase.augment(x.clone(), labels, epoch=0, batch=3)
     assert torch.equal(again, out)  # a function of (seed, epoch, batch, rank): a resumed run draws the same
-    for other in (erase.augment(x.clone(), labels, epoch=0, batch=4)[0], erase.augment(x.clone(), labels, epoch=1, batch=3)[0],
-                  inputs("--random_erase", 1, rank=1).augment(x.clone(), labels, epoch=0, batch=3)[0]):
-        assert not torch.equal(other, out)
+    for other, epoch, step in ((erase, 0, 4), (erase, 1, 3), (inputs("--random_erase", 1, rank=1), 0, 3)):
+        assert not torch.equal(other.augment(x.clone(), labels, epoch=epoch, batch=step)[0], out)
     state = torch.get_rng_state()
     erase.augment(x.clone(), labels, epoch=0, batch=3)
     assert torch.equal(torch.get_rng_state(), state)  # the global stream is left where it was

@@ -349,8 +349,8 @@ def check_args(args):
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
     sizes = ("train_crop_size", "val_crop_size", "val_resize_size")
-    need(not video or all(getattr(args, key) is None for key in sizes), next(
-        (key for key in sizes if getattr(args, key) is not None), "train_crop_size"), "is for images; clips use --image_size")
+    given = [key for key in sizes if getattr(args, key) is not None]
+    need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
     try:
         check_image_size(args.model, min(train_crop_size(args), val_crop_size(args)),
                          args.clip_len * args.num_segments if video else None)

@@ -1,0 +1,87 @@
+"""Recipes: every recipe file runs on 2 processes; the speed switches keep the arithmetic; EMA, MixUp/CutMix,
+random erasing and repeated augmentation together resume bitwise after a SIGKILL on 2 processes."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, killed, read_json, resume_job, resumed_from, run_ok
+
+RECIPES = sorted(p.name for p in (ROOT / "configs").glob("*.yaml") if not p.name.startswith("moving_digits"))
+# Each recipe's own model and hyperparameters, on synthetic 16-px input: a few steps, nothing to download.
+TINY_SYNTHETIC = ["--dataset", "synthetic", "--image_size", "16", "--train_crop_size", "16", "--val_resize_size",
+                  "16", "--val_crop_size", "16", "--num_classes", "10", "--batch_size", "4",
+                  "--synthetic_train_samples", "40", "--synthetic_val_samples", "8", "--max_train_steps", "3",
+                  "--log_every", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path):
+    # configs/moving_digits_mc3_18.yaml is the video tests' recipe: every --dataset moving_digits run applies it.
+    import yaml
+
+    out = tmp_path / "run"
+    run_ok(["--config", ROOT / "configs" / recipe, *TINY_SYNTHETIC, "--output_dir", out], nproc=2, timeout=240)
+    results, config = read_json(out / "results.json"), yaml.safe_load((out / "config.yaml").read_text())
+    assert results["global_step"] == 3 and results["world_size"] == 2
+    recipe_values = yaml.safe_load((ROOT / "configs" / recipe).read_text())
+    overridden = {a[2:] for a in TINY_SYNTHETIC if a.startswith("--")}
+    assert all(config[k] == v for k, v in recipe_values.items() if k not in overridden)  # the recipe was in force
+    assert ("val_ema_top1" in results) == bool(recipe_values.get("model_ema"))
+
+
+def tiny_run(tmp_path, name, *extra):
+    """(the loss of each step, the final weights) of 3 steps of resnet18 on synthetic 16-px input."""
+    import train_classification
+    from safetensors.torch import load_file
+
+    from conftest import read_jsonl
+
+    out = tmp_path / name
+    train_classification.main([*TINY_SYNTHETIC, "--model", "resnet18", "--epochs", "1", "--warmup_epochs", "0",
+                               "--num_workers", "0", "--output_dir", str(out), *extra])
+    losses = [row["train_loss"] for row in read_jsonl(out / "metrics.jsonl") if "train_loss" in row]
+    return torch.tensor(losses), load_file(out / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_channels_last_and_compile_train_the_same_arithmetic(tmp_path, fresh_accelerate_state):
+    from conftest import reset_accelerate_state
+
+    eager_losses, eager = tiny_run(tmp_path, "eager")
+    reset_accelerate_state()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    channels_last = tiny_run(tmp_path, "channels_last", "--channels_last")
+    assert not torch._dynamo.utils.counters["stats"]["unique_graphs"]  # nothing compiled without --compile
+    reset_accelerate_state()
+    compiled = tiny_run(tmp_path, "compiled", "--compile")
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the model ran as a compiled graph
+    for losses, weights in (channels_last, compiled):  # other kernels, other rounding: the same training up to it
+        assert len(losses) == 3 and torch.allclose(losses, eager_losses, rtol=1e-4)
+        assert weights.keys() == eager.keys()  # a plain state dict, not the compiled wrapper's
+        assert all(torch.allclose(weights[k], v, atol=5e-3) for k, v in eager.items() if v.is_floating_point())
+        assert any(not torch.equal(weights[k], v) for k, v in eager.items())  # other kernels did run
+
+
+@pytest.mark.slow
+def test_sigkill_with_ema_mixing_erasing_and_repeated_augmentation_resumes_bitwise(images, tmp_path):
+    from safetensors.torch import load_file
+
+    recipe = ("--model_ema", "--model_ema_steps", "2", "--mixup_alpha", "0.2", "--cutmix_alpha", "1.0",
+              "--random_erase", "0.5", "--ra_reps", "2")
+    whole, out = tmp_path / "whole", tmp_path / "run"
+    run_ok(resume_job(images, whole, 2, *recipe), nproc=2)
+    argv = resume_job(images, out, 2, *recipe, "--checkpoint_every_steps", "1")
+    killed(argv, "step:7", nproc=2)  # epoch 1 of 3 (5 steps each), DataLoader workers on
+    assert not (out / "results.json").exists()
+    proc = run_ok([*argv, "--resume", "latest"], nproc=2)
+    assert resumed_from(proc.stdout) == Path(out / "checkpoints" / "step_6")
+    for name in ("model.safetensors", "model_ema.safetensors"):
+        a, b = load_file(whole / name), load_file(out / name)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    ours, theirs = read_json(out / "results.json"), read_json(whole / "results.json")
+    assert (ours["val_top1"], ours["val_ema_top1"], ours["val_loss"]) == \
+        (theirs["val_top1"], theirs["val_ema_top1"], theirs["val_loss"])
