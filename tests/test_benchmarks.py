@@ -18,12 +18,12 @@ from conftest import ROOT
 NUMBER = r"(-?[0-9]+(?:\.[0-9]+)?)"
 
 
-def run_benchmark(name, *args, timeout=600):
+def run_benchmark(name, *args, timeout=600, env=None, returncode=0):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", **(env or {})})
+    assert proc.returncode == returncode, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout if returncode == 0 else proc
 
 
 def figure(pattern, text):
@@ -65,10 +65,12 @@ def test_data_throughput_benchmark_runs_tiny_on_a_given_folder(tmp_path):
                         "--batch_size", 4, "--epochs", 1)
     assert f"30 images in {tmp_path / 'images'}, batch 4, 224 px train transforms" in out
     for workers in (0, 1):
-        base, ours, ratio = figure(rf"^workers {workers}: ImageFolder\+PIL +{NUMBER} img/s \| project +{NUMBER} "
-                                   rf"img/s \| ratio {NUMBER}$", out)
-        assert base > 0 and ours > 0 and ratio > 0
+        base, before, ours, ratio, uint8_ratio = figure(
+            rf"^workers {workers}: ImageFolder\+PIL +{NUMBER} img/s \| project float +{NUMBER} img/s \| "
+            rf"project uint8 +{NUMBER} img/s \| ratio to ImageFolder {NUMBER}, uint8 / float {NUMBER}$", out)
+        assert base > 0 and before > 0 and ours > 0
         assert ratio == pytest.approx(ours / base, rel=0.02, abs=0.006)  # printed with 2 decimals
+        assert uint8_ratio == pytest.approx(ours / before, rel=0.02, abs=0.006)
 
 
 @pytest.mark.slow
@@ -83,3 +85,28 @@ def test_video_throughput_benchmark_runs_tiny(tmp_path):
     rate, share, later = figure(rf"^training r2plus1d_18 \(3 steps, batch 2, default workers\): {NUMBER} clips/s, data wait "
                          rf"{NUMBER}% of step time \(steps 2..3\), {NUMBER}% in the second half$", out)
     assert rate > 0 and 0 <= share <= 100 and 0 <= later <= 100
+
+
+@pytest.mark.slow
+def test_gpu_throughput_benchmark_stops_without_a_gpu_and_runs_tiny_on_the_cpu_with_allow_cpu():
+    # CUDA hidden: the CPU path wherever this runs. Without --allow_cpu: one line, exit 1, nothing run.
+    no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
+    proc = run_benchmark("gpu_throughput.py", env=no_gpu, returncode=1, timeout=120)
+    assert proc.stdout == "" and proc.stderr.startswith("gpu_throughput.py: no CUDA device") \
+        and proc.stderr.count("\n") == 1, proc.stderr
+    # --allow_cpu, eager and JPEGs only (compiling takes minutes here): the generated folder, the raw loop
+    # (overhead.py --raw), one `accelerate launch` of the project, and the summary with the goals.
+    out = run_benchmark("gpu_throughput.py", "--allow_cpu", "--modes", "eager", "--inputs", "jpeg",
+                        "--launcher", f"{sys.executable} -m accelerate.commands.launch --num_processes 1", env=no_gpu)
+    assert out.startswith("resnet18, 32x32, batch 8, ")
+    assert "generated 50 train + 10 val JPEGs (64x48, 10 classes)" in out
+    (raw,) = figure(rf"^eager +raw loop \(input on the device, cpu\): {NUMBER} img/s", out)
+    ours, wait = figure(rf"^eager +project, jpeg: {NUMBER} img/s \(windows: .*\); data wait {NUMBER} %", out)
+    project, raw_again, ratio, wait_again = figure(
+        rf"^jpeg, eager +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}% +(?:met|NOT MET) +(?:met|NOT MET)$", out)
+    assert raw > 0 and ours > 0 and 0 <= wait <= 100
+    assert (project, raw_again, wait_again) == pytest.approx((ours, raw, wait), abs=0.051)
+    # rates printed with 1 decimal (a few img/s here, so that rounding shows in the ratio), ratios with 3
+    assert (ours - 0.05) / (raw + 0.05) - 0.0005 <= ratio <= (ours + 0.05) / (raw - 0.05) + 0.0005
+    assert re.search(r"^goal >= 5000 img/s: (met|NOT MET) \(best: jpeg, eager, ", out, re.MULTILINE)
+    assert re.search(r"^goal >= 0\.97x the raw loop: (met|NOT MET) ", out, re.MULTILINE)

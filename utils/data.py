@@ -121,6 +121,7 @@ class SyntheticDataset(Dataset):
         return self.size
 
     def __getitem__(self, index):
+        index %= self.size  # a key past the end is a copy (repeated augmentation): the same sample
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         label = int(torch.randint(self.num_classes, (), generator=g))
         noise = torch.randn(3, self.image_size, self.image_size, generator=g)
