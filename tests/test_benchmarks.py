@@ -48,8 +48,9 @@ def test_overhead_benchmark_runs_tiny_and_prints_its_ratio_and_tracking_cost(tmp
     cost, cost_ratio = figure(rf"^tracking cost: {NUMBER} % of step throughput \(ratio {NUMBER}\)$", out)
     assert raw > 0 and ours > 0 and tracked > 0 and ratio > 0 and cost_ratio > 0
     # printed with 1 decimal (rates) and 3 (ratios): consistent up to that rounding
-    assert ratio == pytest.approx(ours / raw, rel=0.01, abs=0.002)
-    assert cost_ratio == pytest.approx(tracked / ours, rel=0.01, abs=0.002)
+    # (a loaded machine runs at a few img/s, where the 1-decimal rounding of each rate moves the quotient most)
+    assert ratio == pytest.approx(ours / raw, rel=0.01 + 0.05 / raw + 0.05 / ours, abs=0.002)
+    assert cost_ratio == pytest.approx(tracked / ours, rel=0.01 + 0.05 / ours + 0.05 / tracked, abs=0.002)
     assert cost == pytest.approx(100 * (1 - cost_ratio), abs=0.2)
 
 
