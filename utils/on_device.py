@@ -47,8 +47,10 @@ class BatchInput:
             # The same elementwise float32 operations as v2.ToDtype(scale=True) + v2.Normalize on each
             # image in a worker: the same values, bit for bit.
             x = v2.functional.to_dtype(pixels, torch.float32, scale=True)
+            if self.mean.device != x.device:  # moved once, not copied to the device at every step
+                self.mean, self.std = self.mean.to(x.device), self.std.to(x.device)
             shape = (1, -1) + (1,) * (x.dim() - 2)
-            pixels = x.sub_(self.mean.to(x.device).view(shape)).div_(self.std.to(x.device).view(shape))
+            pixels = x.sub_(self.mean.view(shape)).div_(self.std.view(shape))
         return self._formatted(pixels)
 
     def _formatted(self, pixels):
