@@ -127,3 +127,53 @@ def test_reading_samples_leaves_the_callers_rng_alone(folders):
     assert torch.equal(torch.get_rng_state(), state)
     torch.manual_seed(456)  # the caller's RNG does not leak into the augmentation either
     assert torch.equal(train[2]["pixel_values"], a)
+
+
+def progressive(folders, *extra):
+    return ["--train_dir", str(folders / "train"), "--val_dir", str(folders / "val"), "--image_size", "16",
+            "--progressive_resize", "8", "24", "1", "3", "--progressive_resize_step", "8", *extra]
+
+
+def test_progressive_resizing_reaches_persistent_workers_epoch_by_epoch(folders):
+    # 8 px up to epoch 1, 16 at epoch 2 (the middle of the ramp), 24 from epoch 3; val stays at 16
+    train, val, _, notes = build_datasets(parse_args(progressive(folders)))
+    assert notes[-1] == "progressive resizing: train crops 8 px in epochs 0-1, 16 px in epoch 2, 24 px in epochs 3-17"
+    expected = {}
+    for epoch in range(5):
+        train.set_epoch(epoch)
+        expected[epoch] = read(loader(train, 0))
+    assert [expected[e].shape[-1] for e in range(5)] == [8, 8, 16, 24, 24]
+    persistent, pids = loader(train, 2, persistent_workers=True), set()
+    for epoch in (0, 2, 3, 1):  # the same two worker processes throughout
+        train.set_epoch(epoch)
+        assert torch.equal(read(persistent, pids), expected[epoch])
+    assert len(pids) == 2 and read(loader(val, 2)).shape[-1] == 16
+
+
+def test_an_undecodable_image_keeps_the_epochs_size(folders, tmp_path):
+    import shutil
+
+    shutil.copytree(folders, tmp_path / "data")
+    (tmp_path / "data" / "train" / "a" / "0.png").write_bytes(b"not a png")
+    train, _, _, _ = build_datasets(parse_args(progressive(tmp_path / "data", "--skip_bad_images")))
+    train.set_epoch(3)
+    batch = read(loader(train, 0))  # one collated tensor: the placeholder has the epoch's side too
+    assert batch.shape == (8, 3, 24, 24) and not batch[0].any()
+
+
+def test_a_run_trains_at_each_epochs_size_and_validates_at_the_val_size(folders, tmp_path, monkeypatch):
+    import train_classification
+    from utils.on_device import BatchInput
+
+    seen, original = [], BatchInput.__call__
+
+    def recording(self, pixels):
+        seen.append(pixels.shape[-1])
+        return original(self, pixels)
+
+    monkeypatch.setattr(BatchInput, "__call__", recording)
+    results = train_classification.main(progressive(folders, "--epochs", "4", "--batch_size", "4", "--num_workers",
+                                                    "1", "--warmup_epochs", "0", "--output_dir", str(tmp_path / "run")))
+    # per epoch: 2 train batches (8 images), then validation's 2 batches at the val crop
+    assert seen == [8, 8, 16, 16] * 2 + [16, 16, 16, 16] + [24, 24, 16, 16]
+    assert results["epochs_completed"] == 4

@@ -6,7 +6,7 @@ import torch
 from utils.config import parse_args
 from utils.data import decode_rgb
 from utils.on_device import BatchInput
-from utils.presets import eval_preset, train_preset
+from utils.presets import eval_preset, train_crop_size, train_preset
 
 # torchvision 0.29 deprecates its decoders; utils/data.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
@@ -197,4 +197,29 @@ def test_train_crop_val_resize_and_val_crop_sizes_are_their_own():
     for bad in (["--val_resize_size", "30"], ["--dataset", "moving_digits", "--train_crop_size", "16"]):
         with pytest.raises(SystemExit) as e:
             parse_args(["--image_size", "32", *bad])
+        assert e.value.code == 2
+
+
+def test_progressive_resizing_follows_ffcvs_ramp():
+    import numpy as np
+
+    from utils.presets import progressive_size
+
+    def ffcv(epoch, low, high, start, end):  # FFCV's get_resolution, with numpy as it is written there
+        if epoch <= start:
+            return low
+        if epoch >= end:
+            return high
+        return int(np.round(np.interp([epoch], [start, end], [low, high])[0] / 32)) * 32
+
+    for ramp in ((160, 192, 11, 13), (160, 192, 65, 76), (128, 256, 0, 10), (160, 160, 3, 3), (96, 288, 2, 20)):
+        args = preset_args("--progressive_resize", *map(str, ramp))
+        assert [progressive_size(args, e) for e in range(90)] == [ffcv(e, *ramp) for e in range(90)]
+    args = preset_args("--progressive_resize", "160", "192", "11", "13")  # FFCV's 16-epoch ResNet-50
+    assert [train_crop_size(args, e) for e in range(16)] == [160] * 12 + [192] * 4
+    for bad in (["--progressive_resize", "160", "190", "1", "3"], ["--progressive_resize", "192", "160", "1", "3"],
+                ["--progressive_resize", "160", "192", "3", "1"], ["--progressive_resize", "16", "32", "0", "1",
+                                                                   "--train_crop_size", "16"]):
+        with pytest.raises(SystemExit) as e:
+            preset_args(*bad)
         assert e.value.code == 2

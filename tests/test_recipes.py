@@ -16,18 +16,29 @@ TINY_SYNTHETIC = ["--dataset", "synthetic", "--image_size", "16", "--train_crop_
                   "--log_every", "1"]
 
 
+def tiny_images(images):
+    """Progressive resizing needs real crops: 8 of the 36 images, one step an epoch on 2 processes,
+    8-px crops in epoch 0 and 16-px ones from epoch 1."""
+    return ["--train_dir", images / "tr", "--val_dir", images / "va", "--image_size", "16", "--progressive_resize",
+            "8", "16", "0", "1", "--progressive_resize_step", "8", "--val_resize_size", "16", "--val_crop_size", "16",
+            "--batch_size", "4", "--max_train_samples", "8", "--max_train_steps", "3", "--log_every", "1"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path):
+def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, images):
     # configs/moving_digits_mc3_18.yaml is the video tests' recipe: every --dataset moving_digits run applies it.
     import yaml
 
     out = tmp_path / "run"
-    run_ok(["--config", ROOT / "configs" / recipe, *TINY_SYNTHETIC, "--output_dir", out], nproc=2, timeout=240)
+    recipe_values = yaml.safe_load((ROOT / "configs" / recipe).read_text())
+    tiny = tiny_images(images) if "progressive_resize" in recipe_values else TINY_SYNTHETIC
+    proc = run_ok(["--config", ROOT / "configs" / recipe, *tiny, "--output_dir", out], nproc=2, timeout=240)
     results, config = read_json(out / "results.json"), yaml.safe_load((out / "config.yaml").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2
-    recipe_values = yaml.safe_load((ROOT / "configs" / recipe).read_text())
-    overridden = {a[2:] for a in TINY_SYNTHETIC if a.startswith("--")}
+    if "progressive_resize" in recipe_values:
+        assert "train crops 8 px in epoch 0, 16 px in epochs 1-15" in proc.stdout
+    overridden = {a[2:] for a in tiny if isinstance(a, str) and a.startswith("--")}
     assert all(config[k] == v for k, v in recipe_values.items() if k not in overridden)  # the recipe was in force
     assert ("val_ema_top1" in results) == bool(recipe_values.get("model_ema"))
 

@@ -10,7 +10,7 @@ import yaml
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
 from utils.models import check_image_size, check_model_name, is_video_model
-from utils.presets import image_size, is_video, train_crop_size, val_crop_size
+from utils.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
 from utils.schedule import warmup_epochs
 
 # Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
@@ -94,6 +94,12 @@ def get_args_parser(prog="train_classification.py"):
                    help="eval: resize to the val crop size / crop_pct, then centre-crop")
     g.add_argument("--train_crop_size", type=int, default=None,
                    help="images: side of the random train crop (default: --image_size; torchvision's recipe: 176)")
+    g.add_argument("--progressive_resize", type=int, nargs=4, default=None, metavar=("LOW", "HIGH", "START", "END"),
+                   help="images: FFCV's progressive resizing: train crops of side LOW up to epoch START (0-based), "
+                        "HIGH from epoch END, in between growing linearly in steps of --progressive_resize_step "
+                        "(FFCV's 16-epoch ResNet-50: 160 192 11 13); instead of --train_crop_size")
+    g.add_argument("--progressive_resize_step", type=int, default=32,
+                   help="progressive resizing: sides are multiples of this (FFCV: 32)")
     g.add_argument("--val_crop_size", type=int, default=None, help="images: side of the eval centre crop "
                    "(default: --image_size)")
     g.add_argument("--val_resize_size", type=int, default=None,
@@ -274,6 +280,18 @@ def check_args(args):
         need(getattr(args, key) >= 1, key, "must be >= 1")
     for key in ("train_crop_size", "val_crop_size", "val_resize_size"):
         need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
+    if args.progressive_resize:
+        low, high, start, end = args.progressive_resize
+        need(args.progressive_resize_step >= 1, "progressive_resize_step", "must be >= 1")
+        need(1 <= low <= high and 0 <= start <= end, "progressive_resize",
+             "must be LOW HIGH START END with 1 <= LOW <= HIGH and 0 <= START <= END")
+        need(low % args.progressive_resize_step == 0 and high % args.progressive_resize_step == 0,
+             "progressive_resize", f"LOW and HIGH must be multiples of --progressive_resize_step "
+             f"{args.progressive_resize_step}")
+        need(args.train_crop_size is None, "train_crop_size", "leave it out with --progressive_resize, which sets "
+             "the train crop of each epoch")
+        need(source_kind(args) != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
+             "(it is generated at --image_size)")
     need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args)),
          "val_resize_size", "must be at least the val crop size")
     for key in ("mixup_alpha", "cutmix_alpha"):
@@ -348,7 +366,7 @@ def check_args(args):
         raise ConfigError(f"model: {e}") from None
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
-    sizes = ("train_crop_size", "val_crop_size", "val_resize_size")
+    sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
     given = [key for key in sizes if getattr(args, key) is not None]
     need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
     try:

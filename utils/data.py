@@ -4,6 +4,7 @@ import contextlib
 import hashlib
 import io
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -64,18 +65,20 @@ def decode_rgb(image):
 class ImageRows(Dataset):
     """A `datasets.Dataset` of images read a batch of rows at a time, `transform` applied per image.
 
-    With a seed, each image's randomness comes from (seed, epoch, key) alone: see EpochSeeded. A key
+    `preset(epoch)` gives the epoch's transform and the side of its output (presets.Fixed, or
+    presets.Progressive for progressive resizing). With a seed, each image's randomness comes from
+    (seed, epoch, key) alone: see EpochSeeded. A key
     k >= len(self) is copy k // len of row k % len (repeated augmentation), with its own draws. A
     file that cannot be decoded becomes a zero image with valid=False and its path in `source`, so
     every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
     """
 
-    def __init__(self, ds, transform, image_size, decoded, seed=None):
+    def __init__(self, ds, preset, decoded, seed=None):
         import datasets
 
         # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
         self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
-        self.transform, self.image_size, self.decoded, self.seed = transform, image_size, decoded, seed
+        self.preset, self.decoded, self.seed = preset, decoded, seed
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
 
     def __len__(self):
@@ -86,22 +89,25 @@ class ImageRows(Dataset):
 
     def __getitems__(self, keys):
         rows = self.rows[[key % len(self.rows) for key in keys]]  # one batched read
-        return [self._item(image, label, key) for image, label, key in zip(rows["image"], rows["label"], keys)]
+        epoch = int(self.epoch)
+        transform, size = self.preset(epoch)
+        return [self._item(image, label, key, epoch, transform, size)
+                for image, label, key in zip(rows["image"], rows["label"], keys)]
 
-    def _item(self, image, label, key):
+    def _item(self, image, label, key, epoch, transform, size):
         try:
-            rng = sample_rng(self.seed, int(self.epoch), key) if self.seed is not None else contextlib.nullcontext()
+            rng = sample_rng(self.seed, epoch, key) if self.seed is not None else contextlib.nullcontext()
             with rng:
-                pixels = self.transform(image.convert("RGB") if self.decoded else decode_rgb(image))
+                pixels = transform(image.convert("RGB") if self.decoded else decode_rgb(image))
             source, error = "", ""
         except (OSError, ValueError, RuntimeError, SyntaxError) as e:  # PIL raises all of these
-            pixels = torch.zeros(3, self.image_size, self.image_size, dtype=torch.uint8)
+            pixels = torch.zeros(3, size, size, dtype=torch.uint8)
             source, error = image.get("path") or "<embedded image bytes>", f"{type(e).__name__}: {e}"
         return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
 
 
-def _with_transform(ds, transform, image_size, decoded, seed=None):
-    rows = ImageRows(ds, transform, image_size, decoded, seed)
+def _with_transform(ds, preset, decoded, seed=None):
+    rows = ImageRows(ds, preset, decoded, seed)
     return EpochSeeded(rows, rows.epoch)
 
 
@@ -136,7 +142,7 @@ def build_datasets(args):
     """
     if presets.is_video(args):
         return build_video_datasets(args)
-    size, train_size, val_size = presets.image_size(args), presets.train_crop_size(args), presets.val_crop_size(args)
+    size, val_size = presets.image_size(args), presets.val_crop_size(args)
     if presets.source_kind(args) == "synthetic":
         names = [f"class_{i}" for i in range(args.num_classes)]
         epoch = torch.zeros((), dtype=torch.int64)  # synthetic data has no augmentation to seed
@@ -144,12 +150,15 @@ def build_datasets(args):
                 SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
     if presets.source_kind(args) == "digits":
         splits = load_digits_dataset()
-        train, val, names, notes = splits["train"], splits["validation"], splits["train"].features["label"].names, []
-        return (_with_transform(train, presets.digits_train(train_size), train_size, decoded=True, seed=args.seed),
-                _with_transform(val, presets.digits_eval(val_size), val_size, decoded=True), names, notes)
+        train, val, names = splits["train"], splits["validation"], splits["train"].features["label"].names
+        notes = presets.progressive_notes(args)
+        return (_with_transform(train, presets.ByEpoch(presets.digits_train, args), decoded=True, seed=args.seed),
+                _with_transform(val, presets.Fixed(presets.digits_eval(val_size), val_size), decoded=True), names, notes)
     train, val, names, notes = load_splits(args)
-    return (_with_transform(train, presets.train_preset(args), train_size, decoded=False, seed=args.seed),
-            _with_transform(val, presets.eval_preset(args), val_size, decoded=False), names, notes)
+    notes += presets.progressive_notes(args)
+    return (_with_transform(train, presets.ByEpoch(partial(presets.train_preset, args), args), decoded=False,
+                            seed=args.seed),
+            _with_transform(val, presets.Fixed(presets.eval_preset(args), val_size), decoded=False), names, notes)
 
 
 class BadImages:

@@ -50,8 +50,24 @@ def image_size(args):
     return args.image_size or default.get(source_kind(args), 224)
 
 
-def train_crop_size(args):
+def train_crop_size(args, epoch=0):
+    """--train_crop_size, else the image size; with --progressive_resize, the side for `epoch`."""
+    if args.progressive_resize:
+        return progressive_size(args, epoch)
     return args.train_crop_size or image_size(args)
+
+
+def progressive_size(args, epoch):
+    """FFCV's progressive resizing, --progressive_resize LOW HIGH START END: LOW up to epoch START
+    (0-based), HIGH from epoch END on, in between the straight line from one to the other rounded to
+    a multiple of --progressive_resize_step (32 as in FFCV, round half to even as numpy's)."""
+    low, high, start, end = args.progressive_resize
+    if epoch <= start:
+        return low
+    if epoch >= end:
+        return high
+    step = args.progressive_resize_step
+    return round((low + (high - low) * (epoch - start) / (end - start)) / step) * step
 
 
 def val_crop_size(args):
@@ -95,9 +111,10 @@ def _interpolation(args):
     return v2.InterpolationMode(args.interpolation)
 
 
-def train_preset(args):
-    """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here."""
-    steps = [v2.RandomResizedCrop(train_crop_size(args), interpolation=_interpolation(args), antialias=True)]
+def train_preset(args, size=None):
+    """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
+    Random crops of side `size` (default: train_crop_size)."""
+    steps = [v2.RandomResizedCrop(size or train_crop_size(args), interpolation=_interpolation(args), antialias=True)]
     if not args.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
     if args.auto_augment == "ta_wide":
@@ -114,6 +131,47 @@ def eval_preset(args):
     then centre-crop the val crop size."""
     return v2.Compose([v2.Resize(val_resize_size(args), interpolation=_interpolation(args), antialias=True),
                        v2.CenterCrop(val_crop_size(args))])
+
+
+def progressive_notes(args):
+    """What --progressive_resize does over this run, e.g. ["progressive resizing: train crops 160 px in
+    epochs 0-11, 192 px in epochs 12-15"] (0-based, as --progressive_resize counts); [] without it."""
+    if not args.progressive_resize:
+        return []
+    runs = []  # [side, first epoch, last epoch]
+    for epoch in range(args.epochs):
+        size = progressive_size(args, epoch)
+        if runs and runs[-1][0] == size:
+            runs[-1][2] = epoch
+        else:
+            runs.append([size, epoch, epoch])
+    spans = [f"{size} px in epoch{f's {a}-{b}' if b > a else f' {a}'}" for size, a, b in runs]
+    return ["progressive resizing: train crops " + ", ".join(spans)]
+
+
+class Fixed:
+    """One transform for every epoch, and the side of what it returns (see ImageRows)."""
+
+    def __init__(self, transform, size):
+        self.transform, self.size = transform, size
+
+    def __call__(self, epoch):
+        return self.transform, self.size
+
+
+class ByEpoch:
+    """The train transform of each epoch with its side, train_crop_size(args, epoch): `build(size)`
+    made once per size in each process (a class, not a closure: DataLoader workers started by spawn,
+    as on macOS, receive it pickled)."""
+
+    def __init__(self, build, args):
+        self.build, self.args, self.built = build, args, {}
+
+    def __call__(self, epoch):
+        size = train_crop_size(self.args, epoch)
+        if size not in self.built:
+            self.built[size] = self.build(size)
+        return self.built[size], size
 
 
 # Video presets: for (T, C, H, W) uint8 tv_tensors.Video frames; one random draw for all frames of a clip.
