@@ -57,10 +57,11 @@ from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
-from utils.models import ModelError, build_model, for_device, initialise
+from utils.model_sources import build_model, initialise
+from utils.models import ModelError, for_device
 from utils.multiview import test_row, test_videos
 from utils.on_device import BatchInput
-from utils.presets import is_video, sample_unit, source_name
+from utils.presets import input_notes, is_video, sample_unit, source_name
 from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
 from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
@@ -348,13 +349,16 @@ def build_job(args, accelerator, out):
         train_ds, val_ds, class_names, notes = build_datasets(args)
     for note in notes:
         accelerator.print(f"data: {note}")
+    for note in input_notes(args):
+        accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=args.seed * 1_000_003)
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     model = build_model(args.model, num_classes=len(class_names), video=is_video(args),
-                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout)
+                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
+                        pretrained=args.pretrained, class_names=class_names)
     initialise(model, args, accelerator.print)
     model = for_device(model, args, accelerator)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);

@@ -88,7 +88,7 @@ def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path)
     import torch
 
     from utils.config import parse_args
-    from utils.models import initialise
+    from utils.model_sources import initialise
 
     reference = torchvision_pretrained_layout("googlenet", num_classes=1000)
     torch.save(reference.state_dict(), tmp_path / "googlenet.pth")

@@ -9,7 +9,7 @@ import yaml
 
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
-from utils.models import check_image_size, check_model_name, is_video_model
+from utils.model_sources import check_image_size, check_model_name, is_video_model, source
 from utils.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
 from utils.schedule import warmup_epochs
 
@@ -88,10 +88,12 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--rand_augment", type=int, default=None, help="RandAugment with this magnitude (0-30)")
     g.add_argument("--random_erase", type=float, default=0.0,
                    help="random erasing probability, after normalisation (torchvision's recipe: 0.1)")
-    g.add_argument("--interpolation", type=str, default="bilinear", choices=("bilinear", "bicubic"),
-                   help="resampling of the train crop and the eval resize")
-    g.add_argument("--crop_pct", type=float, default=0.875,
-                   help="eval: resize to the val crop size / crop_pct, then centre-crop")
+    g.add_argument("--interpolation", type=str, default=None, choices=("bilinear", "bicubic"),
+                   help="resampling of the train crop and the eval resize (default: the timm/hf model's, else "
+                        "bilinear)")
+    g.add_argument("--crop_pct", type=float, default=None,
+                   help="eval: resize to the val crop size / crop_pct, then centre-crop (default: the timm/hf "
+                        "model's, else 0.875)")
     g.add_argument("--train_crop_size", type=int, default=None,
                    help="images: side of the random train crop (default: --image_size; torchvision's recipe: 176)")
     g.add_argument("--progressive_resize", type=int, nargs=4, default=None, metavar=("LOW", "HIGH", "START", "END"),
@@ -117,15 +119,19 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--model", type=str, default=None,
-                   help="any torchvision classification or video model name (default: resnet18 for images, "
-                        "r2plus1d_18 for video); an image model on video scores each frame and averages (TSN)")
-    g.add_argument("--pretrained", action="store_true", help="start from torchvision's DEFAULT weights")
+                   help="a torchvision classification or video model name (default: resnet18 for images, "
+                        "r2plus1d_18 for video), timm/<name>[.<tag>] (timm.create_model), or hf/<Hub repo or local "
+                        "folder> (transformers' AutoModelForImageClassification); an image model on video scores "
+                        "each frame and averages (TSN)")
+    g.add_argument("--pretrained", action="store_true", help="start from pretrained weights: torchvision's DEFAULT, "
+                   "timm's (the name's tag, else its default), a transformers checkpoint's; the classifier is new")
     g.add_argument("--weights", type=str, default=None, help="start from these torchvision weights (e.g. "
                    "ResNet50_Weights.IMAGENET1K_V2); read from the torch hub cache offline")
     g.add_argument("--init_from", type=str, default=None,
                    help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
                         "a classifier for another class count is re-initialised")
-    g.add_argument("--freeze_backbone", action="store_true", help="train the classifier (last Linear) only")
+    g.add_argument("--freeze_backbone", action="store_true", help="train the classifier only (torchvision: the last "
+                   "Linear; timm: get_classifier(); transformers: what is outside the base model)")
     g.add_argument("--model_ema", action="store_true",
                    help="keep an exponential moving average of the weights; validation scores it too (val_ema_*)")
     g.add_argument("--model_ema_decay", type=float, default=0.9998, help="EMA decay per update")
@@ -301,7 +307,7 @@ def check_args(args):
     for key in ("image_size", "max_train_samples", "max_val_samples", "test_clips", "test_crops"):
         need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
-    need(0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
+    need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
     need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
     need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
@@ -364,6 +370,8 @@ def check_args(args):
         check_model_name(args.model)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
+    need(args.weights is None or source(args.model) == "torchvision", "weights", "names torchvision weights; for "
+         "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
     sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")

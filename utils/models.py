@@ -205,20 +205,13 @@ def pretrained_state(name, weights_name):
                          f"(the cache follows TORCH_HOME)") from None
 
 
-def initialise(model, args, log=print):
-    """Pretrained or --init_from weights (a classifier for other classes is re-initialised); freezing."""
-    source = ("pretrained", pretrained_state(args.model, args.weights)) if args.pretrained or args.weights \
-        else ("init_from", read_state_dict(args.init_from)) if args.init_from else None
-    if source is not None:
-        aux = sorted({k.split(".")[0] for k in auxiliary_keys(model, source[1])})
-        reinit = load_matching(model, source[1], source[0])
-        dropped = f"; re-initialised (other shape): {', '.join(reinit)}" if reinit else ""
-        unused = f"; auxiliary classifiers not used: {', '.join(aux)}" if aux else ""
-        log(f"{source[0]}: weights loaded{dropped}{unused}")
-    if args.freeze_backbone:
-        trainable = set(head(model).parameters())
-        for p in model.parameters():
-            p.requires_grad_(p in trainable)
+def load_weights(model, source, state, log=print):
+    """Load `state` (from `source`: pretrained, init_from) into `model`, saying what was left out."""
+    aux = sorted({k.split(".")[0] for k in auxiliary_keys(model, state)})
+    reinit = load_matching(model, state, source)
+    dropped = f"; re-initialised (other shape): {', '.join(reinit)}" if reinit else ""
+    unused = f"; auxiliary classifiers not used: {', '.join(aux)}" if aux else ""
+    log(f"{source}: weights loaded{dropped}{unused}")
 
 
 def for_device(model, args, accelerator):

@@ -10,6 +10,7 @@ import os
 import torch
 from torchvision.transforms import v2
 
+from utils.model_sources import data_config
 from utils.moving_digits import CANVAS as MOVING_DIGITS_CANVAS
 from utils.sources import folder_holds_videos
 
@@ -43,11 +44,51 @@ def sample_unit(args):
     return "clips" if is_video(args) else "images"
 
 
+# The embedded sources have a size and pixel statistics of their own, which win over a model's.
+OWN_INPUT = ("digits", "synthetic", "moving_digits")
+
+
+def model_input(args):
+    """What a timm/hf model's library recommends for its input (image_size, mean, std, interpolation,
+    crop_pct, origin), for the data that takes it: image and video files. {} otherwise."""
+    return {} if source_kind(args) in OWN_INPUT else data_config(args.model)
+
+
 def image_size(args):
-    """The side of the model's input frames: 32 for digits and synthetic, 24 (the canvas) for moving
-    digits, 112 for video (torchvision's Kinetics weights), else 224."""
+    """The side of the model's input frames: --image_size; 32 for digits and synthetic, 24 (the canvas)
+    for moving digits; the timm/hf model's input size; 112 for video (torchvision's Kinetics weights),
+    else 224."""
     default = {"digits": 32, "synthetic": 32, "moving_digits": MOVING_DIGITS_CANVAS, "video": 112}
-    return args.image_size or default.get(source_kind(args), 224)
+    kind = source_kind(args)
+    if args.image_size or kind in OWN_INPUT:
+        return args.image_size or default[kind]
+    return model_input(args).get("image_size") or default.get(kind, 224)
+
+
+def crop_pct(args):
+    """--crop_pct, else the timm/hf model's, else 0.875 (224 of 256)."""
+    return args.crop_pct or model_input(args).get("crop_pct") or 0.875
+
+
+def interpolation(args):
+    """--interpolation, else the timm/hf model's (bilinear or bicubic), else bilinear."""
+    return args.interpolation or model_input(args).get("interpolation") or "bilinear"
+
+
+def input_notes(args):
+    """For a timm/hf model: which input values are used and where they came from."""
+    if not args.model.startswith(("timm/", "hf/")):
+        return []
+    kind, recommended = source_kind(args), model_input(args)
+    if kind in OWN_INPUT:
+        return [f"input: {kind}'s own size and pixel statistics ({image_size(args)} px), not {args.model}'s "
+                f"recommended input"]
+    own = [key for key in ("image_size", "mean", "std", "crop_pct", "interpolation") if getattr(args, key) is not None]
+    mean, std = mean_std(args)
+    used = (f"{image_size(args)} px, crop_pct {crop_pct(args):g}, {interpolation(args)}, mean "
+            f"{tuple(round(v, 4) for v in mean)}, std {tuple(round(v, 4) for v in std)}")
+    origin = f"from {recommended['origin']}" if recommended else f"{args.model} recommends none: the defaults"
+    return [f"input: {used} ({origin}{'; yours: ' + ', '.join(own) if own else ''})"]
 
 
 def train_crop_size(args, epoch=0):
@@ -76,7 +117,7 @@ def val_crop_size(args):
 
 def val_resize_size(args):
     """The eval resize of the shorter side: --val_resize_size, else the val crop / crop_pct (224 / 0.875 = 256)."""
-    return args.val_resize_size or int(val_crop_size(args) / args.crop_pct)
+    return args.val_resize_size or int(val_crop_size(args) / crop_pct(args))
 
 
 def mean_std(args):
@@ -88,9 +129,10 @@ def mean_std(args):
         return DIGITS_MEAN, DIGITS_STD
     if kind == "moving_digits":
         return MOVING_DIGITS_MEAN, MOVING_DIGITS_STD
+    model = model_input(args)
     if kind == "video":
-        return args.mean or KINETICS_MEAN, args.std or KINETICS_STD
-    return args.mean or IMAGENET_MEAN, args.std or IMAGENET_STD
+        return args.mean or model.get("mean") or KINETICS_MEAN, args.std or model.get("std") or KINETICS_STD
+    return args.mean or model.get("mean") or IMAGENET_MEAN, args.std or model.get("std") or IMAGENET_STD
 
 
 def digits_train(size):
@@ -108,7 +150,7 @@ def digits_eval(size):
 
 
 def _interpolation(args):
-    return v2.InterpolationMode(args.interpolation)
+    return v2.InterpolationMode(interpolation(args))
 
 
 def train_preset(args, size=None):
@@ -193,7 +235,7 @@ def _video_resize(args):
     size = image_size(args)
     if source_kind(args) == "moving_digits":
         return [v2.Identity()] if size == MOVING_DIGITS_CANVAS else [v2.Resize(size, antialias=True)]
-    return [v2.Resize(int(size / args.crop_pct), antialias=True)]
+    return [v2.Resize(int(size / crop_pct(args)), antialias=True)]
 
 
 def video_eval(args):

@@ -61,8 +61,8 @@ def output_dir_for(args, accelerator):
         return Path(args.resume).resolve().parent.parent
 
     def new_name():  # holds a timestamp: one name for every rank
-        dataset = re.sub(r"[^\w.-]+", "_", source_name(args))  # a Hub name or a path: no slashes
-        return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{args.model}"))
+        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (source_name(args), args.model))
+        return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{model}"))  # names, paths: no slashes
     return Path(_decided(accelerator, new_name))
 
 

@@ -1,0 +1,123 @@
+"""Model namespaces: timm/<name> and hf/<folder> build, check names, follow their data config, freeze their
+own heads, train on 2 processes and resume exactly; their weights fail offline with one line."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY, environment, killed, read_json, run_ok
+from utils.config import parse_args
+from utils.model_sources import build_model, check_model_name, classifier_parameters, data_config, initialise
+from utils.presets import crop_pct, image_size, input_notes, interpolation, mean_std, val_resize_size
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+@pytest.fixture(scope="session")
+def tiny_vit(tmp_path_factory):
+    """A 2-layer ViT for 16-px images with its image processor, saved as transformers saves any model:
+    config-only, nothing downloaded."""
+    from transformers import AutoModelForImageClassification, ViTConfig, ViTImageProcessor
+
+    folder = tmp_path_factory.mktemp("hf") / "tiny-vit"
+    config = ViTConfig(image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=32, num_labels=3)
+    torch.manual_seed(0)
+    AutoModelForImageClassification.from_config(config).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.5, 0.4, 0.3], image_std=[0.2, 0.25, 0.3],
+                      resample=3).save_pretrained(folder)
+    return folder
+
+
+def test_names_are_checked_in_their_own_namespace(tmp_path):
+    for good in ("resnet18", "timm/resnet18", "timm/resnet50.a1_in1k", "timm/convnext_tiny"):
+        check_model_name(good)
+    for bad, says in (("timm/resnt18", "did you mean timm/resnet18"), ("timm/resnet50.nope", "timm/resnet50."),
+                      ("hf/" + str(tmp_path / "missing"), "no such folder"), ("hf/" + str(tmp_path), "no config.json"),
+                      ("resnet19", "did you mean resnet18")):
+        with pytest.raises(ValueError, match=says.replace(".", r"\.")):
+            check_model_name(bad)
+
+
+def test_timm_and_hf_models_give_logits_for_our_classes_and_their_own_heads(tiny_vit):
+    timm_model = build_model("timm/resnet18", num_classes=7, drop_path=0.1, dropout=0.2).eval()
+    assert timm_model(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
+    assert {id(p) for p in classifier_parameters(timm_model, "timm/resnet18")} == \
+        {id(timm_model.fc.weight), id(timm_model.fc.bias)}
+    assert timm_model.drop_rate == 0.2
+    hf = f"hf/{tiny_vit}"
+    vit = build_model(hf, num_classes=5, class_names=list("abcde"), dropout=0.1).eval()
+    logits = vit(torch.zeros(2, 3, 16, 16))
+    assert isinstance(logits, torch.Tensor) and logits.shape == (2, 5)  # a tensor, not transformers' output object
+    assert vit.config.id2label == dict(enumerate("abcde")) and vit.config.hidden_dropout_prob == 0.1
+    head = {n for n, p in vit.named_parameters() if any(p is q for q in classifier_parameters(vit, hf))}
+    assert head == {"classifier.weight", "classifier.bias"}
+    clips = build_model("timm/resnet18", num_classes=4, video=True).eval()  # TSN on clips (B, C, T, H, W)
+    assert clips(torch.zeros(2, 3, 3, 32, 32)).shape == (2, 4)
+
+
+def test_freeze_backbone_trains_the_librarys_head_only(tiny_vit):
+    for name in ("timm/resnet18", f"hf/{tiny_vit}"):
+        model = build_model(name, num_classes=3)
+        initialise(model, parse_args(["--model", name, "--freeze_backbone", "--image_size", "16"]), log=lambda _: None)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        assert trainable and {id(p) for p in trainable} == {id(p) for p in classifier_parameters(model, name)}
+
+
+def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
+    folders = ["--train_dir", str(tmp_path), "--val_dir", str(tmp_path)]
+    timm_cfg = data_config("timm/resnet50.a1_in1k")
+    args = parse_args([*folders, "--model", "timm/resnet50.a1_in1k"])
+    assert (image_size(args), crop_pct(args), interpolation(args)) == (224, timm_cfg["crop_pct"], "bicubic") == \
+        (224, 0.95, "bicubic")
+    assert val_resize_size(args) == int(224 / 0.95) and "timm's pretrained_cfg of resnet50.a1_in1k" in \
+        input_notes(args)[0]
+    mine = parse_args([*folders, "--model", "timm/resnet50.a1_in1k", "--image_size", "64", "--crop_pct", "0.8",
+                       "--interpolation", "bilinear", "--mean", "0.1", "0.2", "0.3", "--std", "1", "1", "1"])
+    assert (image_size(mine), crop_pct(mine), interpolation(mine)) == (64, 0.8, "bilinear")
+    assert mean_std(mine) == ([0.1, 0.2, 0.3], [1.0, 1.0, 1.0])
+    vit = parse_args([*folders, "--model", f"hf/{tiny_vit}"])
+    assert (image_size(vit), crop_pct(vit), interpolation(vit)) == (16, 1.0, "bicubic")
+    assert mean_std(vit) == ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
+    digits = parse_args(["--model", "timm/resnet50.a1_in1k"])  # the embedded data keeps its own input
+    assert image_size(digits) == 32 and "digits's own size" in input_notes(digits)[0]
+    plain = parse_args(folders)  # torchvision names: as before
+    assert (image_size(plain), crop_pct(plain), interpolation(plain)) == (224, 0.875, "bilinear")
+    with pytest.raises(SystemExit) as e:  # a ViT's position embeddings fix its input size
+        parse_args([*folders, "--model", f"hf/{tiny_vit}", "--image_size", "32"])
+    assert e.value.code == 2
+
+
+def test_pretrained_weights_missing_offline_fail_with_one_line(tmp_path):
+    argv = [sys.executable, str(ROOT / "train_classification.py"), *TINY, "--model", "timm/resnet18", "--pretrained",
+            "--output_dir", str(tmp_path / "run")]
+    proc = subprocess.run(argv, env=environment({"HF_HUB_CACHE": str(tmp_path / "empty")}), capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("train_classification.py: error: pretrained: the weights of timm/resnet18 are not in "
+                           "the Hugging Face cache") and "hf download timm/resnet18.a1_in1k" in last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["timm", "hf"])
+def test_namespace_models_train_on_two_processes_and_resume_bitwise(model, tiny_vit, images, tmp_path):
+    from safetensors.torch import load_file
+
+    name = "timm/resnet18" if model == "timm" else f"hf/{tiny_vit}"
+    job = ["--train_dir", images / "tr", "--val_dir", images / "va", "--model", name, "--image_size", "16",
+           "--batch_size", "4", "--epochs", "2", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers", "1",
+           "--model_ema"]
+    whole, out = tmp_path / "whole", tmp_path / "run"
+    run_ok([*job, "--output_dir", whole], nproc=2)
+    argv = [*job, "--output_dir", out, "--checkpoint_every_steps", "1"]
+    killed(argv, "step:7", nproc=2)  # epoch 1 of 2 (5 steps each), DataLoader workers on
+    run_ok([*argv, "--resume", "latest"], nproc=2)
+    for file in ("model.safetensors", "model_ema.safetensors"):
+        a, b = load_file(whole / file), load_file(out / file)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    results = read_json(out / "results.json")
+    assert results["world_size"] == 2 and results["model"] == name
+    assert results["val_top1"] == read_json(whole / "results.json")["val_top1"]
