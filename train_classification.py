@@ -57,6 +57,7 @@ from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
+from utils.model_folder import save_model_folder
 from utils.model_sources import build_model, initialise
 from utils.models import ModelError, for_device
 from utils.multiview import test_row, test_videos
@@ -541,6 +542,8 @@ def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
     accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.ema, job.out / "model_ema.safetensors")
+    if accelerator.is_main_process:  # the weights validation followed, in their library's own format
+        save_model_folder(job.ema.module if job.ema else job.bare_model(), args, job.class_names, job.out / "model")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": source_name(args)}, figures

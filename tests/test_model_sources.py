@@ -121,3 +121,20 @@ def test_namespace_models_train_on_two_processes_and_resume_bitwise(model, tiny_
     results = read_json(out / "results.json")
     assert results["world_size"] == 2 and results["model"] == name
     assert results["val_top1"] == read_json(whole / "results.json")["val_top1"]
+    # <output_dir>/model/ loads with the library alone and computes what our model with the EMA weights does
+    ours = build_model(name, num_classes=3, class_names=["cat", "dog", "eel"])
+    ours.load_state_dict(load_file(out / "model_ema.safetensors"))
+    if model == "timm":
+        import timm
+
+        theirs = timm.create_model(f"local-dir:{out / 'model'}", pretrained=True)
+        assert theirs.pretrained_cfg["label_names"] == ["cat", "dog", "eel"]
+    else:
+        from transformers import AutoModelForImageClassification
+
+        theirs = AutoModelForImageClassification.from_pretrained(out / "model")
+        assert theirs.config.id2label == {0: "cat", 1: "dog", 2: "eel"}
+    pixels = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = theirs.eval()(pixels)
+        assert torch.equal(getattr(logits, "logits", logits), ours.eval()(pixels))

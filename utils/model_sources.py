@@ -84,7 +84,7 @@ def _cached_hf_models():
         return []
 
 
-def _quiet_transformers():
+def quiet_transformers():
     import transformers
 
     transformers.utils.logging.set_verbosity_error()  # load reports and "newly initialised" notices
@@ -141,7 +141,7 @@ _HF_DROPOUT = ("classifier_dropout_prob", "classifier_dropout", "hidden_dropout_
 
 
 def _build_hf(ref, num_classes, drop_path, dropout, pretrained, class_names):
-    transformers = _quiet_transformers()
+    transformers = quiet_transformers()
     names = class_names or [str(i) for i in range(num_classes)]
     labels = dict(num_labels=num_classes, id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
     try:
@@ -204,7 +204,7 @@ _PIL_RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 
 def _hf_data_config(ref):
-    transformers = _quiet_transformers()
+    transformers = quiet_transformers()
     try:
         processor = transformers.AutoImageProcessor.from_pretrained(ref)
     except (OSError, ValueError):  # a config-only folder: fall back to the config's image size
@@ -244,7 +244,7 @@ def check_image_size(name, size, frames=None):
         if cfg is not None and cfg.fixed_input_size and size != cfg.input_size[-1]:
             raise ModelError(f"{name} takes --image_size {cfg.input_size[-1]} only, got {size}")
         return
-    config = _quiet_transformers().AutoConfig.from_pretrained(name[len(HF):])
+    config = quiet_transformers().AutoConfig.from_pretrained(name[len(HF):])
     fixed = getattr(config, "image_size", None)
     if hasattr(config, "patch_size") and isinstance(fixed, int) and size != fixed:
         raise ModelError(f"{name} takes --image_size {fixed} only (its position embeddings are laid out for it), "

@@ -42,6 +42,11 @@ _BUILD_OPTIONS = {name: dict(aux_logits=False, transform_input=True, init_weight
 AUX_HEADS = ("aux1", "aux2", "AuxLogits")  # their auxiliary classifiers' module names
 
 
+def build_options(name):
+    """The builder arguments, beyond num_classes, this project builds `name` with (googlenet, inception_v3)."""
+    return dict(_BUILD_OPTIONS.get(name, {}))
+
+
 def zero_init_residual_applies(name):
     """The image ResNets (resnet*, resnext*, wide_resnet*), whose builders take zero_init_residual."""
     return name.startswith(("resnet", "resnext", "wide_resnet"))
@@ -57,7 +62,7 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
 
     `drop_path` and `dropout` go to the builder's `stochastic_depth_prob` and `dropout` arguments; a
     model whose builder has no such argument is a ModelError."""
-    options = dict(_BUILD_OPTIONS.get(name, {}))
+    options = build_options(name)
     if zero_init_residual and zero_init_residual_applies(name):
         options["zero_init_residual"] = True
     asked = {key: value for key, value in (("stochastic_depth_prob", drop_path), ("dropout", dropout))

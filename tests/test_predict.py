@@ -1,0 +1,132 @@
+"""Using a trained run: predict.py reproduces the run's val figures on its val files, keeps input order on
+2 processes, refuses to overwrite; the model folder loads with its library alone; ONNX matches PyTorch."""
+
+import csv
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import ROOT, run_ok
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """A one-epoch digits run (far from perfect, so that agreement means something), with EMA, and
+    its 360 val images written as <class>/<n>.png (PNG: lossless, the same pixels)."""
+    import train_classification
+    from utils.data import load_digits_dataset
+
+    root = tmp_path_factory.mktemp("predict")
+    results = train_classification.main(["--epochs", "1", "--model_ema",
+                                         "--num_workers", "0", "--output_dir", str(root / "run")])
+    for i, row in enumerate(load_digits_dataset()["validation"]):
+        (root / "val" / str(row["label"])).mkdir(parents=True, exist_ok=True)
+        row["image"].save(root / "val" / str(row["label"]) / f"{i:04d}.png")
+    return root, results
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_predict_reproduces_the_runs_val_top1_on_its_val_files(digits_run, capsys):
+    import predict
+
+    root, results = digits_run
+    assert 0.2 < results["val_top1"] < 0.98  # a run that gets some wrong
+    for ema, key in ((False, "val_top1"), (True, "val_ema_top1")):
+        out = root / f"preds_{ema}.jsonl"
+        rows = predict.main([str(root / "run"), str(root / "val"), "--output", str(out), "--top_k", "3",
+                             "--num_workers", "1"] + (["--ema"] if ema else []))
+        assert rows_of(out) == rows and len(rows) == 360 and all(len(r["labels"]) == 3 for r in rows)
+        correct = sum(r["labels"][0] == os.path.basename(os.path.dirname(r["path"])) for r in rows)
+        assert correct == round(results[key] * 360)
+        assert f"top-1 against the class folders: {results[key]:.4f}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:  # an output that exists is kept
+        predict.main([str(root / "run"), str(root / "val"), "--output", str(out)])
+    assert e.value.code == 2 and "--overwrite" in capsys.readouterr().err and rows_of(out) == rows
+
+
+def test_bad_inputs_are_one_line(digits_run, tmp_path, capsys):
+    import predict
+
+    root, _ = digits_run
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not an image")
+    for argv, says in (([str(tmp_path / "nope.png")], "no such file or folder"),
+                       ([str(broken)], "cannot decode"), ([str(root / "val")] + ["--checkpoint", str(tmp_path)],
+                                                          "does not exist")):
+        with pytest.raises(SystemExit) as e:
+            predict.main([str(root / "run"), *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and says in err[0]
+    rows = predict.main([str(root / "run"), str(broken), str(root / "val" / "3"), "--skip_bad", "--output",
+                         str(tmp_path / "p.csv")])
+    assert rows[0]["labels"] == [] and "cannot identify image" in rows[0]["error"]
+    table = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert len(table) == 1 + len(os.listdir(root / "val" / "3")) and table[0]["error"] and not table[1]["error"]
+
+
+@pytest.mark.slow
+def test_two_processes_predict_each_file_once_in_input_order(digits_run, tmp_path):
+    root, _ = digits_run
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    inputs = [root / "val" / "7", root / "val" / "1", root / "val" / "0" / "0176.png"]  # not sorted: order kept
+    run_ok([root / "run", *inputs, "--output", one, "--batch_size", "8"], script="predict.py", launcher=False)
+    run_ok([root / "run", *inputs, "--output", two, "--batch_size", "8"], nproc=2, script="predict.py")
+    a, b = rows_of(one), rows_of(two)
+    assert [r["path"] for r in a] == [r["path"] for r in b]
+    assert a[-1]["path"].endswith("0176.png") and "/7/" in a[0]["path"]
+    assert all(x["labels"] == y["labels"] and torch.allclose(torch.tensor(x["probs"]), torch.tensor(y["probs"]),
+                                                              atol=1e-5) for x, y in zip(a, b))
+
+
+def test_the_model_folder_loads_with_torchvision_alone(digits_run):
+    import torchvision
+    from safetensors.torch import load_file
+
+    root, _ = digits_run
+    folder = root / "run" / "model"
+    config = json.loads((folder / "config.json").read_text())
+    model = torchvision.models.get_model(config["architecture"], num_classes=config["num_classes"],
+                                         **config["builder_options"])
+    model.load_state_dict(load_file(folder / "model.safetensors"))
+    ema = load_file(root / "run" / "model_ema.safetensors")  # EMA on: the folder holds the EMA weights
+    assert all(torch.equal(v, ema[k]) for k, v in model.state_dict().items())
+    assert config["labels"] == [str(d) for d in range(10)] and config["input"]["image_size"] == 32
+
+
+def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
+    import numpy as np
+    import onnxruntime
+
+    import predict
+    from utils.inference import EvalGraph, load_run
+
+    root, _ = digits_run
+    path = tmp_path / "model.onnx"
+    predict.main([str(root / "run"), "--export_onnx", str(path)])
+    assert "max abs diff" in capsys.readouterr().out
+    args, _, model = load_run(root / "run")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for n in (1, 5):  # a dynamic batch
+        pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+        with torch.no_grad():
+            expected = EvalGraph(model, args).eval()(pixels).numpy()
+        got = session.run(None, {"pixels": pixels.numpy()})[0]
+        assert got.shape == (n, 10) and np.abs(got - expected).max() <= 1e-4
+    with pytest.raises(SystemExit):  # kept, not overwritten
+        predict.main([str(root / "run"), "--export_onnx", str(path)])
+
+
+def test_predict_help_runs_without_a_run():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "predict.py"), "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "--export_onnx" in proc.stdout  # the runbook is the help

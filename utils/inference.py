@@ -1,0 +1,128 @@
+"""Using a trained run (predict.py): its options, labels and weights, its own eval transform over files,
+and the eval graph (uint8 pixels in, logits out) for ONNX."""
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torchvision.transforms import v2
+
+from utils import presets
+from utils.config import parse_args
+from utils.data import _with_transform
+from utils.model_sources import build_model
+from utils.models import ModelError, read_state_dict
+from utils.sources import IMAGE_SUFFIXES
+
+
+class RunError(ValueError):
+    """A run folder, input or output that cannot be used as asked; the message is one line."""
+
+
+def load_run(run_dir, ema=False, checkpoint=None):
+    """(the run's options, its class names, its model in eval mode with the chosen weights on the CPU).
+
+    Weights: <run>/model.safetensors, model_ema.safetensors with `ema`, or a checkpoint folder's."""
+    run_dir = Path(run_dir)
+    config, labels = run_dir / "config.yaml", run_dir / "labels.json"
+    for file in (config, labels):
+        if not file.is_file():
+            raise RunError(f"{run_dir}: no {file.name} (give a folder written by train_classification.py)")
+    args = parse_args(["--config", str(config)])
+    if presets.is_video(args):
+        raise RunError(f"{run_dir}: a video run; predict.py reads images only for now")
+    names = [name for _, name in sorted(json.loads(labels.read_text()).items(), key=lambda kv: int(kv[0]))]
+    weights = Path(checkpoint) / "model.safetensors" if checkpoint else \
+        run_dir / ("model_ema.safetensors" if ema else "model.safetensors")
+    if not weights.is_file():
+        hint = " (the run trained without --model_ema)" if ema else " (training has not finished: pass --checkpoint)"
+        raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
+    model = build_model(args.model, num_classes=len(names), class_names=names)
+    try:
+        model.load_state_dict(read_state_dict(weights))
+    except (RuntimeError, ModelError) as e:
+        raise RunError(f"{weights}: does not fit {args.model} with {len(names)} classes "
+                       f"({str(e).splitlines()[0][:200]})") from None
+    return args, names, model.eval()
+
+
+def list_inputs(items):
+    """Image files in the order given; a folder gives its images, walked in sorted order (hidden ones
+    skipped). A path that does not exist is a RunError."""
+    files = []
+    for item in map(Path, items):
+        if item.is_dir():
+            for root, dirs, names in os.walk(item):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                files += [Path(root) / n for n in sorted(names)
+                          if not n.startswith(".") and Path(n).suffix.lower() in IMAGE_SUFFIXES]
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise RunError(f"{item}: no such file or folder")
+    if not files:
+        raise RunError(f"no image files in {', '.join(map(str, items))}")
+    return files
+
+
+def eval_dataset(args, files):
+    """`files` through the run's own eval transform, read as validation reads (utils/data.py): the same
+    pixels. Each item holds pixel_values (uint8), valid, source and error."""
+    import datasets
+
+    rows = datasets.Dataset.from_dict(
+        {"image": [str(f) for f in files], "label": [0] * len(files)},
+        features=datasets.Features(image=datasets.Image(), label=datasets.Value("int64")))
+    size = presets.val_crop_size(args)
+    if presets.source_kind(args) == "digits":  # its eval resize works on PIL images: lossless files give the same
+        transform = v2.Compose([v2.ToPILImage(), presets.digits_eval(size)])
+    else:
+        transform = presets.eval_preset(args)
+    # Undecoded rows: our decoder reads each file, and one that fails becomes a row marked invalid.
+    return _with_transform(rows, presets.Fixed(transform, size), decoded=False)
+
+
+class EvalGraph(torch.nn.Module):
+    """uint8 (N, 3, H, W) pixels -> logits: the run's normalisation (the arithmetic of utils/on_device.py)
+    and the model, as one graph to export."""
+
+    def __init__(self, model, args):
+        super().__init__()
+        self.model = model
+        mean, std = presets.mean_std(args) or ((0.0,) * 3, (1.0,) * 3)
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+
+    def forward(self, pixels):
+        return self.model((pixels.float() / 255).sub(self.mean).div(self.std))
+
+
+def export_onnx(model, args, path, overwrite=False):
+    """Write the eval graph with a dynamic batch to `path` (torch's dynamo exporter; onnx and onnxscript
+    needed); with onnxruntime installed, run it beside PyTorch on a batch and return the largest
+    absolute difference of the logits (else None)."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise RunError(f"{path} exists; pass --overwrite to replace it")
+    graph = EvalGraph(model, args).eval()
+    size = presets.val_crop_size(args)
+    example = torch.randint(0, 256, (2, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    batch = torch.export.Dim("batch", min=1)
+    try:
+        program = torch.onnx.export(graph, (example,), dynamo=True, dynamic_shapes={"pixels": {0: batch}},
+                                    input_names=["pixels"], output_names=["logits"], verbose=False)
+    except ImportError as e:
+        raise RunError(f"export_onnx: {e} (pip install onnx onnxscript)") from None
+    tmp = path.with_name(f".{path.name}.tmp")
+    program.save(str(tmp))
+    os.replace(tmp, path)
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    check = torch.randint(0, 256, (3, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = graph(check).numpy()
+    return float(abs(session.run(None, {"pixels": check.numpy()})[0] - expected).max())

@@ -1,0 +1,69 @@
+"""<output_dir>/model/: the trained model in the form its own library loads, with no code of ours.
+
+    torchvision   config.json (architecture, num_classes, builder options, labels, input) + model.safetensors:
+                  torchvision.models.get_model(cfg["architecture"], num_classes=..., **cfg["builder_options"])
+                  .load_state_dict(safetensors.torch.load_file("model/model.safetensors"))
+    timm          timm's own config.json (architecture, num_classes, label_names, pretrained_cfg with our
+                  input) + model.safetensors: timm.create_model("local-dir:<output_dir>/model", pretrained=True)
+    transformers  save_pretrained (config.json with id2label, weights) and the image processor when the
+                  model came with one: AutoModelForImageClassification.from_pretrained("<output_dir>/model")
+
+The weights are the EMA's when --model_ema is on (the ones validation follows), else the raw ones.
+"""
+
+import copy
+import json
+
+import torch
+
+from utils import presets
+from utils.io import write_text_atomic
+from utils.model_sources import HF, quiet_transformers, source
+from utils.models import build_options
+
+
+def input_config(args):
+    """The eval input of the run: what a user of the folder must feed the model."""
+    mean, std = presets.mean_std(args) or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
+    size = presets.val_crop_size(args)
+    resize = size if presets.source_kind(args) == "digits" else presets.val_resize_size(args)  # digits: no crop
+    return dict(image_size=size, resize=resize,
+                interpolation=presets.interpolation(args), mean=list(mean), std=list(std))
+
+
+def save_model_folder(model, args, class_names, folder):
+    """Write `model` (the bare module) to `folder` in its library's format; returns the folder."""
+    from safetensors.torch import save_file
+
+    # A CPU copy in the default memory format: --channels_last tensors are not contiguous, and safetensors
+    # (which every library here writes with) stores contiguous ones only.
+    model = copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
+    folder.mkdir(parents=True, exist_ok=True)
+    kind, inputs = source(args.model), input_config(args)
+    if kind == "timm":
+        from timm.models import save_for_hf
+
+        data = dict(input_size=(3, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
+                    std=tuple(inputs["std"]), interpolation=inputs["interpolation"],
+                    crop_pct=inputs["image_size"] / inputs["resize"])
+        save_for_hf(model, str(folder), model_config={"label_names": list(class_names)}, safe_serialization=True,
+                    data_config=data)
+    elif kind == "hf":
+        model.save_pretrained(str(folder))
+        _copy_image_processor(args.model[len(HF):], folder)
+    else:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                  str(folder / "model.safetensors"))
+        config = dict(library="torchvision", architecture=args.model, num_classes=len(class_names),
+                      builder_options=build_options(args.model), labels=list(class_names), input=inputs)
+        write_text_atomic(folder / "config.json", json.dumps(config, indent=2) + "\n")
+    return folder
+
+
+def _copy_image_processor(ref, folder):
+    try:
+        processor = quiet_transformers().AutoImageProcessor.from_pretrained(ref)
+    except (OSError, ValueError):  # the model came without one
+        return
+    processor.save_pretrained(str(folder))
+
