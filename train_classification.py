@@ -39,6 +39,7 @@ import os
 PARENT_AT_START = os.getppid()  # before the slow imports: a launcher that dies meanwhile is still noticed
 
 import math
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
                            topk_for, validation_row)
-from utils.model_folder import save_model_folder
+from utils.model_folder import PushError, push_model_folder, save_model_folder
 from utils.model_sources import build_model, initialise
 from utils.models import ModelError, for_device
 from utils.multiview import test_row, test_videos
@@ -434,8 +435,13 @@ def main(argv=None):
         results, figures = evaluate_only(job, position) if args.eval_only else train(job, *position)
         if job.test_loader is not None:
             results.update(multiview_test(job, results["global_step"]))
-        return report_results(job, results, figures, train_samples)
-    except (FolderError, DataError, ModelError, MetricError) as e:  # bad input: one line, exit 2
+        results = report_results(job, results, figures, train_samples)
+        if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
+            options = argv if argv is not None else sys.argv[1:]
+            push_model_folder(out / "model", args.push_to_hub, args, results,
+                              f"accelerate launch train_classification.py {shlex.join(map(str, options))}")
+        return results
+    except (FolderError, DataError, ModelError, MetricError, PushError) as e:  # bad input: one line, exit 2
         if lock is not None:
             lock.release(failed=True)
         fail(str(e))

@@ -130,3 +130,22 @@ def test_predict_help_runs_without_a_run():
     proc = subprocess.run([sys.executable, str(ROOT / "predict.py"), "--help"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "--export_onnx" in proc.stdout  # the runbook is the help
+
+
+def test_push_to_hub_offline_is_one_line_and_keeps_every_local_file(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import TINY, environment, read_json
+
+    out = tmp_path / "run"
+    argv = [*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", str(out), "--push_to_hub", "someone/tiny"]
+    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), *argv], env=environment(),
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and err[-1].startswith("train_classification.py: error: push_to_hub: could not "
+                                                       "upload") and "hf upload someone/tiny" in err[-1]
+    results = read_json(out / "results.json")
+    card = (out / "model" / "README.md").read_text()
+    assert (out / "model" / "model.safetensors").is_file() and (out / "model.safetensors").is_file()
+    assert f"| val top-1 | {results['val_top1']:.4f} |" in card and "--push_to_hub someone/tiny" in card

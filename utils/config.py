@@ -202,6 +202,9 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--report_to", type=str, default="none", choices=("none", "wandb", "tensorboard", "all"),
                    help="dashboards fed the metrics.jsonl rows (wandb offline: WANDB_MODE=offline)")
     g.add_argument("--project_name", type=str, default="train-classification", help="wandb / TensorBoard project")
+    g.add_argument("--push_to_hub", type=str, default=None, metavar="REPO",
+                   help="at the end, upload <output_dir>/model/ with a model card (results, command line) to this "
+                        "Hub model repository; tried only when given; a failure is one line, local files kept")
     g.add_argument("--run_name", type=str, default=None, help="wandb run name (default: the output folder's name)")
     g.add_argument("--wandb_entity", type=str, default=None, help="wandb team or user")
     g.add_argument("--wandb_tags", type=str, nargs="+", default=None, help="wandb run tags")
@@ -320,6 +323,7 @@ def check_args(args):
     need(args.keep_last >= 0, "keep_last", "must be >= 0")
     need(args.keep_best >= 0, "keep_best", "must be >= 0")
     need(args.skip_nonfinite_steps >= 0, "skip_nonfinite_steps", "must be >= 0")
+    need(not (args.push_to_hub and args.eval_only), "push_to_hub", "uploads a trained model folder: not with --eval_only")
     need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
     need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
          "needs weights to score: --resume, --init_from or --pretrained")

@@ -67,3 +67,51 @@ def _copy_image_processor(ref, folder):
         return
     processor.save_pretrained(str(folder))
 
+
+
+class PushError(RuntimeError):
+    """The Hub upload failed; the message is one line, and every local file is kept."""
+
+
+_LOAD = {
+    "torchvision": "import json, torchvision\nfrom safetensors.torch import load_file\n"
+                   "cfg = json.load(open('config.json'))\n"
+                   "model = torchvision.models.get_model(cfg['architecture'], num_classes=cfg['num_classes'], "
+                   "**cfg['builder_options'])\nmodel.load_state_dict(load_file('model.safetensors'))",
+    "timm": "import timm\nmodel = timm.create_model('hf-hub:{repo}', pretrained=True)",
+    "hf": "from transformers import AutoModelForImageClassification\n"
+          "model = AutoModelForImageClassification.from_pretrained('{repo}')",
+}
+
+
+def model_card(repo, args, results, command):
+    """README.md of the model folder: what it is, its validation figures, how it was trained and loaded."""
+    kind = source(args.model)
+    header = {"timm": "library_name: timm\n", "hf": "library_name: transformers\n"}.get(kind, "")
+    rows = [("val top-1", results["val_top1"]), (f"val top-{results['topk']}", results["val_topk"]),
+            ("val loss", results["val_loss"]), ("macro F1", results["macro_f1"])]
+    rows += [("val top-1, EMA weights", results["val_ema_top1"])] if "val_ema_top1" in results else []
+    table = "\n".join(f"| {name} | {value:.4f} |" for name, value in rows)
+    return (f"---\n{header}tags:\n- image-classification\n---\n\n# {repo}\n\n"
+            f"`{args.model}` trained on `{results['dataset']}` ({results['train_samples']} training samples, "
+            f"{len(results['class_names'])} classes, {results['epochs_completed']} epochs, "
+            f"{results['world_size']} process(es)); weights: {'EMA' if args.model_ema else 'final'}.\n\n"
+            f"| metric ({results['val_samples']} validation samples) | value |\n|---|---|\n{table}\n\n"
+            f"## Command line\n\n```\n{command}\n```\n\n## Loading\n\n```python\n"
+            f"{_LOAD[kind].format(repo=repo)}\n```\n")
+
+
+def push_model_folder(folder, repo, args, results, command):
+    """Write the model card into `folder`, then upload the folder to the Hub model repository `repo`."""
+    write_text_atomic(folder / "README.md", model_card(repo, args, results, command))
+    try:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        api.create_repo(repo, repo_type="model", exist_ok=True)
+        api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
+                          commit_message=f"{args.model}: val top-1 {results['val_top1']:.4f}")
+    except Exception as e:  # offline, no token, no rights: all the same to the user
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise PushError(f"push_to_hub: could not upload {folder} to {repo} ({type(e).__name__}: {reason}); every "
+                        f"local file is kept: upload later with `hf upload {repo} {folder}`") from None
