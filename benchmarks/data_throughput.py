@@ -84,7 +84,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     from utils.config import parse_args
     from utils.data import build_dataloaders, build_datasets
     from utils.on_device import BatchInput
-    from utils.presets import IMAGENET_MEAN, IMAGENET_STD
+    from utils.presets import IMAGENET_MEAN, IMAGENET_STD, Fixed
 
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
                        "--num_workers", str(workers), "--val_fraction", "0.1"])
@@ -92,8 +92,9 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     prepare = BatchInput(args, 10, rank=0)
     if float_in_workers:  # the former pipeline: float32 normalised in the workers, nothing left to do after
         rows = train.dataset
-        rows.transform = v2.Compose([rows.transform, v2.ToDtype(torch.float32, scale=True),
-                                     v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        transform, size = rows.preset(0)
+        rows.preset = Fixed(v2.Compose([transform, v2.ToDtype(torch.float32, scale=True),
+                                        v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]), size)
         prepare = None
     loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
     return loader, prepare
