@@ -1,15 +1,18 @@
-"""Predict with a trained run: top-k labels for image files and folders, a CSV or JSONL of rows, ONNX export.
+"""Predict with a trained run: top-k labels for images or videos, a CSV or JSONL of rows, ONNX export.
 
     python predict.py runs/<run> photo.jpg more_photos/               # a top-k table
     python predict.py runs/<run> data/val --output preds.csv --top_k 3  # one row per file, in input order
     python predict.py runs/<run> data/val --ema                       # the EMA weights (--model_ema runs)
     python predict.py runs/<run> data/val --checkpoint runs/<run>/checkpoints/epoch_4
     accelerate launch --num_processes 2 predict.py runs/<run> many/ --output preds.jsonl
-    python predict.py runs/<run> --export_onnx model.onnx             # uint8 (N, 3, H, W) in, logits out
+    python predict.py runs/<video run> clips/ --multi_view           # the run's --test_clips x --test_crops views
+    python predict.py runs/<run> --export_onnx model.onnx             # uint8 (N, 3, [T,] H, W) in, logits out
 
 The run's own options (config.yaml), class names (labels.json) and eval transform are used: the same
 resize, crop, normalisation and decoding as its validation, so a run's val files give its val figures.
-Folders are walked in sorted order. Under `accelerate launch` each file is predicted once, by one
+A video run reads video files and frame folders (a folder of frame images is one video) and scores
+the run's val clip of each (its val_top1), or with --multi_view the softmax averaged over its test
+views (its video_top1). Folders are walked in sorted order. Under `accelerate launch` each file is predicted once, by one
 process, and the rows come back in input order. When every file lies in a folder named after one of
 the run's classes (a <class>/<file> layout), the top-1 accuracy against those names is printed too.
 """
@@ -28,7 +31,7 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a run folder written by train_classification.py (config.yaml, labels.json, weights)")
-    p.add_argument("inputs", nargs="*", help="image files and folders")
+    p.add_argument("inputs", nargs="*", help="image files, video files, folders of them (frame folders: videos)")
     p.add_argument("--top_k", type=int, default=5, help="labels per file (at most the class count)")
     p.add_argument("--output", type=str, default=None, help="write one row per file to a .csv or .jsonl file")
     p.add_argument("--overwrite", action="store_true", help="replace --output / --export_onnx files that exist")
@@ -36,10 +39,12 @@ def get_args(argv=None):
     p.add_argument("--num_workers", type=int, default=2, help="DataLoader workers per process")
     p.add_argument("--ema", action="store_true", help="use model_ema.safetensors (runs trained with --model_ema)")
     p.add_argument("--checkpoint", type=str, default=None, help="use this checkpoint folder's weights")
+    p.add_argument("--multi_view", action="store_true",
+                   help="video runs: average the run's --test_clips x --test_crops views of each video")
     p.add_argument("--skip_bad", action="store_true",
                    help="list files that cannot be decoded (their row says so) instead of stopping at the first")
     p.add_argument("--export_onnx", type=str, default=None, metavar="FILE",
-                   help="write the eval graph (uint8 pixels in, logits out, dynamic batch) as ONNX")
+                   help="write the eval graph (uint8 pixels or clips in, logits out, dynamic batch) as ONNX")
     args = p.parse_args(argv)
     if args.top_k < 1 or args.batch_size < 1 or args.num_workers < 0:
         p.error("--top_k and --batch_size must be >= 1, --num_workers >= 0")
@@ -59,7 +64,8 @@ def main(argv=None):
     opts = get_args(argv)
     from accelerate import Accelerator
 
-    from utils.inference import RunError, export_onnx, list_inputs, load_run
+    from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
+    from utils.presets import is_video
 
     import torch
 
@@ -74,10 +80,13 @@ def main(argv=None):
         if opts.export_onnx and accelerator.is_main_process:
             diff = export_onnx(model, train_args, opts.export_onnx, overwrite=opts.overwrite)
             check = f"; onnxruntime vs PyTorch logits: max abs diff {diff:.2e}" if diff is not None else ""
-            print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, 3, H, W), output 'logits'){check}")
+            shape = ", ".join(map(str, input_shape(train_args)))
+            print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output 'logits'){check}")
         if not opts.inputs:
             return None
-        files = list_inputs(opts.inputs)
+        if opts.multi_view and not is_video(train_args):
+            raise RunError("--multi_view: an image run has one view per file; drop the option")
+        files = list_inputs(opts.inputs, video=is_video(train_args))
         rows = predict(accelerator, train_args, names, model, files, opts)
     except (RunError, ValueError) as e:
         fail(str(e).splitlines()[0])
@@ -95,11 +104,12 @@ def predict(accelerator, train_args, names, model, files, opts):
     from utils.on_device import BatchInput
 
     top_k = min(opts.top_k, len(names))
-    loader = DataLoader(eval_dataset(train_args, files), batch_size=opts.batch_size, num_workers=opts.num_workers,
-                        shuffle=False)
+    dataset, per_file = eval_dataset(train_args, files, multi_view=opts.multi_view)
+    loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, and the padding dropped below
     model = model.to(accelerator.device)
     inputs = BatchInput(train_args, len(names), accelerator.process_index)
+    pending = (torch.zeros(0, len(names), dtype=torch.float64), torch.zeros(0, dtype=torch.bool))
     probs, labels, valid, errors = [], [], [], {}
     with torch.no_grad():
         for batch in loader:
@@ -108,13 +118,19 @@ def predict(accelerator, train_args, names, model, files, opts):
                 source, error = next(iter(bad.items()))
                 raise RunError(f"cannot decode {source} ({error}); pass --skip_bad to list such files and go on")
             errors.update(bad)
-            p = model(inputs(batch["pixel_values"])).float().softmax(dim=1)
-            top = p.topk(top_k, dim=1)
+            pixels = batch["pixel_values"]
+            crops = pixels.shape[1] if opts.multi_view else 1  # multi-view items: (B, crops, C, T, H, W)
+            p = model(inputs(pixels.flatten(0, 1) if opts.multi_view else pixels)).float().softmax(dim=1)
+            p = p.view(len(pixels), crops, -1).mean(dim=1)
             ok = torch.tensor([not s for s in batch["source"]], device=p.device)
-            gathered = accelerator.gather_for_metrics((top.values, top.indices, ok))
-            probs.append(gathered[0].cpu())
-            labels.append(gathered[1].cpu())
-            valid.append(gathered[2].cpu())
+            gathered = accelerator.gather_for_metrics((p, ok))  # in item order: a file's items come together
+            pending = tuple(torch.cat([a, b.cpu().to(a.dtype)]) for a, b in zip(pending, gathered))
+            done = len(pending[0]) // per_file * per_file
+            (p, ok), pending = _per_file(*(t[:done] for t in pending), per_file), tuple(t[done:] for t in pending)
+            top = p.topk(top_k, dim=1)
+            probs.append(top.values)
+            labels.append(top.indices)
+            valid.append(ok)
     errors = _gathered_errors(accelerator, errors)
     if not accelerator.is_main_process:
         return None
@@ -127,6 +143,14 @@ def predict(accelerator, train_args, names, model, files, opts):
         else:
             rows.append({"path": str(f), "labels": [], "probs": [], "error": errors.get(str(f), "cannot decode")})
     return rows
+
+
+def _per_file(probs, ok, per_file):
+    """A file's probabilities: the mean over its items that decoded (a video's clips, as the run's
+    multi-view test averages them); valid when any did."""
+    probs, ok = probs.view(-1, per_file, probs.shape[1]), ok.view(-1, per_file)
+    mean = (probs * ok[..., None]).sum(dim=1) / ok.sum(dim=1).clamp(min=1)[:, None]
+    return mean, ok.any(dim=1)
 
 
 def _gathered_errors(accelerator, errors):

@@ -41,6 +41,31 @@ def test_names_are_checked_in_their_own_namespace(tmp_path):
             check_model_name(bad)
 
 
+def test_a_transformers_video_classifier_takes_clips_whole_and_its_frame_count_is_checked(tmp_path, capsys):
+    """A VideoMAE folder: built as a video model (no frame averaging), our (B, C, T, H, W) clips handed
+    over as its (B, T, C, H, W); a clip length its position embeddings do not fit, or image data, is one line."""
+    from transformers import VideoMAEConfig, VideoMAEForVideoClassification
+
+    folder = tmp_path / "videomae"
+    config = VideoMAEConfig(image_size=24, patch_size=8, num_frames=4, tubelet_size=2, hidden_size=16,
+                            num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    VideoMAEForVideoClassification(config).save_pretrained(folder)
+    name = f"hf/{folder}"
+    model = build_model(name, num_classes=8, video=True).eval()
+    clips = torch.randn(2, 3, 4, 24, 24)
+    with torch.no_grad():
+        assert torch.equal(model(clips), model.__class__.forward(model, clips.transpose(1, 2)).logits)
+    parse_args(["--dataset", "moving_digits", "--model", name, "--clip_len", "4"])
+    capsys.readouterr()  # save_pretrained's progress bar
+    for argv, says in ((["--dataset", "moving_digits", "--clip_len", "8"],
+                        f"clip_len: {name} takes clips of 4 frames only (--clip_len x --num_segments), got 8"),
+                       ([], "model: a video model needs video data")):
+        with pytest.raises(SystemExit) as e:
+            parse_args(["--model", name, *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and says in err[0]
+
+
 def test_timm_and_hf_models_give_logits_for_our_classes_and_their_own_heads(tiny_vit):
     timm_model = build_model("timm/resnet18", num_classes=7, drop_path=0.1, dropout=0.2).eval()
     assert timm_model(torch.zeros(2, 3, 32, 32)).shape == (2, 7)

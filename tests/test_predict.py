@@ -149,3 +149,94 @@ def test_push_to_hub_offline_is_one_line_and_keeps_every_local_file(tmp_path):
     card = (out / "model" / "README.md").read_text()
     assert (out / "model" / "model.safetensors").is_file() and (out / "model.safetensors").is_file()
     assert f"| val top-1 | {results['val_top1']:.4f} |" in card and "--push_to_hub someone/tiny" in card
+
+
+@pytest.fixture(scope="module")
+def video_run(videos, tmp_path_factory):
+    """A tiny transformers VideoMAE (a config-only folder: no download) trained 2 epochs on the `videos`
+    fixture's 4-frame 16x16 clips, tested with 3 clips x 2 crops."""
+    import train_classification
+    from transformers import VideoMAEConfig, VideoMAEForVideoClassification
+
+    root = tmp_path_factory.mktemp("predict_video")
+    config = VideoMAEConfig(image_size=16, patch_size=8, num_frames=4, tubelet_size=2, hidden_size=32,
+                            num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, num_labels=2)
+    VideoMAEForVideoClassification(config).save_pretrained(root / "videomae")
+    results = train_classification.main([
+        "--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--model", f"hf/{root / 'videomae'}",
+        "--image_size", "16", "--clip_len", "4", "--frame_interval", "2", "--batch_size", "2", "--epochs", "2",
+        "--warmup_epochs", "0.5", "--optimizer", "adamw", "--lr", "0.002", "--weight_decay", "0.05",
+        "--num_workers", "0", "--test_clips", "3", "--test_crops", "2", "--output_dir", str(root / "run")])
+    return root, results
+
+
+def nll(rows):
+    """The mean negative log-likelihood of each row's class folder, from its (all-class) probabilities."""
+    import math
+
+    true = [os.path.basename(os.path.dirname(r["path"])) for r in rows]
+    return sum(-math.log(max(dict(zip(r["labels"], r["probs"]))[t], 1e-12)) for r, t in zip(rows, true)) / len(rows)
+
+
+def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_run, videos, tmp_path):
+    """The val clip of each file gives the run's val top-1 and loss; --multi_view (3 clips x 2 crops,
+    under 2 processes: 15 items, padded) its video top-1 and loss, rows in input order; a folder of
+    PNG frames is a video, scored like the file it came from."""
+    import predict
+    from utils.video import read_video_file
+
+    root, results = video_run
+    print({k: results[k] for k in ("val_top1", "val_loss", "video_top1", "video_loss")})
+    assert results["val_loss"] < 2 and results["video_loss"] < 2  # probabilities far from 0 and 1: a fair test
+    files = sorted((videos / "va").glob("*/*.mp4"))
+    rows = predict.main([str(root / "run"), str(videos / "va"), "--top_k", "2", "--num_workers", "1"])
+    assert [r["path"] for r in rows] == [str(f) for f in files]
+    assert sum(r["labels"][0] == os.path.basename(os.path.dirname(r["path"])) for r in rows) == \
+        round(results["val_top1"] * 5)
+    assert abs(nll(rows) - results["val_loss"]) < 1e-4 * max(1, results["val_loss"])
+
+    out = tmp_path / "views.jsonl"
+    run_ok([root / "run", videos / "va", "--multi_view", "--top_k", "2", "--batch_size", "2", "--output", out],
+           nproc=2, script="predict.py")
+    views = rows_of(out)
+    assert [r["path"] for r in views] == [str(f) for f in files]
+    assert sum(r["labels"][0] == os.path.basename(os.path.dirname(r["path"])) for r in views) == \
+        round(results["video_top1"] * 5)
+    assert abs(nll(views) - results["video_loss"]) < 1e-4 * max(1, results["video_loss"])
+    assert views != rows  # 6 views averaged are not the one val clip
+
+    from torchvision.io import write_png
+
+    frames = read_video_file(str(files[0]), lambda n: list(range(n)))
+    folder = tmp_path / "frames" / "left" / "clip0"
+    folder.mkdir(parents=True)
+    for t, frame in enumerate(frames):
+        write_png(frame, str(folder / f"img_{t:05d}.png"))
+    again = predict.main([str(root / "run"), str(tmp_path / "frames"), "--top_k", "2", "--num_workers", "0"])
+    assert [r["path"] for r in again] == [str(folder)]
+    assert again[0]["labels"] == rows[0]["labels"]
+    assert torch.allclose(torch.tensor(again[0]["probs"]), torch.tensor(rows[0]["probs"]), atol=2e-6)
+
+
+def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformers(video_run, tmp_path):
+    import numpy as np
+    import onnxruntime
+    from transformers import AutoModelForVideoClassification
+
+    import predict
+    from utils.inference import EvalGraph, load_run
+
+    root, _ = video_run
+    path = tmp_path / "video.onnx"
+    predict.main([str(root / "run"), "--export_onnx", str(path)])
+    args, names, model = load_run(root / "run")
+    clips = torch.randint(0, 256, (3, 3, 4, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = EvalGraph(model, args).eval()(clips)
+        normalised = EvalGraph(torch.nn.Identity(), args)(clips)
+        loaded = AutoModelForVideoClassification.from_pretrained(root / "run" / "model").eval()
+        theirs = loaded(pixel_values=normalised.transpose(1, 2)).logits  # transformers' clips: (B, T, C, H, W)
+    got = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"pixels": clips.numpy()})[0]
+    assert got.shape == (3, 2) and np.abs(got - expected.numpy()).max() <= 1e-4
+    assert torch.equal(theirs, expected) and loaded.config.id2label == dict(enumerate(names))

@@ -9,7 +9,7 @@ import yaml
 
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
-from utils.model_sources import check_image_size, check_model_name, is_video_model, source
+from utils.model_sources import check_clip_frames, check_image_size, check_model_name, is_video_model, source
 from utils.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
 from utils.schedule import warmup_epochs
 
@@ -387,6 +387,11 @@ def check_args(args):
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""
         raise ConfigError(f"image_size: {e}{default}") from None
+    if video:
+        try:
+            check_clip_frames(args.model, args.clip_len * args.num_segments)
+        except ValueError as e:
+            raise ConfigError(f"clip_len: {e}") from None
 
 
 def parse_args(argv=None, prog="train_classification.py"):

@@ -1,5 +1,5 @@
-"""Using a trained run (predict.py): its options, labels and weights, its own eval transform over files,
-and the eval graph (uint8 pixels in, logits out) for ONNX."""
+"""Using a trained run (predict.py): its options, labels and weights, its own eval transform over files
+(images, or videos with the run's clip sampling), and the eval graph (uint8 pixels in, logits out) for ONNX."""
 
 import json
 import os
@@ -14,6 +14,7 @@ from utils.data import _with_transform
 from utils.model_sources import build_model
 from utils.models import ModelError, read_state_dict
 from utils.sources import IMAGE_SUFFIXES
+from utils.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
 
 
 class RunError(ValueError):
@@ -30,15 +31,13 @@ def load_run(run_dir, ema=False, checkpoint=None):
         if not file.is_file():
             raise RunError(f"{run_dir}: no {file.name} (give a folder written by train_classification.py)")
     args = parse_args(["--config", str(config)])
-    if presets.is_video(args):
-        raise RunError(f"{run_dir}: a video run; predict.py reads images only for now")
     names = [name for _, name in sorted(json.loads(labels.read_text()).items(), key=lambda kv: int(kv[0]))]
     weights = Path(checkpoint) / "model.safetensors" if checkpoint else \
         run_dir / ("model_ema.safetensors" if ema else "model.safetensors")
     if not weights.is_file():
         hint = " (the run trained without --model_ema)" if ema else " (training has not finished: pass --checkpoint)"
         raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
-    model = build_model(args.model, num_classes=len(names), class_names=names)
+    model = build_model(args.model, num_classes=len(names), video=presets.is_video(args), class_names=names)
     try:
         model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:
@@ -47,28 +46,44 @@ def load_run(run_dir, ema=False, checkpoint=None):
     return args, names, model.eval()
 
 
-def list_inputs(items):
-    """Image files in the order given; a folder gives its images, walked in sorted order (hidden ones
-    skipped). A path that does not exist is a RunError."""
+def list_inputs(items, video=False):
+    """The files to predict, in the order given: image files, or for a video run video files and frame
+    folders (a folder of frame images, mmaction2's rawframes). A folder given is walked in sorted order
+    (hidden entries skipped) for those; a file given is taken as it is. A path that does not exist is
+    a RunError."""
+    suffixes, kind = (VIDEO_SUFFIXES, "video files or frame folders") if video else (IMAGE_SUFFIXES, "image files")
     files = []
     for item in map(Path, items):
         if item.is_dir():
+            found = len(files)
             for root, dirs, names in os.walk(item):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files += [Path(root) / n for n in sorted(names)
-                          if not n.startswith(".") and Path(n).suffix.lower() in IMAGE_SUFFIXES]
+                names = sorted(n for n in names if not n.startswith("."))
+                if video and not any(Path(n).suffix.lower() in VIDEO_SUFFIXES for n in names) and \
+                        any(Path(n).suffix.lower() in FRAME_SUFFIXES for n in names):
+                    files.append(Path(root))  # a video as frame images
+                    dirs[:] = []
+                    continue
+                files += [Path(root) / n for n in names if Path(n).suffix.lower() in suffixes]
+            if len(files) == found:
+                raise RunError(f"{item}: holds no {kind}")
         elif item.is_file():
             files.append(item)
         else:
             raise RunError(f"{item}: no such file or folder")
     if not files:
-        raise RunError(f"no image files in {', '.join(map(str, items))}")
+        raise RunError(f"no {kind} in {', '.join(map(str, items))}")
     return files
 
 
-def eval_dataset(args, files):
-    """`files` through the run's own eval transform, read as validation reads (utils/data.py): the same
-    pixels. Each item holds pixel_values (uint8), valid, source and error."""
+def eval_dataset(args, files, multi_view=False):
+    """`files` through the run's own eval transform, read as validation reads (utils/data.py,
+    utils/video_sources.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
+    error. Video: the run's val clip of each file, or with `multi_view` its test views (--test_clips
+    clips of each video, item i = clip i % clips of video i // clips, each (--test_crops, C, T, H, W)).
+    Returns (dataset, items per file)."""
+    if presets.is_video(args):
+        return _video_dataset(args, files, multi_view)
     import datasets
 
     rows = datasets.Dataset.from_dict(
@@ -80,19 +95,40 @@ def eval_dataset(args, files):
     else:
         transform = presets.eval_preset(args)
     # Undecoded rows: our decoder reads each file, and one that fails becomes a row marked invalid.
-    return _with_transform(rows, presets.Fixed(transform, size), decoded=False)
+    return _with_transform(rows, presets.Fixed(transform, size), decoded=False), 1
+
+
+def _video_dataset(args, files, multi_view):
+    size, paths = presets.image_size(args), [str(f) for f in files]
+    shape = (3, args.clip_len * args.num_segments, size, size)
+    clips, crops = (args.test_clips or 1, args.test_crops or 1) if multi_view else (1, None)
+    transform = presets.video_test(args, crops) if multi_view else presets.video_eval(args)
+    dataset = VideoClips(PathFrames(paths), [0] * len(paths), clip_len=args.clip_len, interval=args.frame_interval,
+                         segments=args.num_segments, transform=transform, clips=clips, names=paths,
+                         shape=(crops, *shape) if multi_view else shape)
+    return dataset, clips
+
+
+def input_shape(args):
+    """One input of the eval graph: (3, H, W), or (3, T, H, W) for a video run's clips."""
+    if presets.is_video(args):
+        size = presets.image_size(args)
+        return (3, args.clip_len * args.num_segments, size, size)
+    size = presets.val_crop_size(args)
+    return (3, size, size)
 
 
 class EvalGraph(torch.nn.Module):
-    """uint8 (N, 3, H, W) pixels -> logits: the run's normalisation (the arithmetic of utils/on_device.py)
-    and the model, as one graph to export."""
+    """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits: the run's normalisation (the
+    arithmetic of utils/on_device.py) and the model, as one graph to export."""
 
     def __init__(self, model, args):
         super().__init__()
         self.model = model
         mean, std = presets.mean_std(args) or ((0.0,) * 3, (1.0,) * 3)
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+        shape = (1, -1) + (1,) * (len(input_shape(args)) - 1)
+        self.register_buffer("mean", torch.tensor(mean).view(shape))
+        self.register_buffer("std", torch.tensor(std).view(shape))
 
     def forward(self, pixels):
         return self.model((pixels.float() / 255).sub(self.mean).div(self.std))
@@ -106,8 +142,8 @@ def export_onnx(model, args, path, overwrite=False):
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
     graph = EvalGraph(model, args).eval()
-    size = presets.val_crop_size(args)
-    example = torch.randint(0, 256, (2, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    shape = input_shape(args)
+    example = torch.randint(0, 256, (2, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1)
     try:
         program = torch.onnx.export(graph, (example,), dynamo=True, dynamic_shapes={"pixels": {0: batch}},
@@ -122,7 +158,7 @@ def export_onnx(model, args, path, overwrite=False):
     except ImportError:
         return None
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    check = torch.randint(0, 256, (3, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    check = torch.randint(0, 256, (3, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = graph(check).numpy()
     return float(abs(session.run(None, {"pixels": check.numpy()})[0] - expected).max())

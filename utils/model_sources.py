@@ -23,9 +23,30 @@ def source(name):
 
 
 def is_video_model(name):
-    """A model that takes clips (B, C, T, H, W) itself: torchvision's video models. timm's and the
-    transformers image classifiers take images (on video data they score frames, see frame_averaged)."""
-    return source(name) == "torchvision" and models.is_video_model(name)
+    """A model that takes clips (B, C, T, H, W) itself: torchvision's video models and transformers' video
+    classifiers (VideoMAE, TimeSformer, ViViT...). timm's models and transformers' image classifiers take
+    images (on video data they score frames, see frame_averaged)."""
+    kind = source(name)
+    if kind == "torchvision":
+        return models.is_video_model(name)
+    return kind == "hf" and _hf_video_config(name[len(HF):]) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_config(ref):
+    return quiet_transformers().AutoConfig.from_pretrained(ref)
+
+
+def _hf_video_config(ref):
+    """The config of a transformers video classifier, None for anything else (or a config not found:
+    building the model says why)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES as VIDEO
+
+    try:
+        config = _hf_config(ref)
+    except (OSError, ValueError):
+        return None
+    return config if config.model_type in VIDEO else None
 
 
 def check_model_name(name):
@@ -102,7 +123,7 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
         return models.build_model(name, num_classes, video, zero_init_residual, drop_path, dropout)
     model = (_build_timm(name[len(TIMM):], num_classes, drop_path, dropout, pretrained) if kind == "timm"
              else _build_hf(name[len(HF):], num_classes, drop_path, dropout, pretrained, class_names))
-    return models.frame_averaged(model) if video else model
+    return models.frame_averaged(model) if video and not is_video_model(name) else model
 
 
 def _offline_weights_error(name, e, fetch):
@@ -156,17 +177,24 @@ def _build_hf(ref, num_classes, drop_path, dropout, pretrained, class_names):
             raise ModelError(f"{flag}: {config.model_type} models have none of the config fields {', '.join(keys)}; "
                              f"drop the option")
         setattr(config, key, value)
-    auto = transformers.AutoModelForImageClassification
+    video = _hf_video_config(ref) is not None
+    auto = transformers.AutoModelForVideoClassification if video else transformers.AutoModelForImageClassification
     try:
         model = (auto.from_pretrained(ref, config=config, ignore_mismatched_sizes=True) if pretrained
                  else auto.from_config(config))
     except OSError as e:
         raise _offline_weights_error(HF + ref, e, f"hf download {ref}") from None
     except ValueError as e:  # not an image classifier (a text model, say)
-        raise ModelError(f"{HF}{ref}: not an image classification model for transformers ({str(e).splitlines()[0]})") \
+        raise ModelError(f"{HF}{ref}: not an image or video classification model for transformers ({str(e).splitlines()[0]})") \
             from None
+    if video:  # our clips are (B, C, T, H, W), as torchvision's video models take them; transformers' (B, T, C, H, W)
+        model.register_forward_pre_hook(_frames_first)
     model.register_forward_hook(_logits)  # the loop wants logits; the state dict keeps transformers' names
     return model
+
+
+def _frames_first(module, inputs):
+    return (inputs[0].transpose(1, 2),)
 
 
 def _logits(module, inputs, output):
@@ -244,11 +272,22 @@ def check_image_size(name, size, frames=None):
         if cfg is not None and cfg.fixed_input_size and size != cfg.input_size[-1]:
             raise ModelError(f"{name} takes --image_size {cfg.input_size[-1]} only, got {size}")
         return
-    config = quiet_transformers().AutoConfig.from_pretrained(name[len(HF):])
+    config = _hf_config(name[len(HF):])
     fixed = getattr(config, "image_size", None)
+
     if hasattr(config, "patch_size") and isinstance(fixed, int) and size != fixed:
         raise ModelError(f"{name} takes --image_size {fixed} only (its position embeddings are laid out for it), "
                          f"got {size}")
+
+
+def check_clip_frames(name, frames):
+    """ModelError when a transformers video model cannot take clips of `frames` frames: its position
+    embeddings are laid out for its config's num_frames (torchvision's limits: check_image_size)."""
+    if source(name) != "hf" or not is_video_model(name):
+        return
+    clip = getattr(_hf_config(name[len(HF):]), "num_frames", None)
+    if isinstance(clip, int) and frames != clip:
+        raise ModelError(f"{name} takes clips of {clip} frames only (--clip_len x --num_segments), got {frames}")
 
 
 def classifier_parameters(model, name):

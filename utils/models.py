@@ -227,5 +227,7 @@ def for_device(model, args, accelerator):
                              "processes: drop --sync_bn here")
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if args.channels_last:
-        model = model.to(memory_format=torch.channels_last_3d if is_video_model(args.model) else torch.channels_last)
+        # 3-D convolutions (video models, whichever library) take the 5-D format; an image model on clips scores frames.
+        volumes = any(p.dim() == 5 for p in model.parameters())
+        model = model.to(memory_format=torch.channels_last_3d if volumes else torch.channels_last)
     return model
