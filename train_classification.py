@@ -54,6 +54,7 @@ from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin, gather_o
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
 from utils.data import BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature
+from utils.elastic import join_restarted_group
 from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
 from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
@@ -320,6 +321,8 @@ def build_accelerator(args):
     # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
     # it, an accelerate config's dynamo settings still apply.
     compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
+    cpu = not torch.accelerator.is_available()
+    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/elastic.py
     return Accelerator(
         **compiling,
         kwargs_handlers=[timeout],
@@ -328,7 +331,7 @@ def build_accelerator(args):
         # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
         # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
         # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
-        cpu=not torch.accelerator.is_available(),
+        cpu=cpu,
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.grad_accum_steps,
         # By default a prepared scheduler steps once per *process* at every call, assuming a schedule

@@ -7,7 +7,8 @@ WHEN: step:N (right after optimizer step N is counted, before its checkpoint) or
 checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet).
 SIGNAL: TERM, INT or KILL. TARGET: self; group (this process's process group: its DataLoader workers
 too, as SLURM and torchrun deliver signals); parent (the launcher that started this process);
-parent_group (the launcher's process group). RANK: the rank that sends it (the others do not).
+parent_group (the launcher's process group). RANK: the rank that sends it (the others do not; nor
+does any rank after torchrun restarted the group).
 
 Tests use it to hit a precise moment without polling for files, in the conditions users have.
 """
@@ -40,7 +41,8 @@ def fire(signame, target):
 
 def main():
     when, signame, target, rank, *argv = sys.argv[1:]
-    if os.environ.get("RANK", "0") == rank:
+    # Under torchrun --max_restarts, the restarted workers (TORCHELASTIC_RESTART_COUNT > 0) run undisturbed.
+    if os.environ.get("RANK", "0") == rank and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
         kind, _, value = when.partition(":")
         if kind == "step":
             original = progress.StepLogger.optimizer_step

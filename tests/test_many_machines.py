@@ -1,0 +1,61 @@
+"""Beyond one process group's first life: torchrun's elastic restarts, and several "nodes" over loopback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, assert_same_weights, environment, free_port, read_json, read_jsonl, resume_job, resumed_from
+
+pytestmark = pytest.mark.slow
+
+
+def test_torchrun_restarts_a_killed_worker_and_the_run_ends_bitwise_equal(images, reference, tmp_path):
+    """torchrun --max_restarts 1 over a c10d rendezvous; rank 1 SIGKILLs itself after step 4 (before
+    that step's checkpoint). torchrun stops rank 0, starts both again, and the same command's
+    --resume latest continues from step_3: the weights end bitwise-equal to the run never killed."""
+    out = tmp_path / "run"
+    argv = resume_job(images, out, 2, "--checkpoint_every_steps", "1", "--resume", "latest")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+           "--max_restarts", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
+           str(ROOT / "tests" / "helpers" / "signal_at.py"), "step:4", "KILL", "self", "1", *map(str, argv)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
+                          start_new_session=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "exitcode: -9" in proc.stderr  # the kill happened, and torchrun restarted the group
+    assert resumed_from(proc.stdout) == out / "checkpoints" / "step_3"
+    assert_same_weights(out, reference[2])
+
+
+def test_two_nodes_over_loopback_train_as_one_job(images, reference, tmp_path):
+    """Two `accelerate launch` commands with accel_configs/multi_node.yaml, each a "node" of one process,
+    told apart by the machine-specific keys only (plus --mixed_precision no: the reference is fp32 and
+    bf16 autocast would only slow these CPU processes; and one thread each, as the reference's two
+    processes have on this 2-core machine: float sums differ with the thread count). They form one job of world size 2 that trains
+    bitwise as the single-node 2-process run does (the same global ranks, hence the same disjoint
+    shards: tests/test_sampling.py), validates every sample once, and only the main process writes."""
+    out, port = tmp_path / "run", free_port()
+    argv = resume_job(images, out, 1, "--dump_rank_metrics")
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "accel_configs" / "multi_node.yaml"),
+         "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
+         "--main_process_port", str(port), "--mixed_precision", "no", "--num_cpu_threads_per_process", "1",
+         str(ROOT / "train_classification.py"),
+         *map(str, argv)], cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    for node, (stdout, stderr) in zip(nodes, outputs):
+        assert node.returncode == 0, stderr[-3000:]
+    results = read_json(out / "results.json")
+    assert results["world_size"] == 2
+    assert_same_weights(out, reference[2])
+    last = out / "eval" / "epoch_2"
+    ranks = [read_json(last / f"rank_{r}.json") for r in (0, 1)]
+    assert sorted(p.name for p in last.iterdir()) == ["global.json", "rank_0.json", "rank_1.json"]
+    assert sum(r["samples"] for r in ranks) == read_json(last / "global.json")["samples"] == \
+        read_json(reference[1] / "results.json")["val_samples"] == 7
+    # One writer, the main process: every row of metrics.jsonl once, as in the single-node run. (The
+    # console is Accelerate's: accelerator.print speaks once per node, so both nodes' logs show progress.)
+    rows = [(r.get("step"), sorted(r)) for r in read_jsonl(out / "metrics.jsonl")]
+    assert rows == [(r.get("step"), sorted(r)) for r in read_jsonl(reference[2] / "metrics.jsonl")]
+    assert "done: val top-1" in outputs[0][0] and "done: val top-1" in outputs[1][0]
