@@ -1,11 +1,13 @@
 """Beyond one process group's first life: torchrun's elastic restarts, and several "nodes" over loopback."""
 
+import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, assert_same_weights, environment, free_port, read_json, read_jsonl, resume_job, resumed_from
+from conftest import (ROOT, TINY, assert_same_weights, environment, free_port, read_json, read_jsonl, resume_job,
+                      resumed_from)
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +61,42 @@ def test_two_nodes_over_loopback_train_as_one_job(images, reference, tmp_path):
     rows = [(r.get("step"), sorted(r)) for r in read_jsonl(out / "metrics.jsonl")]
     assert rows == [(r.get("step"), sorted(r)) for r in read_jsonl(reference[2] / "metrics.jsonl")]
     assert "done: val top-1" in outputs[0][0] and "done: val top-1" in outputs[1][0]
+
+
+def test_the_slurm_script_trains_on_two_nodes_and_requeues_itself_on_sigterm(tmp_path):
+    """accel_configs/slurm_multi_node.sbatch, unchanged, under a fake SLURM (tests/helpers/fake_slurm:
+    srun runs the per-node command once per node here, scontrol names this machine and records
+    requeues). SIGTERM to the batch script alone, as --signal=B:TERM@120 sends it, reaches every
+    training process through srun: a checkpoint, then `scontrol requeue`; the requeued job (the same
+    script again) continues from that checkpoint with the world size of 2 nodes."""
+    import os
+    import signal
+    import time
+
+    out, log = tmp_path / "run", tmp_path / "slurm.log"
+    env = environment({"PATH": f"{ROOT / 'tests' / 'helpers' / 'fake_slurm'}:{os.environ['PATH']}",
+                       "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "node[01-02]", "SLURM_JOB_ID": "4242",
+                       "GPUS_PER_NODE": "1", "MAIN_PORT": str(free_port()), "FAKE_SLURM_LOG": str(log),
+                       "OMP_NUM_THREADS": "1"})  # two "nodes" share 2 cores
+    # fp32: the config's bf16 autocast is slow on CPU (a training flag, passed through as any other)
+    cmd = ["bash", str(ROOT / "accel_configs" / "slurm_multi_node.sbatch"), *TINY, "--epochs", "4",
+           "--warmup_epochs", "1", "--checkpoint_every_steps", "1", "--mixed_precision", "no", "--output_dir", str(out)]
+    job = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoints" / "step_2").is_dir():
+        assert job.poll() is None and time.monotonic() < deadline, "no checkpoint step_2"
+        time.sleep(0.1)
+    job.send_signal(signal.SIGTERM)  # the batch shell only
+    stopped = job.communicate(timeout=240)[0]
+    assert job.returncode != 0 and not (out / "results.json").exists(), stopped[-3000:]
+    assert "interrupted by SIGTERM" in stopped
+    assert log.read_text() == "requeue 4242\n"
+    finished = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                              start_new_session=True)
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    # Each node's log says it (accelerator.print speaks once per node): the same checkpoint.
+    resumed = set(re.findall(r"^resumed from (\S+): epoch", finished.stdout, flags=re.M))
+    assert len(resumed) == 1 and "step_" in resumed.pop()
+    results = read_json(out / "results.json")
+    assert results["world_size"] == 2 and results["epochs_completed"] == 4
