@@ -236,7 +236,7 @@ def _hf_data_config(ref):
     try:
         processor = transformers.AutoImageProcessor.from_pretrained(ref)
     except (OSError, ValueError):  # a config-only folder: fall back to the config's image size
-        config = transformers.AutoConfig.from_pretrained(ref)
+        config = _hf_config(ref)
         size = getattr(config, "image_size", None)
         return dict(image_size=size, origin=f"{ref}'s config.json") if isinstance(size, int) else {}
     size, crop = dict(getattr(processor, "size", None) or {}), dict(getattr(processor, "crop_size", None) or {})
