@@ -95,14 +95,21 @@ def read_json(path):
 KINDS = [(".png", "RGB"), (".jpg", "L"), (".png", "RGBA"), (".jpg", "RGB")]  # grayscale and RGBA too
 
 
-def make_folder(root, counts):
-    """root/<class>/<i>.<ext>: small PNG and JPEG files, one colour per class."""
+def make_folder(root, counts, size=(24, 20), noise=0):
+    """root/<class>/<i>.<ext>: small PNG and JPEG files, one colour per class; with noise > 0, each pixel
+    moves by up to that much (seeded), so that crops are not uniform and BatchNorm sees a spread."""
+    import numpy as np
+
     colors = {"cat": (200, 40, 40), "dog": (40, 200, 40), "eel": (40, 40, 200)}
+    rng = np.random.default_rng(0)
     for name, n in counts.items():
         (root / name).mkdir(parents=True, exist_ok=True)
         for i in range(n):
             ext, mode = KINDS[i % len(KINDS)]
-            Image.new("RGB", (24, 20), colors[name]).convert(mode).save(root / name / f"{i}{ext}")
+            pixels = np.array(colors[name], np.int16) + rng.integers(-noise, noise + 1, (size[1], size[0], 3))
+            image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8)) if noise else Image.new("RGB", size,
+                                                                                                  colors[name])
+            image.convert(mode).save(root / name / f"{i}{ext}")
     return root
 
 
