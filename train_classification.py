@@ -38,6 +38,7 @@ import os
 
 PARENT_AT_START = os.getppid()  # before the slow imports: a launcher that dies meanwhile is still noticed
 
+import copy
 import math
 import shlex
 import sys
@@ -49,7 +50,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin, gather_object, set_seed
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin, gather_object, set_seed
 
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
@@ -117,6 +118,33 @@ class Job:
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
         the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+
+    def share_buffers(self):
+        """FSDP shards parameters, not buffers: BatchNorm's running statistics stay each rank's own, updated
+        from its own batches. DDP hands rank 0's to every rank at each forward; before scoring, do the same,
+        so that every rank scores the weights that are saved (rank 0's), as under DDP."""
+        if self.accelerator.distributed_type == DistributedType.FSDP:
+            for buffer in self.model.buffers():
+                torch.distributed.broadcast(buffer, src=0)
+
+    def plain_copy(self):
+        """A CPU copy of the weights validation follows (the EMA's with --model_ema) on the main process,
+        None elsewhere. Every rank calls it: under FSDP the full weights are gathered from the shards
+        into a fresh, unsharded module (a sharded one cannot be copied)."""
+        accelerator = self.accelerator
+        if accelerator.distributed_type == DistributedType.FSDP:
+            state = accelerator.get_state_dict(self.model)  # collective; the full dict on the main process
+            if not accelerator.is_main_process:
+                return None
+            model = new_model(self.args, self.class_names, pretrained=False)
+            model.load_state_dict(state)
+            return model
+        if not accelerator.is_main_process:
+            return None
+        # The default memory format: --channels_last tensors are not contiguous, and safetensors stores
+        # contiguous ones only.
+        source = self.ema.module if self.ema else self.bare_model()
+        return copy.deepcopy(source).to("cpu", memory_format=torch.contiguous_format)
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
@@ -243,6 +271,7 @@ def evaluate(job, model=None):
     drops those repeats, so each sample is counted exactly once whatever the world size.
     """
     accelerator, model = job.accelerator, model or job.model
+    job.share_buffers()
     model.eval()
     ranked, labels, losses, owners, valid = [], [], [], [], []
     examples = None
@@ -308,6 +337,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
              "options": {k: getattr(job.args, k) for k in RESUME_KEYS}, "data": job.data,
              "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
+    job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
     folder = checkpoints.save(job.accelerator, job.out, name, state)
     if job.accelerator.is_main_process:
         checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
@@ -345,6 +375,25 @@ def build_accelerator(args):
     )
 
 
+def new_model(args, class_names, pretrained):
+    return build_model(args.model, num_classes=len(class_names), video=is_video(args),
+                       zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
+                       pretrained=pretrained, class_names=class_names)
+
+
+def check_fsdp(args, accelerator):
+    """A launcher config that asks for FSDP: say when Accelerate did not give it; what it cannot do (a problem)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return None
+    if accelerator.distributed_type != DistributedType.FSDP:  # Accelerate 1.15 shards on accelerators only
+        accelerator.print(f"fsdp: not on {accelerator.device.type} (Accelerate runs FSDP on GPUs and other "
+                          f"accelerators); these processes train as plain data parallel")
+        return None
+    if args.model_ema:
+        return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
+    return None
+
+
 def build_job(args, accelerator, out):
     """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
@@ -361,9 +410,7 @@ def build_job(args, accelerator, out):
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=args.seed * 1_000_003)
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = build_model(args.model, num_classes=len(class_names), video=is_video(args),
-                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
-                        pretrained=args.pretrained, class_names=class_names)
+    model = new_model(args, class_names, args.pretrained)
     initialise(model, args, accelerator.print)
     model = for_device(model, args, accelerator)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
@@ -407,6 +454,8 @@ def main(argv=None):
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)
     accelerator = build_accelerator(args)
+    if (problem := check_fsdp(args, accelerator)) is not None:
+        fail(problem)
     lock = None
     try:
         out = output_dir_for(args, accelerator)
@@ -551,8 +600,8 @@ def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
     accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.ema, job.out / "model_ema.safetensors")
-    if accelerator.is_main_process:  # the weights validation followed, in their library's own format
-        save_model_folder(job.ema.module if job.ema else job.bare_model(), args, job.class_names, job.out / "model")
+    if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
+        save_model_folder(model, args, job.class_names, job.out / "model")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": source_name(args)}, figures

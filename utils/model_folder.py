@@ -11,10 +11,7 @@
 The weights are the EMA's when --model_ema is on (the ones validation follows), else the raw ones.
 """
 
-import copy
 import json
-
-import torch
 
 from utils import presets
 from utils.io import write_text_atomic
@@ -32,12 +29,10 @@ def input_config(args):
 
 
 def save_model_folder(model, args, class_names, folder):
-    """Write `model` (the bare module) to `folder` in its library's format; returns the folder."""
+    """Write `model` (a bare, unsharded module on the CPU, in the default memory format) to `folder` in its
+    library's format; returns the folder."""
     from safetensors.torch import save_file
 
-    # A CPU copy in the default memory format: --channels_last tensors are not contiguous, and safetensors
-    # (which every library here writes with) stores contiguous ones only.
-    model = copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
     folder.mkdir(parents=True, exist_ok=True)
     kind, inputs = source(args.model), input_config(args)
     if kind == "timm":
