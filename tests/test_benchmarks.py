@@ -111,3 +111,20 @@ def test_gpu_throughput_benchmark_stops_without_a_gpu_and_runs_tiny_on_the_cpu_w
     assert (ours - 0.05) / (raw + 0.05) - 0.0005 <= ratio <= (ours + 0.05) / (raw - 0.05) + 0.0005
     assert re.search(r"^goal >= 5000 img/s: (met|NOT MET) \(best: jpeg, eager, ", out, re.MULTILINE)
     assert re.search(r"^goal >= 0\.97x the raw loop: (met|NOT MET) ", out, re.MULTILINE)
+
+
+def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model():
+    out = run_benchmark("fsdp_memory.py", "--model", "resnet18", "--image_size", "32", "--batch_size", "4",
+                        "--gpus", "4", timeout=120)
+    (params,) = figure(rf"^resnet18: {NUMBER} M parameters", out)
+    (state,) = figure(rf"model state \(weights, gradients, optimizer\): {NUMBER} GiB", out)
+    ddp, ddp_state, buckets, casts = figure(
+        rf"DDP  : {NUMBER} GiB per GPU \(state {NUMBER} \+ buckets {NUMBER} \+ bf16 weight copies {NUMBER}", out)
+    fsdp, fsdp_state, gathered = figure(rf"FSDP : {NUMBER} GiB per GPU on 4 GPUs \(state {NUMBER} \+ gathered units "
+                                        rf"{NUMBER}", out)
+    assert params == 11.7  # torchvision's resnet18 with 1000 classes
+    assert state == pytest.approx(params * 1e6 * 12 / 2**30, abs=0.006)  # SGD: weights, gradients, momentum
+    assert ddp_state == state and fsdp_state == pytest.approx(state / 4, abs=0.006)
+    assert buckets == pytest.approx(params * 1e6 * 4 / 2**30, abs=0.006)
+    assert casts == pytest.approx(params * 1e6 * 2 / 2**30, abs=0.01)  # autocast's bf16 copy of the weights
+    assert 0 < fsdp < ddp and gathered > 0
