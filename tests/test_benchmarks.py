@@ -128,3 +128,11 @@ def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model():
     assert buckets == pytest.approx(params * 1e6 * 4 / 2**30, abs=0.006)
     assert casts == pytest.approx(params * 1e6 * 2 / 2**30, abs=0.01)  # autocast's bf16 copy of the weights
     assert 0 < fsdp < ddp and gathered > 0
+
+
+def test_folder_startup_benchmark_generates_lists_and_measures_a_small_folder():
+    out = run_benchmark("folder_startup.py", "--train_files", "60", "--val_files", "10", "--classes", "5", "--runs", "1",
+                        timeout=120)
+    seconds, peak, base, grown = figure(rf"^run 1: 60 train \+ 10 val files, 5 classes: datasets built in {NUMBER} s; "
+                                        rf"peak {NUMBER} MiB vs {NUMBER} MiB with a 6-file folder \(\+{NUMBER} MiB\)$", out)
+    assert seconds > 0 and peak >= base > 0 and grown == peak - base
