@@ -107,21 +107,29 @@ def test_a_checkpoint_renamed_aside_by_a_killed_replacement_is_put_back(tmp_path
 
 
 @pytest.mark.slow
-def test_every_node_must_read_the_checkpoint_the_main_process_chose(tmp_path):
-    # Rank 1 works in another folder, as on a node with its own local disk: a relative --output_dir
-    # names a folder there that holds nothing.
+def test_every_node_must_see_the_run_folder_and_the_checkpoint_the_main_process_chose(tmp_path):
+    # Rank 1 works in another folder, as on a node with its own local disk: a relative path names a
+    # folder there that the main process never sees.
     here, elsewhere = tmp_path / "shared", tmp_path / "node1"
     here.mkdir()
     elsewhere.mkdir()
-    argv = [here, elsewhere, *TINY, "--epochs", "2", "--output_dir", here / "run"]
-    run_ok(argv, nproc=2, script="tests/helpers/node_local.py")  # both ranks see the same (absolute) folder
-    before = sorted(p.name for p in (here / "run").rglob("*"))
-    argv = [here, elsewhere, *TINY, "--epochs", "2", "--output_dir", "run", "--resume", "latest"]
-    proc = launch(argv, nproc=2, script="tests/helpers/node_local.py")
-    assert proc.returncode != 0
-    errors = {line for line in proc.stderr.splitlines() if line.startswith("train_classification.py: error:")}
-    assert errors == {"train_classification.py: error: resume: process(es) 1 cannot read the checkpoint "
-                      "run/checkpoints/epoch_1 that the main process chose: every node must see the run folder "
-                      "at the same path (shared storage)"}
-    assert sorted(p.name for p in (here / "run").rglob("*")) == before
-    assert not (elsewhere / "run").exists()
+    run_ok([here, elsewhere, *TINY, "--epochs", "2", "--output_dir", here / "run"], nproc=2,
+           script="tests/helpers/node_local.py")  # both ranks see the same (absolute) folder
+    before = sorted(p.name for p in here.rglob("*"))
+
+    def refused(*argv):
+        proc = launch([here, elsewhere, *TINY, "--epochs", "2", *argv], nproc=2, script="tests/helpers/node_local.py")
+        assert proc.returncode != 0
+        errors = {line for line in proc.stderr.splitlines() if line.startswith("train_classification.py: error:")}
+        assert sorted(p.name for p in here.rglob("*")) == before and not any(elsewhere.iterdir())  # nothing written
+        return errors
+
+    split = ("train_classification.py: error: output_dir: process(es) 1 do not see the run folder {} that the main "
+             "process created: every node must see it at the same path (shared storage); give --output_dir a "
+             "path on storage that every node mounts")
+    assert refused("--output_dir", "fresh") == {split.format("fresh")}  # a new run, node-local copies
+    assert refused("--output_dir", "run", "--resume", "latest") == {split.format("run")}
+    # The run folder shared, the checkpoint given by a path that only the main process can read:
+    assert refused("--output_dir", here / "eval", "--eval_only", "--resume", "run/checkpoints/epoch_1") == {
+        "train_classification.py: error: resume: process(es) 1 cannot read the checkpoint run/checkpoints/epoch_1 "
+        "that the main process chose: every node must see the run folder at the same path (shared storage)"}

@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import os
 import re
+import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -52,9 +53,12 @@ def _decided(accelerator, decide):
 
 def output_dir_for(args, accelerator):
     """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<dataset>-<model>."""
-    if args.resume not in (None, "latest") and not checkpoints.is_complete(args.resume):
-        raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
-                          f"(no {checkpoints.STATE_FILE} in it)")
+    def check_resume():  # on the main process: a rank that cannot read it is named later (resume_folder)
+        if not checkpoints.is_complete(args.resume):
+            raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
+                              f"(no {checkpoints.STATE_FILE} in it)")
+    if args.resume not in (None, "latest"):
+        _decided(accelerator, check_resume)
     if args.output_dir is not None:
         return Path(args.output_dir)
     if args.resume not in (None, "latest") and not args.eval_only:  # an evaluation gets a folder of its own
@@ -119,9 +123,30 @@ class RunLock:
 
 
 def lock_run_folder(accelerator, out):
-    """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line."""
+    """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line.
+
+    Then every rank looks for a file of a new name that the main process has just created there: a rank
+    that does not see it has another folder under that path (a node-local disk), where the run would
+    be split silently (its checkpoint shards and RNG states written where the main process never looks).
+    """
     held = []
-    _decided(accelerator, lambda: held.append(RunLock(out).acquire()))
+
+    def lock_and_mark():
+        held.append(RunLock(out).acquire())
+        mark = f".shared-{uuid.uuid4().hex}"  # a new name: no earlier run's copy can answer for it
+        (out / mark).touch()
+        return mark
+
+    mark = _decided(accelerator, lock_and_mark)
+    blind = [rank for rank, seen in enumerate(gather_object([(out / mark).exists()])) if not seen]
+    if accelerator.is_main_process:
+        (out / mark).unlink()
+    if blind:
+        if held:
+            held[0].release(failed=True)
+        raise FolderError(f"output_dir: process(es) {', '.join(map(str, blind))} do not see the run folder {out} "
+                          f"that the main process created: every node must see it at the same path (shared "
+                          f"storage); give --output_dir a path on storage that every node mounts")
     return held[0] if held else None
 
 
