@@ -40,6 +40,9 @@ def reject(argv, capsys):
     (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
     (["--optimizer", "lamb"], "argument --optimizer: invalid choice: 'lamb'"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+    (["--dataset", "synthetic", "--max_train_samples", "8"], "max_train_samples: applies to the digits, folders, "
+     "lists and Hub datasets; synthetic data is sized with --synthetic_train_samples/--synthetic_val_samples"),
+    (["--dataset", "moving_digits", "--max_val_samples", "8"], "max_val_samples: applies to the digits"),
 ])
 def test_bad_command_line_is_one_line_exit_2(argv, message, capsys):
     assert message in reject(argv, capsys)

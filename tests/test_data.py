@@ -119,6 +119,17 @@ def test_save_to_disk_round_trip_and_column_detection(saved_dataset):
     assert again["label"] == train["label"]  # a seeded subset
 
 
+def test_the_digits_take_seeded_subsets_too():
+    from utils.config import parse_args
+    from utils.data import build_datasets
+
+    train, val, names, _ = build_datasets(parse_args(["--max_train_samples", "100", "--max_val_samples", "30"]))
+    whole, whole_val, _, _ = build_datasets(parse_args([]))
+    assert (len(train), len(val), len(whole), len(whole_val), len(names)) == (100, 30, 1437, 360, 10)
+    again, _, _, _ = build_datasets(parse_args(["--max_train_samples", "100"]))
+    assert again.dataset.rows["label"][:] == train.dataset.rows["label"][:]  # seeded: the same 100
+
+
 def test_missing_column_lists_the_columns(saved_dataset):
     with pytest.raises(DataError, match=r"label_column: no column 'nope'; columns are: img, fine_label, extra"):
         splits(["--dataset", str(saved_dataset), "--label_column", "nope"])

@@ -309,6 +309,10 @@ def check_args(args):
     need(args.ra_reps >= 1, "ra_reps", "must be >= 1")
     for key in ("image_size", "max_train_samples", "max_val_samples", "test_clips", "test_crops"):
         need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("max_train_samples", "max_val_samples"):  # else silently ignored
+        need(getattr(args, key) is None or source_kind(args) not in ("synthetic", "moving_digits"), key,
+             "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
+             "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
     need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")

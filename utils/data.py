@@ -15,7 +15,7 @@ from utils import presets
 from utils.preemption import worker_init_fn
 from utils.sampling import RepeatedAugmentationSampler
 from utils.seeding import EpochSeeded, sample_rng
-from utils.sources import SPLIT_SEED, DataError, load_splits
+from utils.sources import SPLIT_SEED, DataError, load_splits, subset
 from utils.video import VideoClips
 from utils.video_sources import build_video_datasets
 
@@ -150,7 +150,9 @@ def build_datasets(args):
                 SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
     if presets.source_kind(args) == "digits":
         splits = load_digits_dataset()
-        train, val, names = splits["train"], splits["validation"], splits["train"].features["label"].names
+        train = subset(splits["train"], args.max_train_samples)
+        val = subset(splits["validation"], args.max_val_samples)
+        names = train.features["label"].names
         notes = presets.progressive_notes(args)
         return (_with_transform(train, presets.ByEpoch(presets.digits_train, args), decoded=True, seed=args.seed),
                 _with_transform(val, presets.Fixed(presets.digits_eval(val_size), val_size), decoded=True), names, notes)

@@ -180,7 +180,7 @@ def _check_range(ds, class_names):
               f"fix the data or pick another split")
 
 
-def _subset(ds, n):
+def subset(ds, n):
     """A seeded random subset of n rows (all of them when n is None or larger)."""
     if n is None or n >= len(ds):
         return ds
@@ -228,5 +228,5 @@ def load_splits(args):
             val = val.align_labels_with_mapping({name: i for i, name in enumerate(names)}, "label")
         notes.append(f"validation split: {val_split!r}")
     _check_range(val, names)
-    train, val = _subset(train, args.max_train_samples), _subset(val, args.max_val_samples)
+    train, val = subset(train, args.max_train_samples), subset(val, args.max_val_samples)
     return train, val, names, notes
