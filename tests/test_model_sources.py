@@ -137,15 +137,18 @@ def test_namespace_models_train_on_two_processes_and_resume_bitwise(model, tiny_
            "--model_ema"]
     whole, out = tmp_path / "whole", tmp_path / "run"
     run_ok([*job, "--output_dir", whole], nproc=2)
-    argv = [*job, "--output_dir", out, "--checkpoint_every_steps", "1"]
-    killed(argv, "step:7", nproc=2)  # epoch 1 of 2 (5 steps each), DataLoader workers on
-    run_ok([*argv, "--resume", "latest"], nproc=2)
-    for file in ("model.safetensors", "model_ema.safetensors"):
-        a, b = load_file(whole / file), load_file(out / file)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    if model == "hf":  # the kill and resume once, on the transformers model (timm's resnet18 is torchvision's)
+        argv = [*job, "--output_dir", out, "--checkpoint_every_steps", "1"]
+        killed(argv, "step:7", nproc=2)  # epoch 1 of 2 (5 steps each), DataLoader workers on
+        run_ok([*argv, "--resume", "latest"], nproc=2)
+        for file in ("model.safetensors", "model_ema.safetensors"):
+            a, b = load_file(whole / file), load_file(out / file)
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert read_json(out / "results.json")["val_top1"] == read_json(whole / "results.json")["val_top1"]
+    else:
+        out = whole
     results = read_json(out / "results.json")
     assert results["world_size"] == 2 and results["model"] == name
-    assert results["val_top1"] == read_json(whole / "results.json")["val_top1"]
     # <output_dir>/model/ loads with the library alone and computes what our model with the EMA weights does
     ours = build_model(name, num_classes=3, class_names=["cat", "dog", "eel"])
     ours.load_state_dict(load_file(out / "model_ema.safetensors"))
