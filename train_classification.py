@@ -120,11 +120,17 @@ class Job:
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
 
     def share_buffers(self):
-        """FSDP shards parameters, not buffers: BatchNorm's running statistics stay each rank's own, updated
-        from its own batches. DDP hands rank 0's to every rank at each forward; before scoring, do the same,
-        so that every rank scores the weights that are saved (rank 0's), as under DDP."""
-        if self.accelerator.distributed_type == DistributedType.FSDP:
-            for buffer in self.model.buffers():
+        """Rank 0's buffers (BatchNorm's running statistics) to every rank, before scoring and saving, so that
+        every rank scores what is saved (rank 0's), and a resumed run scores what the uninterrupted one did.
+
+        DDP does this for the trained model at each forward. FSDP shards parameters, not buffers: each rank's
+        statistics follow its own batches. The EMA copy is no DDP module: each rank averages its own model's
+        statistics into it, while a checkpoint keeps rank 0's."""
+        modules = [self.model] if self.accelerator.distributed_type == DistributedType.FSDP else []
+        if self.ema is not None and self.accelerator.num_processes > 1:
+            modules.append(self.ema.module)
+        for module in modules:
+            for buffer in module.buffers():
                 torch.distributed.broadcast(buffer, src=0)
 
     def plain_copy(self):

@@ -1,5 +1,6 @@
 """Recipes: every recipe file runs on 2 processes; the speed switches keep the arithmetic; EMA, MixUp/CutMix,
-random erasing and repeated augmentation together resume bitwise after a SIGKILL on 2 processes."""
+random erasing and repeated augmentation together (and --keep_best, which follows the EMA) resume bitwise
+after a SIGKILL on 2 processes."""
 
 import math
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, killed, read_json, resume_job, resumed_from, run_ok
+from conftest import ROOT, killed, read_json, read_jsonl, resume_job, resumed_from, run_ok
 
 # The ViT-L/16 FSDP recipe is only parsed (test_config.py): torchvision's ViT takes 224 px only, and 300 M
 # parameters on two CPU processes would cost minutes; FSDP itself is tested in test_fsdp.py.
@@ -69,8 +70,6 @@ def tiny_run(tmp_path, name, *extra):
     import train_classification
     from safetensors.torch import load_file
 
-    from conftest import read_jsonl
-
     out = tmp_path / name
     train_classification.main([*TINY_SYNTHETIC, "--model", "resnet18", "--epochs", "1", "--warmup_epochs", "0",
                                "--num_workers", "0", "--output_dir", str(out), *extra])
@@ -103,7 +102,7 @@ def test_sigkill_with_ema_mixing_erasing_and_repeated_augmentation_resumes_bitwi
     from safetensors.torch import load_file
 
     recipe = ("--model_ema", "--model_ema_steps", "2", "--mixup_alpha", "0.2", "--cutmix_alpha", "1.0",
-              "--random_erase", "0.5", "--ra_reps", "2")
+              "--random_erase", "0.5", "--ra_reps", "2", "--keep_best", "1")
     whole, out = tmp_path / "whole", tmp_path / "run"
     run_ok(resume_job(images, whole, 2, *recipe), nproc=2)
     argv = resume_job(images, out, 2, *recipe, "--checkpoint_every_steps", "1")
@@ -111,9 +110,11 @@ def test_sigkill_with_ema_mixing_erasing_and_repeated_augmentation_resumes_bitwi
     assert not (out / "results.json").exists()
     proc = run_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) == Path(out / "checkpoints" / "step_6")
-    for name in ("model.safetensors", "model_ema.safetensors"):
+    for name in ("model.safetensors", "model_ema.safetensors", "best/model.safetensors"):
         a, b = load_file(whole / name), load_file(out / name)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
     ours, theirs = read_json(out / "results.json"), read_json(whole / "results.json")
-    assert (ours["val_top1"], ours["val_ema_top1"], ours["val_loss"]) == \
-        (theirs["val_top1"], theirs["val_ema_top1"], theirs["val_loss"])
+    assert (ours["val_top1"], ours["val_ema_top1"], ours["val_loss"], ours["val_ema_loss"]) == \
+        (theirs["val_top1"], theirs["val_ema_top1"], theirs["val_loss"], theirs["val_ema_loss"])
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "val_ema_top1" in r]
+    assert read_json(out / "best" / "metrics.json")["val_ema_top1"] == max(r["val_ema_top1"] for r in rows)
