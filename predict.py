@@ -83,6 +83,7 @@ def main(argv=None):
             shape = ", ".join(map(str, input_shape(train_args)))
             print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output 'logits'){check}")
         if not opts.inputs:
+            accelerator.end_training()
             return None
         if opts.multi_view and not is_video(train_args):
             raise RunError("--multi_view: an image run has one view per file; drop the option")
@@ -92,6 +93,9 @@ def main(argv=None):
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
         report(rows, names, opts)
+    # The process group torn down before the interpreter: once, a rank left it to exit and died of
+    # "terminate called without an active exception" (SIGABRT) after its work was done.
+    accelerator.end_training()
     return rows
 
 

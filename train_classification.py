@@ -382,6 +382,7 @@ def build_accelerator(args):
 
 
 def new_model(args, class_names, pretrained):
+    """The model the options name, for our classes, on the CPU; not yet prepared or moved."""
     return build_model(args.model, num_classes=len(class_names), video=is_video(args),
                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
                        pretrained=pretrained, class_names=class_names)
@@ -395,6 +396,8 @@ def check_fsdp(args, accelerator):
         accelerator.print(f"fsdp: not on {accelerator.device.type} (Accelerate runs FSDP on GPUs and other "
                           f"accelerators); these processes train as plain data parallel")
         return None
+    if accelerator.state.fsdp_plugin.fsdp_version != 2:  # the export and buffer sharing rely on FSDP2's state dicts
+        return "fsdp: the script runs FSDP2 (fsdp_version: 2, as in accel_configs/fsdp.yaml); set it in your config"
     if args.model_ema:
         return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
     return None

@@ -82,7 +82,8 @@ def main():
         for run in range(1, args.runs + 1):
             train, val, classes, seconds, base, peak = probe(root, tiny)
             print(f"run {run}: {int(train)} train + {int(val)} val files, {int(classes)} classes: datasets built in "
-                  f"{seconds:.2f} s; peak {peak:.0f} MiB vs {base:.0f} MiB with a 6-file folder (+{peak - base:.0f} MiB)")
+                  f"{seconds:.2f} s; peak {peak:.0f} MiB vs {base:.0f} MiB with a 6-file folder "
+                  f"(+{peak - base:.0f} MiB)")
     finally:
         shutil.rmtree(tiny, ignore_errors=True)
         if args.root is None and not args.keep:

@@ -131,8 +131,9 @@ def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model():
 
 
 def test_folder_startup_benchmark_generates_lists_and_measures_a_small_folder():
-    out = run_benchmark("folder_startup.py", "--train_files", "60", "--val_files", "10", "--classes", "5", "--runs", "1",
-                        timeout=120)
+    out = run_benchmark("folder_startup.py", "--train_files", "60", "--val_files", "10", "--classes", "5",
+                        "--runs", "1", timeout=120)
     seconds, peak, base, grown = figure(rf"^run 1: 60 train \+ 10 val files, 5 classes: datasets built in {NUMBER} s; "
-                                        rf"peak {NUMBER} MiB vs {NUMBER} MiB with a 6-file folder \(\+{NUMBER} MiB\)$", out)
-    assert seconds > 0 and peak >= base > 0 and grown == peak - base
+                                        rf"peak {NUMBER} MiB vs {NUMBER} MiB with a 6-file folder "
+                                        rf"\(\+{NUMBER} MiB\)$", out)
+    assert seconds > 0 and peak >= base > 0 and abs(grown - (peak - base)) <= 1  # each rounded to whole MiB

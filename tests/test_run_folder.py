@@ -124,9 +124,9 @@ def test_every_node_must_see_the_run_folder_and_the_checkpoint_the_main_process_
         assert sorted(p.name for p in here.rglob("*")) == before and not any(elsewhere.iterdir())  # nothing written
         return errors
 
-    split = ("train_classification.py: error: output_dir: process(es) 1 do not see the run folder {} that the main "
-             "process created: every node must see it at the same path (shared storage); give --output_dir a "
-             "path on storage that every node mounts")
+    split = ("train_classification.py: error: output_dir: process(es) 1 do not see the run folder {} as the main "
+             "process does: every node must see it at the same path (shared storage); give --output_dir a path "
+             "on storage that every node mounts")
     assert refused("--output_dir", "fresh") == {split.format("fresh")}  # a new run, node-local copies
     assert refused("--output_dir", "run", "--resume", "latest") == {split.format("run")}
     # The run folder shared, the checkpoint given by a path that only the main process can read:

@@ -4,8 +4,10 @@ Every --model_ema_steps optimizer steps: ema = decay * ema + (1 - decay) * weigh
 parameters and the buffers (BatchNorm's running statistics too, as torchvision's references do).
 With --model_ema_warmup the decay starts low and grows as timm's does, min(decay, (1 + n) / (10 + n))
 after n updates, so that early EMA weights are not dominated by the random initialisation. Each rank
-keeps its own copy; they stay equal because the weights they follow are (DDP). The copy is registered
-with Accelerate, so every checkpoint holds it and a resumed run continues it exactly.
+keeps its own copy. Its parameters stay equal across ranks, because the weights they follow are (DDP).
+Its buffers follow each rank's own BatchNorm statistics; before scoring and saving, the training script
+gives every rank rank 0's (Job.share_buffers). The copy is registered with Accelerate, so every
+checkpoint holds it (rank 0's) and a resumed run continues it exactly.
 """
 
 import torch

@@ -78,7 +78,7 @@ class RunLock:
     """
 
     def __init__(self, out):
-        self.out, self.file, self.created = Path(out), None, []
+        self.out, self.file, self.created, self.token = Path(out), None, [], None
 
     def acquire(self):
         lock = self.out / ".lock"
@@ -89,14 +89,17 @@ class RunLock:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.file.seek(0)
-            holder = self.file.read().strip() or "another process"
+            holder = self.file.readline().strip() or "another process"
             self.file.close()
             raise FolderError(f"output_dir: {self.out} is in use by a live run ({holder}); wait for it to end "
                               f"(or stop it) before starting another run there") from None
         self.file.seek(0)
         self.file.truncate()
-        self.file.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        # The token is new with every run: a rank that reads it here sees this folder, not a copy of it.
+        self.token = uuid.uuid4().hex
+        self.file.write(f"pid {os.getpid()} on {os.uname().nodename}\nrun {self.token}\n")
         self.file.flush()
+        os.fsync(self.file.fileno())  # on network storage, visible to other nodes now
         return self
 
     def __enter__(self):
@@ -122,31 +125,36 @@ class RunLock:
         self.file = None
 
 
+def _sees(path, text=None):
+    """Whether this process finds `path` (holding `text`). One it may not even read (EACCES) counts as not
+    found, so that every rank still reaches the gather that reports it."""
+    try:
+        return path.exists() if text is None else text in path.read_text()
+    except OSError:
+        return False
+
+
 def lock_run_folder(accelerator, out):
     """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line.
 
-    Then every rank looks for a file of a new name that the main process has just created there: a rank
-    that does not see it has another folder under that path (a node-local disk), where the run would
+    Then every rank reads the lock file for the token the main process has just written there: a rank
+    that does not find it has another folder under that path (a node-local disk), where the run would
     be split silently (its checkpoint shards and RNG states written where the main process never looks).
     """
     held = []
 
-    def lock_and_mark():
+    def lock():
         held.append(RunLock(out).acquire())
-        mark = f".shared-{uuid.uuid4().hex}"  # a new name: no earlier run's copy can answer for it
-        (out / mark).touch()
-        return mark
+        return held[0].token
 
-    mark = _decided(accelerator, lock_and_mark)
-    blind = [rank for rank, seen in enumerate(gather_object([(out / mark).exists()])) if not seen]
-    if accelerator.is_main_process:
-        (out / mark).unlink()
+    token = _decided(accelerator, lock)
+    blind = [rank for rank, seen in enumerate(gather_object([_sees(out / ".lock", token)])) if not seen]
     if blind:
         if held:
             held[0].release(failed=True)
-        raise FolderError(f"output_dir: process(es) {', '.join(map(str, blind))} do not see the run folder {out} "
-                          f"that the main process created: every node must see it at the same path (shared "
-                          f"storage); give --output_dir a path on storage that every node mounts")
+        raise FolderError(f"output_dir: process(es) {', '.join(map(str, blind))} do not see the run folder {out} as "
+                          f"the main process does: every node must see it at the same path (shared storage); give "
+                          f"--output_dir a path on storage that every node mounts")
     return held[0] if held else None
 
 
@@ -217,7 +225,7 @@ def resume_folder(args, accelerator, out):
     if chosen is None:
         return None
     folder = Path(chosen)
-    blind = [rank for rank, ok in enumerate(gather_object([checkpoints.is_complete(folder)])) if not ok]
+    blind = [rank for rank, ok in enumerate(gather_object([_sees(folder / checkpoints.STATE_FILE)])) if not ok]
     if blind:
         raise FolderError(f"resume: process(es) {', '.join(map(str, blind))} cannot read the checkpoint {chosen} "
                           f"that the main process chose: every node must see the run folder at the same path "
