@@ -119,17 +119,17 @@ class Job:
         the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
 
-    def share_buffers(self):
+    def share_buffers(self, only=None):
         """Rank 0's buffers (BatchNorm's running statistics) to every rank, before scoring and saving, so that
         every rank scores what is saved (rank 0's), and a resumed run scores what the uninterrupted one did.
 
         DDP does this for the trained model at each forward. FSDP shards parameters, not buffers: each rank's
         statistics follow its own batches. The EMA copy is no DDP module: each rank averages its own model's
-        statistics into it, while a checkpoint keeps rank 0's."""
+        statistics into it, while a checkpoint keeps rank 0's. `only`: the one module about to be scored."""
         modules = [self.model] if self.accelerator.distributed_type == DistributedType.FSDP else []
         if self.ema is not None and self.accelerator.num_processes > 1:
             modules.append(self.ema.module)
-        for module in modules:
+        for module in modules if only is None else [m for m in modules if m is only]:
             for buffer in module.buffers():
                 torch.distributed.broadcast(buffer, src=0)
 
@@ -277,7 +277,7 @@ def evaluate(job, model=None):
     drops those repeats, so each sample is counted exactly once whatever the world size.
     """
     accelerator, model = job.accelerator, model or job.model
-    job.share_buffers()
+    job.share_buffers(only=model)
     model.eval()
     ranked, labels, losses, owners, valid = [], [], [], [], []
     examples = None

@@ -22,7 +22,7 @@ def test_videos(job, loader, num_videos):
     each video one owner makes the per-rank sums add up to the global ones).
     """
     accelerator, model = job.accelerator, job.model
-    job.share_buffers()
+    job.share_buffers(only=model)
     model.eval()
     classes = len(job.class_names)
     sums = torch.zeros(num_videos, classes, dtype=torch.float64)
