@@ -44,6 +44,7 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from datetime import timedelta
 from pathlib import Path
 
@@ -54,7 +55,8 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynam
 
 from utils import checkpoints, report, trackers
 from utils.config import parse_args, save_config
-from utils.data import BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature
+from utils.data import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature, epoch_batches,
+                        sample_count)
 from utils.elastic import join_restarted_group
 from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
@@ -72,6 +74,7 @@ from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_dat
                               output_dir_for, resume_folder)
 from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
 from utils.sources import DataError
+from utils.streaming import StreamLoader, load_position, save_position
 from utils.threads import cores_per_process, use_all_cores
 from utils.video_sources import test_views
 
@@ -113,6 +116,10 @@ class Job:
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
     ema: object = None  # --model_ema: the averaged copy (utils/ema.py)
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/on_device.py)
+
+    def streaming(self):
+        """--streaming: the train loader is ours, with a stream position that checkpoints keep (utils/streaming.py)."""
+        return isinstance(self.train_loader, StreamLoader)
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -159,19 +166,11 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     Returns the global step reached, whether the epoch ran to its end, and whether a stop signal
     (on any rank) ended it: then the caller checkpoints and exits.
     """
-    args, accelerator, model, loader = job.args, job.accelerator, job.model, job.train_loader
+    args, accelerator, model = job.args, job.accelerator, job.model
     model.train()
-    # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
-    # rank, different every epoch, and independent of which epochs ran before in this process.
-    loader.set_epoch(epoch)
-    loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
-    batches = len(loader)
+    batches = len(job.train_loader)
     skipped = done_steps * args.grad_accum_steps
-    if skipped:
-        # Skips indices, not loaded batches. The new loader counts its own epochs from 0 and would
-        # draw epoch 0's permutation: give it this epoch.
-        loader = accelerator.skip_first_batches(loader, skipped)
-        loader.set_epoch(epoch)
+    loader = epoch_batches(accelerator, job.train_loader, epoch, skipped)
     job.logger.start_epoch(epoch, first_step=done_steps)
     # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
@@ -344,7 +343,8 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
              "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
-    folder = checkpoints.save(job.accelerator, job.out, name, state)
+    own = partial(save_position, job.train_loader, rank=job.accelerator.process_index) if job.streaming() else None
+    folder = checkpoints.save(job.accelerator, job.out, name, state, own_files=own)
     if job.accelerator.is_main_process:
         checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
     job.accelerator.print(f"checkpoint: {folder}")
@@ -409,7 +409,7 @@ def build_job(args, accelerator, out):
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
-        train_ds, val_ds, class_names, notes = build_datasets(args)
+        train_ds, val_ds, class_names, notes = build_datasets(args, accelerator.process_index, accelerator.num_processes)
     for note in notes:
         accelerator.print(f"data: {note}")
     for note in input_notes(args):
@@ -449,12 +449,12 @@ def build_job(args, accelerator, out):
     job.inputs = BatchInput(args, len(class_names), accelerator.process_index)
     if args.test_clips or args.test_crops:
         job.test_loader = build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
-    accelerator.print(f"{args.model} on {source_name(args)}: {len(train_ds)} train / {len(val_ds)} val "
+    accelerator.print(f"{args.model} on {source_name(args)}: {sample_count(train_ds) or '?'} train / {len(val_ds)} val "
                       f"{sample_unit(args)}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
-    return job, class_names, len(train_ds), num_workers
+    return job, class_names, sample_count(train_ds), num_workers
 
 
 def main(argv=None):
@@ -482,6 +482,8 @@ def main(argv=None):
             abandon_newer(accelerator, args, out, resume_from)
             accelerator.load_state(str(resume_from))
             position = resume_position(state)
+            if job.streaming() and position[1]:  # mid-epoch: where each worker of this rank stood in the stream
+                load_position(job.train_loader, resume_from, accelerator.process_index)
             accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
         job.stop.install()
         if accelerator.is_main_process:

@@ -46,8 +46,9 @@ def latest(out):
     return found[-1] if found else None
 
 
-def save(accelerator, out, name, state):
+def save(accelerator, out, name, state, own_files=None):
     """accelerator.save_state into a hidden folder, then rename it into place once every rank is done.
+    `own_files(folder)`, when given, writes this rank's files of its own there (every rank calls it).
 
     A process killed mid-save leaves only the hidden folder, which `latest` ignores: the previous
     checkpoint stays the newest complete one.
@@ -57,6 +58,8 @@ def save(accelerator, out, name, state):
         shutil.rmtree(aside)  # left by a process killed while saving
     accelerator.wait_for_everyone()
     accelerator.save_state(str(aside))
+    if own_files is not None:
+        own_files(aside)
     accelerator.wait_for_everyone()  # every rank's files (its RNG states among them) are in
     if accelerator.is_main_process:
         write_json_atomic(aside / STATE_FILE, state)

@@ -53,6 +53,16 @@ def get_args_parser(prog="train_classification.py"):
                    help="folder of <class>/<image> (or <class>/<video>) files to validate on")
     g.add_argument("--data_dir", type=str, default=None,
                    help="with --dataset imagefolder: a folder holding train/ and val/ (or validation/)")
+    g.add_argument("--streaming", action="store_true",
+                   help="read the training split of --dataset (a Hub name, or a local folder of parquet/arrow/"
+                        "webdataset shards) as a stream: each process reads its own shards, nothing cached ahead; "
+                        "the validation split is read whole")
+    g.add_argument("--steps_per_epoch", type=int, default=None,
+                   help="--streaming: optimizer steps per epoch (default: the split's size from its metadata over "
+                        "the global batch)")
+    g.add_argument("--shuffle_buffer", type=int, default=1000,
+                   help="--streaming: samples are shuffled in blocks of this many read in a row (the shard order "
+                        "is shuffled too); each worker holds one block of undecoded samples")
     g.add_argument("--max_train_samples", type=int, default=None, help="train on a seeded subset of this size")
     g.add_argument("--max_val_samples", type=int, default=None, help="validate on a seeded subset of this size")
     g.add_argument("--skip_bad_images", "--skip_bad_videos", dest="skip_bad_images", action="store_true",
@@ -313,6 +323,17 @@ def check_args(args):
         need(getattr(args, key) is None or source_kind(args) not in ("synthetic", "moving_digits"), key,
              "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
              "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
+    if args.streaming:
+        need(source_kind(args) == "images" and not (args.train_dir or args.data_dir), "streaming",
+             "reads a Hub dataset or local shard files named by --dataset, not the embedded data or folders of images")
+        need(args.max_train_samples is None, "max_train_samples", "cannot subset a stream: set its length with "
+             "--steps_per_epoch")
+        need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
+             "to processes): not with --streaming")
+    need(args.steps_per_epoch is None or args.streaming, "steps_per_epoch",
+         "sets the epoch of --streaming data (map-style epochs are a pass over the data)")
+    need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
+    need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
     need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
     need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")

@@ -1,11 +1,7 @@
 """Datasets with their transforms, fast image decoding, and dataloaders sharded by Accelerate."""
 
-import contextlib
 import hashlib
-import io
-import warnings
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,20 +9,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from utils import presets
 from utils.preemption import worker_init_fn
+from utils.images import decode_rgb, load_item
 from utils.sampling import RepeatedAugmentationSampler
-from utils.seeding import EpochSeeded, sample_rng
+from utils.seeding import EpochSeeded
 from utils.sources import SPLIT_SEED, DataError, load_splits, subset
+from utils.streaming import StreamLoader, StreamRows, build_stream
 from utils.video import VideoClips
 from utils.video_sources import build_video_datasets
-
-# torchvision 0.29 marks its decoders deprecated in favour of torchcodec; they are still the fastest
-# decoder we can count on here (libjpeg-turbo, no PIL round trip). PIL takes over if they go away.
-warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
-try:
-    from torchvision.io import ImageReadMode, decode_image
-except ImportError:  # pragma: no cover - a future torchvision without decoders
-    decode_image = None
-
 
 def load_digits_dataset():
     """scikit-learn's 1,797 handwritten 8x8 digit scans as a `datasets.DatasetDict`.
@@ -46,20 +35,6 @@ def load_digits_dataset():
     full = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
     split = full.train_test_split(test_size=0.2, stratify_by_column="label", seed=SPLIT_SEED)
     return datasets.DatasetDict(train=split["train"], validation=split["test"])
-
-
-def decode_rgb(image):
-    """A (3, H, W) uint8 tensor from an undecoded `datasets.Image` value ({"bytes", "path"})."""
-    data = image["bytes"] if image["bytes"] is not None else Path(image["path"]).read_bytes()
-    if decode_image is not None:
-        try:
-            return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
-        except RuntimeError:
-            pass  # a format torchvision does not read (BMP, TIFF...), or a broken file: PIL decides
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
 class ImageRows(Dataset):
@@ -95,15 +70,8 @@ class ImageRows(Dataset):
                 for image, label, key in zip(rows["image"], rows["label"], keys)]
 
     def _item(self, image, label, key, epoch, transform, size):
-        try:
-            rng = sample_rng(self.seed, epoch, key) if self.seed is not None else contextlib.nullcontext()
-            with rng:
-                pixels = transform(image.convert("RGB") if self.decoded else decode_rgb(image))
-            source, error = "", ""
-        except (OSError, ValueError, RuntimeError, SyntaxError) as e:  # PIL raises all of these
-            pixels = torch.zeros(3, size, size, dtype=torch.uint8)
-            source, error = image.get("path") or "<embedded image bytes>", f"{type(e).__name__}: {e}"
-        return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
+        decode = (lambda image: image.convert("RGB")) if self.decoded else decode_rgb
+        return load_item(image, label, key, epoch, transform, size, self.seed, decode)
 
 
 def _with_transform(ds, preset, decoded, seed=None):
@@ -135,8 +103,9 @@ class SyntheticDataset(Dataset):
                 "error": ""}
 
 
-def build_datasets(args):
-    """(train, val, class_names, notes) for the source `args` names, transforms attached.
+def build_datasets(args, rank=0, world=1):
+    """(train, val, class_names, notes) for the source `args` names, transforms attached; with
+    --streaming the train set is this process's share of the stream (rank of world).
 
     The train set's augmentation is seeded per sample: call its set_epoch before each epoch.
     """
@@ -156,11 +125,17 @@ def build_datasets(args):
         notes = presets.progressive_notes(args)
         return (_with_transform(train, presets.ByEpoch(presets.digits_train, args), decoded=True, seed=args.seed),
                 _with_transform(val, presets.Fixed(presets.digits_eval(val_size), val_size), decoded=True), names, notes)
+    val_preset = presets.Fixed(presets.eval_preset(args), val_size)
+    if args.streaming:
+        train, val, names, notes = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args),
+                                                                                  args))
+        val = subset(val, args.max_val_samples)
+        return train, _with_transform(val, val_preset, decoded=False), names, notes + presets.progressive_notes(args)
     train, val, names, notes = load_splits(args)
     notes += presets.progressive_notes(args)
     return (_with_transform(train, presets.ByEpoch(partial(presets.train_preset, args), args), decoded=False,
                             seed=args.seed),
-            _with_transform(val, presets.Fixed(presets.eval_preset(args), val_size), decoded=False), names, notes)
+            _with_transform(val, val_preset, decoded=False), names, notes)
 
 
 class BadImages:
@@ -178,13 +153,15 @@ class BadImages:
             raise DataError(f"cannot decode {source} ({error.splitlines()[0]}); pass --skip_bad_images "
                             f"to skip such files (they are then listed in bad_images.txt)")
         self.found.update(bad)
-        return sum(not source for source in batch["source"])
+        return sum(not source and not error for source, error in zip(batch["source"], batch["error"]))  # not padding
 
 
 def data_signature(train_ds, classes):
     """What a resumed run must find again in its training data: the sample count, the class count
     and the labels in order (the schedule's steps, each sample's place in the permutation and the
     classifier's shape come from them)."""
+    if isinstance(train_ds, StreamRows):  # the split's size and files: its labels are not read ahead
+        return train_ds.signature
     inner = train_ds.dataset if isinstance(train_ds, EpochSeeded) else train_ds
     if isinstance(inner, SyntheticDataset):  # a function of its size and class count
         labels = b""
@@ -210,6 +187,10 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
                   pin_memory=accelerator.device.type == "cuda", persistent_workers=num_workers > 0)
     # One process leaves the epoch's last batch ragged (several pad it to full size); a ragged batch
     # of a single image would make BatchNorm fail in training, so that one image waits an epoch.
+    if isinstance(train_ds, StreamRows):  # not prepared: see utils/streaming.py
+        train = StreamLoader(train_ds, batch_size, num_workers, train_ds.micro_batches, accelerator.device,
+                             common["worker_init_fn"])
+        return train, accelerator.prepare(DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common))
     lone_last = accelerator.num_processes == 1 and len(train_ds) % batch_size == 1
     # Own generator: creating an epoch's iterator then draws nothing from the global RNG (which
     # a checkpoint restores), so a resumed run's random streams line up with an uninterrupted one.
@@ -222,6 +203,27 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
     # validation of each process (persistent workers), which a resumed run meets at another point.
     val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)
     return accelerator.prepare(train, val)
+
+
+def sample_count(train_ds):
+    """The training set's size (None for a stream of unknown size)."""
+    return train_ds.rows if isinstance(train_ds, StreamRows) else len(train_ds)
+
+
+def epoch_batches(accelerator, loader, epoch, skipped=0):
+    """The training batches of `epoch` after the first `skipped` (a resumed run)."""
+    if isinstance(loader, StreamLoader):  # skipped: its checkpoint's position is loaded (utils/streaming.py)
+        return loader.batches(epoch, skipped)
+    # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
+    # rank, different every epoch, and independent of which epochs ran before in this process.
+    loader.set_epoch(epoch)
+    loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
+    if skipped:
+        # Skips indices, not loaded batches. The new loader counts its own epochs from 0 and would
+        # draw epoch 0's permutation: give it this epoch.
+        loader = accelerator.skip_first_batches(loader, skipped)
+        loader.set_epoch(epoch)
+    return loader
 
 
 def build_test_loader(accelerator, test_ds, views_per_batch, num_workers):

@@ -31,7 +31,7 @@ RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", 
                "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma", "seed", "optimizer", "momentum",
                "nesterov", "weight_decay", "norm_weight_decay", "bias_weight_decay", "lr_scale_batch", "model",
                "clip_len", "frame_interval", "num_segments", "model_ema", "model_ema_decay", "model_ema_steps",
-               "model_ema_warmup", "ra_reps", "sync_bn")
+               "model_ema_warmup", "ra_reps", "sync_bn", "streaming", "steps_per_epoch", "shuffle_buffer")
 
 
 def _decided(accelerator, decide):

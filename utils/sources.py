@@ -9,8 +9,8 @@ import numpy as np
 from utils.video import VIDEO_SUFFIXES
 
 SPLIT_SEED = 0  # carving and subsets use a fixed seed, so every --seed is scored on the same images
-IMAGE_COLUMNS = ("image", "img", "images", "picture", "pixel_values")
-LABEL_COLUMNS = ("label", "labels", "fine_label", "coarse_label", "class", "target", "category")
+IMAGE_COLUMNS = ("image", "img", "images", "picture", "pixel_values", "jpg", "jpeg", "png", "webp")  # webdataset: by suffix
+LABEL_COLUMNS = ("label", "labels", "fine_label", "coarse_label", "class", "target", "category", "cls")
 VAL_SPLITS = ("validation", "val", "valid", "test")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 

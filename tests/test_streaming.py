@@ -1,0 +1,199 @@
+"""--streaming: local parquet and webdataset shards read as a stream, each process its own shards, every
+sample of an epoch once, and a resumed run continuing where its checkpoint stood (utils/streaming.py)."""
+
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import TINY, assert_same_weights, command, environment, read_json, resumed_from, run_ok
+
+TRAIN_SHARDS, ROWS_PER_SHARD, VAL_ROWS = 4, 24, 16
+
+
+def _picture(rng, label):
+    pixels = rng.integers(0, 60, (20, 20, 3)) + np.array([[[60 * label, 200 - 40 * label, 30 + 50 * label]]])
+    return Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+
+
+@pytest.fixture(scope="session")
+def parquet_shards(tmp_path_factory):
+    """train-0000k-of-00004.parquet (24 rows each) and one validation file: 4 classes, and an `id` column
+    (0..95 in train, 1000.. in validation) that the order tests read as their label."""
+    import datasets
+
+    root = tmp_path_factory.mktemp("parquet")
+    rng = np.random.default_rng(0)
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=list("abcd")),
+                                 id=datasets.Value("int64"))
+
+    def part(ids):
+        labels = [i % 4 for i in ids]
+        return datasets.Dataset.from_dict({"image": [_picture(rng, c) for c in labels], "label": labels,
+                                           "id": list(ids)}, features=features)
+
+    for s in range(TRAIN_SHARDS):
+        part(range(s * ROWS_PER_SHARD, (s + 1) * ROWS_PER_SHARD)).to_parquet(
+            root / f"train-{s:05d}-of-{TRAIN_SHARDS:05d}.parquet")
+    part(range(1000, 1000 + VAL_ROWS)).to_parquet(root / "validation-00000-of-00001.parquet")
+    return root
+
+
+def stream_args(source, *extra):
+    from utils.config import parse_args
+
+    return parse_args(["--dataset", str(source), "--streaming", "--image_size", "16", "--batch_size", "4",
+                       "--num_workers", "2", *map(str, extra)])
+
+
+def loader_for(args, rank, world):
+    """This rank's StreamLoader, as the script builds it (CPU)."""
+    from functools import partial
+
+    from utils import presets
+    from utils.preemption import worker_init_fn
+    from utils.streaming import StreamLoader, build_stream
+
+    rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args), args))
+    return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
+                        worker_init_fn())
+
+
+def ids_of(batches):
+    return [b["labels"].tolist() for b in batches]
+
+
+def test_each_process_reads_its_own_shards_and_every_sample_once_per_epoch(parquet_shards):
+    """2 processes x 2 workers: each process's samples come from 2 whole shards of its own; together they take
+    every sample once per epoch; the order changes with the epoch."""
+    args = stream_args(parquet_shards, "--label_column", "id")
+    for epoch in (0, 1):
+        seen = {rank: sum(ids_of(loader_for(args, rank, 2).batches(epoch)), []) for rank in (0, 1)}
+        assert sorted(seen[0] + seen[1]) == list(range(TRAIN_SHARDS * ROWS_PER_SHARD))
+        shards = [{i // ROWS_PER_SHARD for i in seen[rank]} for rank in (0, 1)]
+        assert len(shards[0]) == len(shards[1]) == 2 and not shards[0] & shards[1]
+        if epoch == 0:
+            first = seen[0]
+    assert seen[0] != first  # epoch 1 is another order
+
+
+def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, tmp_path):
+    """5 batches into epoch 1, the position saved as a checkpoint does; a new loader continues from it with
+    the same samples, augmented alike, and then starts epoch 2 from its beginning."""
+    from utils.streaming import load_position, save_position
+
+    args = stream_args(parquet_shards, "--label_column", "id")
+    whole = loader_for(args, 0, 2)
+    epoch1, epoch2 = list(whole.batches(1)), list(whole.batches(2))
+    first = loader_for(args, 0, 2)
+    head = []
+    for batch in first.batches(1):
+        head.append(batch)
+        if len(head) == 5:
+            break
+    save_position(first, tmp_path, rank=0)
+    again = loader_for(args, 0, 2)
+    load_position(again, tmp_path, rank=0)
+    resumed = head + list(again.batches(1, skipped=5))
+    assert ids_of(resumed) == ids_of(epoch1)
+    assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(resumed, epoch1))
+    assert ids_of(again.batches(2)) == ids_of(epoch2)
+    with pytest.raises(Exception, match="resume with --num_workers 2"):
+        load_position(loader_for(stream_args(parquet_shards, "--label_column", "id", "--num_workers", "1"), 0, 2),
+                      tmp_path, rank=0)
+
+
+def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
+    """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
+    from utils.data import BadImages
+    from utils.streaming import PADDING
+
+    args = stream_args(parquet_shards, "--steps_per_epoch", "14")
+    batches = list(loader_for(args, 1, 2).batches(0))
+    assert len(batches) == 14
+    assert [b["error"] == [PADDING] for b in batches] == [False] * 12 + [True] * 2
+    assert [BadImages(skip=False).check(b) for b in batches] == [4] * 12 + [0] * 2
+
+
+@pytest.fixture(scope="session")
+def webdataset_shards(tmp_path_factory):
+    """train-00000k.tar of {key}.jpg / {key}.cls (timm's and OpenCLIP's layout), and validation-000000.tar."""
+    root = tmp_path_factory.mktemp("wds")
+    rng = np.random.default_rng(1)
+
+    def shard(path, keys):
+        with tarfile.open(path, "w") as tar:
+            for key in keys:
+                jpeg = io.BytesIO()
+                _picture(rng, key % 3).save(jpeg, "JPEG")
+                for name, data in ((f"{key:06d}.jpg", jpeg.getvalue()), (f"{key:06d}.cls", str(key % 3).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+    shard(root / "train-000000.tar", range(0, 30))
+    shard(root / "train-000001.tar", range(30, 60))
+    shard(root / "validation-000000.tar", range(100, 112))
+    return root
+
+
+def test_webdataset_tar_shards_train(webdataset_shards, tmp_path, fresh_accelerate_state):
+    import train_classification
+
+    results = train_classification.main(["--dataset", str(webdataset_shards), "--streaming", "--image_size", "16",
+                                         "--batch_size", "8", "--epochs", "2", "--num_workers", "2", "--lr", "0.05",
+                                         "--output_dir", str(tmp_path / "run")])
+    assert results["train_samples"] == 60 and results["val_samples"] == 12
+    assert results["class_names"] == ["0", "1", "2"] and results["global_step"] == 2 * (60 // 8)
+    assert results["val_top1"] >= 0.9
+
+
+def test_what_streaming_cannot_read_is_refused_in_one_line(parquet_shards, tmp_path, capsys):
+    import shutil
+
+    import train_classification
+
+    no_val = tmp_path / "no_val"
+    no_val.mkdir()
+    shutil.copy(next(parquet_shards.glob("train-*")), no_val)
+    cases = [(["--dataset", str(no_val), "--streaming"], "val_split: --streaming needs a validation split"),
+             ([*TINY, "--streaming"], "streaming: reads a Hub dataset or local shard files"),
+             (["--dataset", str(parquet_shards), "--streaming", "--ra_reps", "2"], "ra_reps: repeated augmentation"),
+             (["--dataset", str(parquet_shards), "--steps_per_epoch", "3"], "steps_per_epoch: sets the epoch of")]
+    for argv, line in cases:
+        with pytest.raises(SystemExit) as exit_:
+            train_classification.main([*argv, "--output_dir", str(tmp_path / "run")])
+        assert exit_.value.code == 2
+        assert line in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_streaming_run_killed_mid_epoch_on_two_processes_resumes_bitwise(parquet_shards, tmp_path):
+    """SIGKILL at step 4 of 6 in epoch 0 (2 workers per process), --resume latest: the run continues from each
+    worker's place in the stream, and ends bitwise-equal to the uninterrupted run, with its validation figures."""
+    import subprocess
+
+    def job(out):
+        return ["--dataset", parquet_shards, "--streaming", "--image_size", "16", "--batch_size", "8",
+                "--epochs", "2", "--num_workers", "2", "--log_every", "1", "--lr", "0.05",
+                "--checkpoint_every_steps", "1", "--output_dir", out]
+
+    reference = tmp_path / "reference"
+    run_ok(job(reference), nproc=2)
+    out = tmp_path / "run"
+    proc = subprocess.run(command(["step:4", "KILL", "group", "0", *job(out)], 2, script="tests/helpers/signal_at.py"),
+                          env=environment(), capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert proc.returncode != 0 and not (out / "results.json").exists()
+    step = out / "checkpoints" / "step_3"
+    assert sorted(p.name for p in step.glob("stream_state_*.pkl")) == ["stream_state_0.pkl", "stream_state_1.pkl"]
+    resumed = run_ok([*job(out), "--resume", "latest"], nproc=2)
+    assert resumed_from(resumed.stdout) == step
+    assert_same_weights(out, reference)
+    figures = ("val_top1", "val_topk", "val_loss", "val_samples", "global_step")
+    assert [read_json(out / "results.json")[k] for k in figures] == \
+        [read_json(reference / "results.json")[k] for k in figures]
+
