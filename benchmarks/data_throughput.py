@@ -2,6 +2,7 @@
 
     python benchmarks/data_throughput.py                   # 400 generated 500x375 JPEGs, 1 and 2 workers
     python benchmarks/data_throughput.py --workers 4 8 --data_dir /path/to/imagefolder/train
+    python benchmarks/data_throughput.py --streaming       # the same JPEGs as parquet shards, streamed
 
 The loaders read the same folder with the same train transforms (RandomResizedCrop 224, flip, float,
 ImageNet normalisation), batch size and worker count, and persistent workers. The baseline decodes with
@@ -12,6 +13,10 @@ those. The project is timed twice: "float" converts and normalises in the worker
 host-to-device copy) and normalises each batch in the main process, as training does on its device
 (here the CPU: that cost is inside the figure). Each figure is the median of several epochs, timed
 from the first batch of the epoch on.
+
+--streaming adds the --streaming path (utils/streaming.py): the same JPEG bytes written into 8 parquet
+shards, read as a stream by the training loader (shards split among workers, blocks shuffled, the
+same transforms and uint8 hand-over), against the map-style folder path on the same files.
 """
 
 import argparse
@@ -100,12 +105,54 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     return loader, prepare
 
 
+def write_shards(folder, root, shards=8):
+    """The folder's JPEGs (their bytes, as they are) into train-*.parquet shards, and a validation file."""
+    import datasets
+
+    files = sorted(Path(folder).rglob("*.jpg"))
+    classes = sorted({f.parent.name for f in files})
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=classes))
+    Path(root).mkdir(parents=True)
+    table = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": None} for f in files],
+                                        "label": [classes.index(f.parent.name) for f in files]}, features=features)
+    for s in range(shards):
+        table.shard(shards, s).to_parquet(Path(root) / f"train-{s:05d}-of-{shards:05d}.parquet")
+    table.select(range(len(classes))).to_parquet(Path(root) / "validation-00000-of-00001.parquet")
+    return root
+
+
+class StreamEpochs:
+    """A StreamLoader seen as a loader whose every iteration is the next epoch."""
+
+    def __init__(self, loader):
+        self.loader, self.epoch = loader, 0
+
+    def __iter__(self):
+        self.epoch += 1
+        return iter(self.loader.batches(self.epoch - 1))
+
+
+def stream_loader(shards, batch_size, workers):
+    from train_classification import build_accelerator
+    from utils.config import parse_args
+    from utils.data import build_dataloaders, build_datasets
+    from utils.on_device import BatchInput
+
+    args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
+                       str(batch_size), "--num_workers", str(workers)])
+    train, val, names, _ = build_datasets(args)
+    loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
+    return StreamEpochs(loader), BatchInput(args, len(names), rank=0)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_dir", default=None, help="an image folder (default: generate 400 JPEGs)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per figure (median)")
+    p.add_argument("--streaming", action="store_true",
+                   help="streamed parquet shards of the same JPEGs against the map-style folder path")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.data_dir
@@ -115,6 +162,16 @@ def main():
         n = sum(1 for _ in Path(folder).rglob("*.jpg"))
         print(f"{n} images in {folder}, batch {args.batch_size}, 224 px train transforms, "
               f"{torch.get_num_threads()} threads in the main process")
+        if args.streaming:
+            shards = write_shards(folder, Path(tmp) / "shards")
+            for workers in args.workers:
+                loader, prepare = project_loader(folder, args.batch_size, workers)
+                folder_rate = images_per_second(loader, args.epochs, prepare)
+                loader, prepare = stream_loader(shards, args.batch_size, workers)
+                stream_rate = images_per_second(loader, args.epochs, prepare)
+                print(f"workers {workers}: project folder (map-style) {folder_rate:7.1f} img/s | streaming parquet "
+                      f"(8 shards) {stream_rate:7.1f} img/s | ratio {stream_rate / folder_rate:.2f}")
+            return
         for workers in args.workers:
             base = images_per_second(baseline_loader(folder, args.batch_size, workers), args.epochs)
             loader, prepare = project_loader(folder, args.batch_size, workers, float_in_workers=True)

@@ -72,6 +72,12 @@ def test_data_throughput_benchmark_runs_tiny_on_a_given_folder(tmp_path):
         assert base > 0 and before > 0 and ours > 0
         assert ratio == pytest.approx(ours / base, rel=0.02, abs=0.006)  # printed with 2 decimals
         assert uint8_ratio == pytest.approx(ours / before, rel=0.02, abs=0.006)
+    # --streaming: the same JPEG bytes as parquet shards through the --streaming loader, against the folder path
+    out = run_benchmark("data_throughput.py", "--data_dir", tmp_path / "images", "--workers", 1, "--batch_size", 4,
+                        "--epochs", 1, "--streaming")
+    folder, stream, ratio = figure(rf"^workers 1: project folder \(map-style\) +{NUMBER} img/s \| streaming parquet "
+                                   rf"\(8 shards\) +{NUMBER} img/s \| ratio {NUMBER}$", out)
+    assert folder > 0 and stream > 0 and ratio == pytest.approx(stream / folder, rel=0.02, abs=0.006)
 
 
 @pytest.mark.slow
