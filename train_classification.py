@@ -482,7 +482,7 @@ def main(argv=None):
             abandon_newer(accelerator, args, out, resume_from)
             accelerator.load_state(str(resume_from))
             position = resume_position(state)
-            if job.streaming() and position[1]:  # mid-epoch: where each worker of this rank stood in the stream
+            if job.streaming() and position[1] and not args.eval_only:  # mid-epoch: where this rank's workers stood
                 load_position(job.train_loader, resume_from, accelerator.process_index)
             accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
         job.stop.install()

@@ -162,7 +162,10 @@ def test_what_streaming_cannot_read_is_refused_in_one_line(parquet_shards, tmp_p
     cases = [(["--dataset", str(no_val), "--streaming"], "val_split: --streaming needs a validation split"),
              ([*TINY, "--streaming"], "streaming: reads a Hub dataset or local shard files"),
              (["--dataset", str(parquet_shards), "--streaming", "--ra_reps", "2"], "ra_reps: repeated augmentation"),
-             (["--dataset", str(parquet_shards), "--steps_per_epoch", "3"], "steps_per_epoch: sets the epoch of")]
+             (["--dataset", str(parquet_shards), "--steps_per_epoch", "3"], "steps_per_epoch: sets the epoch of"),
+             (["--dataset", str(parquet_shards), "--streaming", "--sync_bn"], "sync_bn: not with --streaming"),
+             (["--dataset", str(tmp_path / "empty"), "--streaming"], "dataset: cannot stream")]
+    (tmp_path / "empty").mkdir()
     for argv, line in cases:
         with pytest.raises(SystemExit) as exit_:
             train_classification.main([*argv, "--output_dir", str(tmp_path / "run")])

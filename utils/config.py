@@ -330,6 +330,8 @@ def check_args(args):
              "--steps_per_epoch")
         need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
              "to processes): not with --streaming")
+        need(not args.sync_bn, "sync_bn", "not with --streaming: a process past the end of its shards takes padding "
+             "steps, without SyncBatchNorm's collective, and the others would wait for it")
     need(args.steps_per_epoch is None or args.streaming, "steps_per_epoch",
          "sets the epoch of --streaming data (map-style epochs are a pass over the data)")
     need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")

@@ -39,13 +39,14 @@ def load_item(image, label, key, epoch, transform, size, seed, decode, classes=N
     image with valid=False and its path in `source`."""
     try:
         if classes is not None and not 0 <= label < classes:
-            raise ValueError(f"label {label} outside [0, {classes})")
+            raise ValueError(f"label {label} is not one of the {classes} classes (0..{classes - 1})")
         rng = sample_rng(seed, epoch, key) if seed is not None else contextlib.nullcontext()
         with rng:
             pixels = transform(decode(image))
         source, error = "", ""
-    except (OSError, ValueError, RuntimeError, SyntaxError) as e:  # PIL raises all of these
+    # PIL raises all of the first four; TypeError/KeyError: a row without an image or label (None)
+    except (OSError, ValueError, RuntimeError, SyntaxError, TypeError, KeyError) as e:
         pixels, label = torch.zeros(3, size, size, dtype=torch.uint8), 0
         path = image.get("path") if isinstance(image, dict) else None
-        source, error = path or f"<embedded image bytes, sample {key}>", f"{type(e).__name__}: {e}"
+        source, error = path or "<embedded image bytes>", f"{type(e).__name__}: {e}"
     return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}

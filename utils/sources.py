@@ -130,7 +130,7 @@ def _load(args):
     return _load_hub(args.dataset, args.dataset_config)
 
 
-def _pick_column(ds, asked, candidates, role):
+def pick_column(ds, asked, candidates, role):
     columns = ds.column_names
     if asked is not None:
         if asked not in columns:
@@ -142,7 +142,7 @@ def _pick_column(ds, asked, candidates, role):
     return found
 
 
-def _normalise(ds, args, class_names=None):
+def normalise(ds, args, class_names=None):
     """Rename the image and label columns to `image` and `label`, drop the others, labels as ClassLabel."""
     import datasets
 
@@ -152,8 +152,8 @@ def _normalise(ds, args, class_names=None):
               f"needs FFmpeg's shared libraries installed on the system: write the videos out to "
               f"<class>/<video> folders or a list file and pass --train_dir/--val_dir or --train_list/--val_list "
               f"(decoded here with PyAV, no system FFmpeg needed)")
-    image_col = _pick_column(ds, args.image_column, IMAGE_COLUMNS, "image")
-    label_col = _pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
+    image_col = pick_column(ds, args.image_column, IMAGE_COLUMNS, "image")
+    label_col = pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
     ds = ds.select_columns([image_col, label_col])
     if image_col != "image":
         ds = ds.rename_column(image_col, "image")
@@ -200,7 +200,7 @@ def load_splits(args):
         _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(loaded)}")
     if not len(loaded[args.train_split]):
         _fail(f"train_split: split {args.train_split!r} is empty")
-    train = _normalise(loaded[args.train_split], args)
+    train = normalise(loaded[args.train_split], args)
     names = train.features["label"].names
     val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
     if args.val_split and args.val_split not in loaded:
@@ -219,7 +219,7 @@ def load_splits(args):
     else:
         if not len(loaded[val_split]):
             _fail(f"val_split: the validation split {val_split!r} is empty")
-        val = _normalise(loaded[val_split], args, class_names=names)
+        val = normalise(loaded[val_split], args, class_names=names)
         if isinstance(val.features["label"], datasets.ClassLabel) and val.features["label"].names != names:
             extra = sorted(set(val.features["label"].names) - set(names))
             if extra:

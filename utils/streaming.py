@@ -15,14 +15,17 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
   from its start on resume, which makes resuming exact: the same samples in the same order.
 - An epoch is --steps_per_epoch optimizer steps (default: the split's size from its metadata, over
   the global batch). Every process takes exactly that many batches: one whose shards run out first
-  feeds empty batches (no update of its own, its all-reduce share is zero); samples past the end
-  wait for the next epoch's pass. So the schedule is laid out in epochs as with map-style data.
+  feeds padding batches (no update of its own, its all-reduce share is zero); samples past the
+  count are not seen that epoch (each epoch is a new pass). So the schedule is laid out in epochs
+  as with map-style data.
 - The position in the stream (`datasets`' IterableDataset.state_dict at the block's start, the
   block, the samples taken, for each DataLoader worker) goes into every checkpoint through
   torchdata's StatefulDataLoader, one file per rank; --resume continues from there, not from
   the start of the data.
 - The validation split is not streamed: it is read whole (map-style, cached by `datasets`), so
-  that evaluation stays exact on any number of processes (gather_for_metrics).
+  that evaluation stays exact on any number of processes (gather_for_metrics). The class names come
+  from the training split's ClassLabel; with plain integer labels (webdataset's .cls), the classes
+  are 0 .. the validation split's largest label, and a training label past it is a bad sample.
 """
 
 import contextlib
@@ -37,8 +40,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.images import decode_rgb, load_item
-from utils.sources import (IMAGE_COLUMNS, LABEL_COLUMNS, VAL_SPLITS, DataError, _load_hub, _normalise,
-                           _pick_column)
+from utils.sources import IMAGE_COLUMNS, LABEL_COLUMNS, VAL_SPLITS, DataError, normalise, pick_column
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
@@ -61,11 +63,8 @@ def _builder(args):
               f"(e.g. ds.to_parquet per shard) or train without --streaming")
     try:
         return datasets.load_dataset_builder(args.dataset, args.dataset_config)
-    except (ConnectionError, OSError):
-        _load_hub(args.dataset, args.dataset_config)  # fails with the offline message
-        raise
-    except ValueError as e:
-        _fail(f"dataset: {args.dataset!r}: {str(e).splitlines()[0]}")
+    except (ConnectionError, OSError, ValueError) as e:
+        _unreadable(args, e)
 
 
 def _open(args, split, streaming, data_files=None):
@@ -75,11 +74,19 @@ def _open(args, split, streaming, data_files=None):
     try:
         return datasets.load_dataset(args.dataset, args.dataset_config, split=split, streaming=streaming,
                                      data_files=files)
-    except (ConnectionError, OSError):
-        _load_hub(args.dataset, args.dataset_config)  # fails with the offline message
-        raise
-    except ValueError as e:
-        _fail(f"dataset: {args.dataset!r}, split {split!r}: {str(e).splitlines()[0]}")
+    except (ConnectionError, OSError, ValueError) as e:
+        _unreadable(args, e, split)
+
+
+def _unreadable(args, error, split=None):
+    """One line for a source that cannot be opened: a Hub dataset offline or gated, a folder without shards."""
+    where = f" (split {split!r})" if split else ""
+    hint = ("a local folder must hold data files (train-*.parquet, validation-*.parquet, .arrow or webdataset .tar, "
+            "or train/ and validation/ folders of them)" if Path(args.dataset).exists() else
+            "a Hub dataset is streamed from the Hub: it needs the network (and a login for a gated one); offline, "
+            "write its shards to a local folder and pass that folder")
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    raise DataError(f"dataset: cannot stream {args.dataset!r}{where}: {reason}; {hint}") from None
 
 
 def _files(builder, split):
@@ -107,7 +114,9 @@ def _count_rows(path):
                 return pa.ipc.open_file(source).count_rows()
     if suffix == ".tar":
         with tarfile.open(path) as tar:
-            return len({member.name.split("/")[-1].split(".")[0] for member in tar if member.isfile()})
+            # webdataset's key: the member's path up to the first dot of its file name
+            keys = {(folder, name.split(".")[0]) for folder, _, name in (m.name.rpartition("/") for m in tar if m.isfile())}
+            return len(keys)
     return None
 
 
@@ -189,8 +198,8 @@ def _normalise_stream(stream, args):
     if stream.features is None:
         _fail(f"dataset: the columns of {args.dataset!r} are not known before it is read; give the split's "
               f"features in its dataset card (dataset_info) or write it as parquet shards")
-    image_col = _pick_column(stream, args.image_column, IMAGE_COLUMNS, "image")
-    label_col = _pick_column(stream, args.label_column, LABEL_COLUMNS, "label")
+    image_col = pick_column(stream, args.image_column, IMAGE_COLUMNS, "image")
+    label_col = pick_column(stream, args.label_column, LABEL_COLUMNS, "label")
     stream = stream.select_columns([image_col, label_col])
     if image_col != "image":
         stream = stream.rename_column(image_col, "image")
@@ -220,7 +229,7 @@ def build_stream(args, rank, world, train_preset):
     val = _open(args, val_split, streaming=False, data_files=_files(builder, val_split))
     label = stream.features["label"]
     names = label.names if isinstance(label, datasets.ClassLabel) else None
-    val = _normalise(val, args, class_names=names)
+    val = normalise(val, args, class_names=names)
     if names is not None and val.features["label"].names != names:
         _fail(f"val_split: the validation split's classes are not the training split's ({len(names)} classes: "
               f"{', '.join(names[:5])}...)")
@@ -234,7 +243,7 @@ def build_stream(args, rank, world, train_preset):
         notes.append(f"{stream.num_shards // world} shards per process" if per_rank else
                      f"{stream.num_shards} shards for {world} processes: each process reads every shard and keeps "
                      f"1 sample in {world}; a multiple of {world} shards lets each read only its own")
-    if args.steps_per_epoch is None and rows is None:
+    if args.steps_per_epoch is None and rows is None and not args.eval_only:
         _fail("steps_per_epoch: the training split's size is not in its metadata nor in local files; "
               "pass --steps_per_epoch N (optimizer steps per epoch)")
     train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names))
@@ -243,8 +252,12 @@ def build_stream(args, rank, world, train_preset):
     train.signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
         "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
     train.rows = rows
-    steps = args.steps_per_epoch or max(1, (rows or 0) // (world * args.batch_size * args.grad_accum_steps))
+    global_batch = world * args.batch_size * args.grad_accum_steps
+    steps = args.steps_per_epoch or max(1, (rows or 0) // global_batch)
     train.micro_batches = steps * args.grad_accum_steps  # what every process takes per epoch
+    if rows is not None and steps * global_batch > rows:
+        notes.append(f"steps_per_epoch {steps} x global batch {global_batch} is more than the split's {rows} samples: "
+                     f"processes past the end of their shards take padding steps (no update of their own)")
     return train, val, names, notes
 
 
@@ -263,7 +276,10 @@ class StreamLoader:
         self.dataset, self.micro_batches, self.device, self.num_workers = rows, micro_batches, device, num_workers
         self.loader = StatefulDataLoader(rows, batch_size=batch_size, num_workers=num_workers,
                                          worker_init_fn=worker_init_fn, pin_memory=device.type == "cuda",
-                                         snapshot_every_n_steps=1)
+                                         snapshot_every_n_steps=1,
+                                         # Own generator: an epoch's iterator draws nothing from the global RNG,
+                                         # which a checkpoint restores (as build_dataloaders does).
+                                         generator=torch.Generator())
         self.position = {"epoch": None, "taken": 0, "exhausted": False, "loader": None}
 
     def __len__(self):
@@ -294,8 +310,12 @@ class StreamLoader:
             yield send_to_device(batch, self.device, non_blocking=True)
 
     def state_dict(self):
-        loader = None if self.position["exhausted"] else self.loader.state_dict()
-        return {**self.position, "loader": loader, "num_workers": self.num_workers}
+        # Only mid-epoch, from the live iterator: without one, StatefulDataLoader.state_dict() would start
+        # workers reading ahead with whatever epoch StreamRows holds then (and the next epoch would reuse them).
+        position = self.position
+        live = (position["epoch"] is not None and 0 < position["taken"] < self.micro_batches
+                and not position["exhausted"])
+        return {**position, "loader": self.loader.state_dict() if live else None, "num_workers": self.num_workers}
 
     def load_state_dict(self, state):
         if state["num_workers"] != self.num_workers:
