@@ -74,6 +74,24 @@ def run_ok(args, nproc=1, **kw):
     return proc
 
 
+def run_main(args):
+    """The script in this process, as a 1-process launch runs it: its results. For runs whose launcher adds
+    nothing to what the test checks (it costs seconds of start-up each); Accelerate's singletons reset after."""
+    import train_classification
+
+    try:
+        return train_classification.main([str(a) for a in args])
+    finally:
+        reset_accelerate_state()
+
+
+def main_fails(args, capsys):
+    """run_main for a run that must stop: (its exit code, what it wrote to stderr)."""
+    with pytest.raises(SystemExit) as stopped:
+        run_main(args)
+    return stopped.value.code, capsys.readouterr().err
+
+
 def killed(argv, when, nproc=1, target="group"):
     """Run the job under accelerate launch and SIGKILL it from `target` at `when` (tests/helpers/signal_at.py);
     returns the launcher's exit, which must be a failure."""

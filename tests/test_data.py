@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, make_folder, read_json, run_ok
+from conftest import ROOT, make_folder, read_json, run_main, run_ok
 from utils.config import parse_args
 from utils.sources import DataError, load_splits
 
@@ -76,7 +76,7 @@ def test_a_run_on_nested_image_folders(tmp_path):
     tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
     (va / "cat" / "sub" / "deeper" / "b.jpg").unlink()
     out = tmp_path / "run"
-    run_ok(["--train_dir", tr, "--val_dir", va, *FAST, "--output_dir", out])
+    run_main(["--train_dir", tr, "--val_dir", va, *FAST, "--output_dir", out])
     results = read_json(out / "results.json")
     assert (results["train_samples"], results["val_samples"]) == (6, 5)
     assert read_json(out / "labels.json") == {"0": "cat", "1": "dog"}

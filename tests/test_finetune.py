@@ -7,7 +7,7 @@ import torch
 import torchvision
 from safetensors.torch import load_file, save_file
 
-from conftest import TINY, launch, read_json, read_jsonl, run_ok
+from conftest import TINY, launch, main_fails, read_json, read_jsonl, run_main, run_ok
 
 FAST = [*TINY, "--warmup_epochs", "0"]
 
@@ -26,20 +26,21 @@ def test_init_from_with_another_class_count_reinitialises_the_head_and_can_freez
     assert not torch.equal(trained["fc.weight"][:3], donor.state_dict()["fc.weight"])
 
 
-def test_init_from_rejects_foreign_keys_and_pickles(tmp_path):
+def test_init_from_rejects_foreign_keys_and_pickles(tmp_path, capsys):
     save_file({"encoder.weight": torch.zeros(2)}, tmp_path / "other.safetensors")
-    proc = launch([*FAST, "--init_from", tmp_path / "other.safetensors", "--output_dir", tmp_path / "a"])
-    assert proc.returncode != 0 and "init_from: keys do not match ResNet: missing [" in proc.stderr
+    code, err = main_fails([*FAST, "--init_from", tmp_path / "other.safetensors", "--output_dir", tmp_path / "a"],
+                           capsys)
+    assert code == 2 and "init_from: keys do not match ResNet: missing [" in err
     torch.save({"model": object()}, tmp_path / "evil.pth")  # weights_only refuses arbitrary objects
-    proc = launch([*FAST, "--init_from", tmp_path / "evil.pth", "--output_dir", tmp_path / "b"])
-    assert proc.returncode != 0 and "is not a plain tensor state dict" in proc.stderr
+    code, err = main_fails([*FAST, "--init_from", tmp_path / "evil.pth", "--output_dir", tmp_path / "b"], capsys)
+    assert code == 2 and "is not a plain tensor state dict" in err
 
 
-def test_pretrained_offline_says_which_file_is_missing(tmp_path):
-    env = {"TORCH_HOME": str(tmp_path / "torch")}
-    proc = launch([*FAST, "--pretrained", "--output_dir", tmp_path / "run"], env=env)
-    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert proc.returncode != 0 and len(errors) == 1
+def test_pretrained_offline_says_which_file_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # read by torch.hub at each call
+    code, err = main_fails([*FAST, "--pretrained", "--output_dir", tmp_path / "run"], capsys)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and len(errors) == 1
     assert f"{tmp_path}/torch/hub/checkpoints/resnet18-f37072fd.pth is not in the torch hub cache" in errors[0]
 
 
@@ -53,11 +54,12 @@ def test_pretrained_from_the_cache_works_offline(tmp_path):
     assert "pretrained: weights loaded; re-initialised (other shape): fc.bias, fc.weight" in proc.stdout
 
 
-def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path):
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = launch([*FAST, "--epochs", "2", "--lr", "1e12", "--checkpoint_every_steps", "1", "--output_dir", out])
-    assert proc.returncode != 0
-    line = next(line for line in proc.stderr.splitlines() if "non-finite" in line)
+    code, err = main_fails([*FAST, "--epochs", "2", "--lr", "1e12", "--checkpoint_every_steps", "1",
+                            "--output_dir", out], capsys)
+    assert code == 1
+    line = next(line for line in err.splitlines() if "non-finite" in line)
     step = int(line.split("non-finite loss at global step ")[1].split(";")[0])
     assert line.startswith("train_classification.py: error: non-finite loss at global step")
     kept = sorted(p.name for p in (out / "checkpoints").iterdir())
@@ -67,7 +69,7 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path)
 
 def test_nonfinite_steps_can_be_skipped_and_are_reported(tmp_path):
     out = tmp_path / "run"
-    run_ok([*FAST, "--epochs", "1", "--lr", "1e12", "--skip_nonfinite_steps", "8", "--output_dir", out])
+    run_main([*FAST, "--epochs", "1", "--lr", "1e12", "--skip_nonfinite_steps", "8", "--output_dir", out])
     skipped = read_json(out / "results.json")["nonfinite_steps_skipped"]
     assert skipped and skipped == sorted(skipped) and all(1 <= s <= 8 for s in skipped)
 
@@ -75,12 +77,16 @@ def test_nonfinite_steps_can_be_skipped_and_are_reported(tmp_path):
 @pytest.mark.slow
 def test_eval_only_gives_identical_figures_on_1_and_2_processes(tmp_path):
     trained = tmp_path / "trained"
-    run_ok([*FAST, "--epochs", "1", "--output_dir", trained])
+    run_main([*FAST, "--epochs", "1", "--output_dir", trained])
     figures = []
     for nproc in (1, 2):
         out = tmp_path / f"eval{nproc}"
-        run_ok([*FAST, "--eval_only", "--resume", trained / "checkpoints" / "epoch_0", "--dump_rank_metrics",
-                "--output_dir", out], nproc=nproc)
+        job = [*FAST, "--eval_only", "--resume", trained / "checkpoints" / "epoch_0", "--dump_rank_metrics",
+               "--output_dir", out]
+        if nproc > 1:
+            run_ok(job, nproc=nproc)
+        else:
+            run_main(job)
         figures.append(read_json(out / "eval" / "epoch_0" / "global.json"))
         assert read_json(out / "results.json")["world_size"] == nproc
     assert {k: figures[0][k] for k in ("samples", "correct_top1", "correct_topk")} == \
@@ -102,7 +108,7 @@ def test_a_dead_rank_ends_the_job(tmp_path):
 
 def test_keep_last_and_keep_best_bookkeeping(tmp_path):
     out = tmp_path / "run"
-    run_ok([*FAST, "--epochs", "5", "--keep_last", "1", "--keep_best", "1", "--output_dir", out])
+    run_main([*FAST, "--epochs", "5", "--keep_last", "1", "--keep_best", "1", "--output_dir", out])
     vals = [r["val_top1"] for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r]
     best = read_json(out / "best" / "metrics.json")
     assert best["val_top1"] == max(vals) and best["epoch"] == vals.index(max(vals))  # the first epoch reaching it

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, assert_same_weights, launch, read_json, resumed_from, run_ok, snapshot
+from conftest import (TINY, assert_same_weights, launch, main_fails, read_json, resumed_from, run_main, run_ok,
+                      snapshot)
 from utils import checkpoints
 from utils.run_folder import RunLock
 
@@ -31,17 +32,18 @@ def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_it
         pass
 
 
-def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path):
+def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [*TINY, "--epochs", "2", "--checkpoint_every_steps", "2", "--keep_best", "1", "--output_dir", out]
-    run_ok(argv)
+    run_main(argv)
     whole = tmp_path / "whole"
     shutil.copytree(out, whole)
     newer = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name not in ("step_2", "step_4"))
     # Refused (other data): nothing moves, the newer history stays where `latest` finds it.
     before = snapshot(out, skip=(".lock",))
-    refused = launch([*argv, "--synthetic_train_samples", "24", "--resume", out / "checkpoints" / "step_4"])
-    assert refused.returncode != 0 and "resume: the training data changed since the checkpoint" in refused.stderr
+    code, err = main_fails([*argv, "--synthetic_train_samples", "24", "--resume", out / "checkpoints" / "step_4"],
+                           capsys)
+    assert code == 2 and "resume: the training data changed since the checkpoint" in err
     assert snapshot(out, skip=(".lock",)) == before
     proc = run_ok([*argv, "--keep_last", "2", "--resume", out / "checkpoints" / "step_4"])
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_4"

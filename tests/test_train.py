@@ -6,7 +6,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from conftest import TINY, read_json, read_jsonl, run_ok, snapshot
+from conftest import TINY, read_json, read_jsonl, run_main, run_ok, snapshot
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
@@ -50,7 +50,7 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
 
 def test_default_dataset_is_the_embedded_digits(tmp_path):
     out = tmp_path / "run"
-    run_ok(["--max_train_steps", "2", "--epochs", "2", "--log_every", "1", "--output_dir", out], timeout=240)
+    run_main(["--max_train_steps", "2", "--epochs", "2", "--log_every", "1", "--output_dir", out])
     results = read_json(out / "results.json")
     assert (results["dataset"], results["train_samples"], results["val_samples"]) == ("digits", 1437, 360)
     assert (results["global_step"], results["epochs_completed"], results["topk"]) == (2, 0, 5)
@@ -67,9 +67,9 @@ def test_default_dataset_is_the_embedded_digits(tmp_path):
 @pytest.mark.slow
 def test_resume_continues_from_the_saved_epoch(tmp_path):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    run_ok([*TINY, "--epochs", "3", "--save_every", "1", "--log_every", "1", "--output_dir", whole])
-    run_ok([*TINY, "--epochs", "3", "--log_every", "1", "--resume", whole / "checkpoints" / "epoch_0",
-            "--output_dir", resumed])
+    run_main([*TINY, "--epochs", "3", "--save_every", "1", "--log_every", "1", "--output_dir", whole])
+    run_main([*TINY, "--epochs", "3", "--log_every", "1", "--resume", whole / "checkpoints" / "epoch_0",
+              "--output_dir", resumed])
     results = read_json(resumed / "results.json")
     assert (results["epochs_completed"], results["global_step"]) == (3, 24)
     lr = {r["step"]: r["lr"] for r in read_jsonl(whole / "metrics.jsonl") if "lr" in r}
@@ -81,7 +81,7 @@ def test_resume_continues_from_the_saved_epoch(tmp_path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("finished") / "run"
-    run_ok([*TINY, "--epochs", "2", "--save_every", "1", "--output_dir", out])
+    run_main([*TINY, "--epochs", "2", "--save_every", "1", "--output_dir", out])
     return out
 
 
@@ -111,10 +111,10 @@ def test_resume_refuses_what_would_not_continue_exactly(finished_run, tmp_path, 
 
 def test_resume_continues_mid_epoch_after_max_train_steps(tmp_path):
     out = tmp_path / "run"
-    run_ok([*TINY, "--epochs", "2", "--max_train_steps", "3", "--log_every", "1", "--output_dir", out])
+    run_main([*TINY, "--epochs", "2", "--max_train_steps", "3", "--log_every", "1", "--output_dir", out])
     state = read_json(out / "checkpoints" / "step_3" / "training_state.json")
     assert (state["epoch"], state["step_in_epoch"], state["epoch_end"]) == (0, 3, False)
-    run_ok([*TINY, "--epochs", "2", "--log_every", "1", "--resume", "latest", "--output_dir", out])
+    run_main([*TINY, "--epochs", "2", "--log_every", "1", "--resume", "latest", "--output_dir", out])
     results = read_json(out / "results.json")
     assert (results["epochs_completed"], results["global_step"]) == (2, 16)
     steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
@@ -159,8 +159,12 @@ def test_lr_follows_epoch_progress_for_any_world_size_and_accumulation(tmp_path)
     runs = {}
     for nproc, accum in ((1, 1), (2, 1), (1, 2), (2, 2)):
         out = tmp_path / f"p{nproc}a{accum}"
-        run_ok([*TINY, "--epochs", "3", "--warmup_epochs", "1", "--log_every", "1", "--val_every", "3",
-                "--grad_accum_steps", accum, "--output_dir", out], nproc=nproc)
+        job = [*TINY, "--epochs", "3", "--warmup_epochs", "1", "--log_every", "1", "--val_every", "3",
+               "--grad_accum_steps", accum, "--output_dir", out]
+        if nproc > 1:
+            run_ok(job, nproc=nproc)
+        else:  # one process: the schedule needs no launcher
+            run_main(job)
         rows = [r for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
         assert len({r["step"] for r in rows}) == len(rows)  # one writer: the main process
         runs[nproc, accum] = {r["epoch"]: r["lr"] for r in rows}
