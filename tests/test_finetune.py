@@ -12,13 +12,13 @@ from conftest import TINY, launch, main_fails, read_json, read_jsonl, run_main, 
 FAST = [*TINY, "--warmup_epochs", "0"]
 
 
-def test_init_from_with_another_class_count_reinitialises_the_head_and_can_freeze(tmp_path):
+def test_init_from_with_another_class_count_reinitialises_the_head_and_can_freeze(tmp_path, capsys):
     donor = torchvision.models.get_model("resnet18", num_classes=3)
     save_file(donor.state_dict(), tmp_path / "donor.safetensors")
     out = tmp_path / "run"
-    proc = run_ok([*FAST, "--epochs", "1", "--init_from", tmp_path / "donor.safetensors", "--freeze_backbone",
-                   "--output_dir", out])
-    assert "re-initialised (other shape): fc.bias, fc.weight" in proc.stdout
+    run_main([*FAST, "--epochs", "1", "--init_from", tmp_path / "donor.safetensors", "--freeze_backbone",
+              "--output_dir", out])
+    assert "re-initialised (other shape): fc.bias, fc.weight" in capsys.readouterr().out
     trained = load_file(out / "model.safetensors")
     assert trained["fc.weight"].shape == (7, 512)
     frozen = [k for k in trained if not k.startswith("fc.") and "running" not in k and "num_batches" not in k]
@@ -44,14 +44,14 @@ def test_pretrained_offline_says_which_file_is_missing(tmp_path, capsys, monkeyp
     assert f"{tmp_path}/torch/hub/checkpoints/resnet18-f37072fd.pth is not in the torch hub cache" in errors[0]
 
 
-def test_pretrained_from_the_cache_works_offline(tmp_path):
+def test_pretrained_from_the_cache_works_offline(tmp_path, capsys, monkeypatch):
     weights = torchvision.models.ResNet18_Weights.DEFAULT
     cache = tmp_path / "torch" / "hub" / "checkpoints"
     cache.mkdir(parents=True)
     torch.save(torchvision.models.resnet18().state_dict(), cache / os.path.basename(weights.url))
-    proc = run_ok([*FAST, "--epochs", "1", "--pretrained", "--output_dir", tmp_path / "run"],
-                  env={"TORCH_HOME": str(tmp_path / "torch")})
-    assert "pretrained: weights loaded; re-initialised (other shape): fc.bias, fc.weight" in proc.stdout
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    run_main([*FAST, "--epochs", "1", "--pretrained", "--output_dir", tmp_path / "run"])
+    assert "pretrained: weights loaded; re-initialised (other shape): fc.bias, fc.weight" in capsys.readouterr().out
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, capsys):
