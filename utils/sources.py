@@ -142,6 +142,23 @@ def pick_column(ds, asked, candidates, role):
     return found
 
 
+def image_and_label(ds, args):
+    """(ds with only its image and label columns, named `image` and `label`; the label's original name). A
+    Dataset or a streamed IterableDataset alike."""
+    import datasets
+
+    image_col = pick_column(ds, args.image_column, IMAGE_COLUMNS, "image")
+    label_col = pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
+    ds = ds.select_columns([image_col, label_col])
+    if image_col != "image":
+        ds = ds.rename_column(image_col, "image")
+    if label_col != "label":
+        ds = ds.rename_column(label_col, "label")
+    if not isinstance(ds.features["image"], datasets.Image):
+        _fail(f"image_column: column {image_col!r} holds {type(ds.features['image']).__name__}, not images")
+    return ds, label_col
+
+
 def normalise(ds, args, class_names=None):
     """Rename the image and label columns to `image` and `label`, drop the others, labels as ClassLabel."""
     import datasets
@@ -152,15 +169,7 @@ def normalise(ds, args, class_names=None):
               f"needs FFmpeg's shared libraries installed on the system: write the videos out to "
               f"<class>/<video> folders or a list file and pass --train_dir/--val_dir or --train_list/--val_list "
               f"(decoded here with PyAV, no system FFmpeg needed)")
-    image_col = pick_column(ds, args.image_column, IMAGE_COLUMNS, "image")
-    label_col = pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
-    ds = ds.select_columns([image_col, label_col])
-    if image_col != "image":
-        ds = ds.rename_column(image_col, "image")
-    if label_col != "label":
-        ds = ds.rename_column(label_col, "label")
-    if not isinstance(ds.features["image"], datasets.Image):
-        _fail(f"image_column: column {image_col!r} holds {type(ds.features['image']).__name__}, not images")
+    ds, label_col = image_and_label(ds, args)
     if isinstance(ds.features["label"], datasets.ClassLabel):
         return ds
     labels = ds["label"][:]  # [:] reads the column whole, not row by row

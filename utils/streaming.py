@@ -40,7 +40,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.images import decode_rgb, load_item
-from utils.sources import IMAGE_COLUMNS, LABEL_COLUMNS, VAL_SPLITS, DataError, normalise, pick_column
+from utils.sources import VAL_SPLITS, DataError, image_and_label, normalise
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
@@ -198,15 +198,7 @@ def _normalise_stream(stream, args):
     if stream.features is None:
         _fail(f"dataset: the columns of {args.dataset!r} are not known before it is read; give the split's "
               f"features in its dataset card (dataset_info) or write it as parquet shards")
-    image_col = pick_column(stream, args.image_column, IMAGE_COLUMNS, "image")
-    label_col = pick_column(stream, args.label_column, LABEL_COLUMNS, "label")
-    stream = stream.select_columns([image_col, label_col])
-    if image_col != "image":
-        stream = stream.rename_column(image_col, "image")
-    if label_col != "label":
-        stream = stream.rename_column(label_col, "label")
-    if not isinstance(stream.features["image"], datasets.Image):
-        _fail(f"image_column: column {image_col!r} holds {type(stream.features['image']).__name__}, not images")
+    stream, _ = image_and_label(stream, args)
     return stream.cast_column("image", datasets.Image(decode=False))
 
 
