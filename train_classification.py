@@ -16,6 +16,8 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     # your data: image folders, a Hub dataset (cached offline: HF_HUB_OFFLINE=1), a save_to_disk folder
     accelerate launch train_classification.py --train_dir data/train --val_dir data/val
     accelerate launch train_classification.py --dataset cifar10 --image_size 32
+    # a training split too big for a disk: parquet/arrow/webdataset shards (or a Hub dataset), streamed
+    accelerate launch train_classification.py --dataset shards/ --streaming
     # video: embedded moving digits (offline, val top-1 1.00), <class>/<video> folders, list files;
     # multi-view test (10 clips x 3 crops per video) after training or on a checkpoint
     accelerate launch train_classification.py --dataset moving_digits
@@ -44,8 +46,8 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -409,7 +411,8 @@ def build_job(args, accelerator, out):
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
     with accelerator.main_process_first():  # one rank builds caches, the others reuse them
-        train_ds, val_ds, class_names, notes = build_datasets(args, accelerator.process_index, accelerator.num_processes)
+        train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
+                                                              world=accelerator.num_processes)
     for note in notes:
         accelerator.print(f"data: {note}")
     for note in input_notes(args):
@@ -449,8 +452,8 @@ def build_job(args, accelerator, out):
     job.inputs = BatchInput(args, len(class_names), accelerator.process_index)
     if args.test_clips or args.test_crops:
         job.test_loader = build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
-    accelerator.print(f"{args.model} on {source_name(args)}: {sample_count(train_ds) or '?'} train / {len(val_ds)} val "
-                      f"{sample_unit(args)}, "
+    accelerator.print(f"{args.model} on {source_name(args)}: {sample_count(train_ds) or '?'} train / "
+                      f"{len(val_ds)} val {sample_unit(args)}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
