@@ -138,10 +138,11 @@ class StreamRows(IterableDataset):
     of its block, the block's number and how many of its samples were taken.
     """
 
-    def __init__(self, stream, preset, seed, block, rank, world, classes):
+    def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature):
         self.stream, self.preset, self.seed, self.block, self.rank, self.world, self.classes = \
             stream, preset, seed, block, rank, world, classes
-        self.signature, self.rows, self.micro_batches = None, None, None  # set by build_stream
+        # The split's size (None: unknown), the batches every process takes per epoch, what a resume must find again
+        self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume, self._position = None, None
 
@@ -238,18 +239,17 @@ def build_stream(args, rank, world, train_preset):
     if args.steps_per_epoch is None and rows is None and not args.eval_only:
         _fail("steps_per_epoch: the training split's size is not in its metadata nor in local files; "
               "pass --steps_per_epoch N (optimizer steps per epoch)")
-    train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names))
-    # What a resumed run must find again: the split's size, its classes, its files (by name: a copy elsewhere is
-    # the same data).
-    train.signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
-        "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
-    train.rows = rows
     global_batch = world * args.batch_size * args.grad_accum_steps
     steps = args.steps_per_epoch or max(1, (rows or 0) // global_batch)
-    train.micro_batches = steps * args.grad_accum_steps  # what every process takes per epoch
     if rows is not None and steps * global_batch > rows:
         notes.append(f"steps_per_epoch {steps} x global batch {global_batch} is more than the split's {rows} samples: "
                      f"processes past the end of their shards take padding steps (no update of their own)")
+    # What a resumed run must find again: the split's size, its classes, its files (by name: a copy elsewhere is
+    # the same data; the labels are not read ahead).
+    signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
+        "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
+    train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
+                       steps * args.grad_accum_steps, signature)
     return train, val, names, notes
 
 
