@@ -86,6 +86,9 @@ def test_training_clips_follow_seed_epoch_and_index_alone():
     epoch.set_epoch(0)
     assert [picked(ds[i]) for i in range(6)] == first
     assert [picked(clips_of(seed=1)[i]) for i in range(6)] != first
+    # Keys past the end are repeated-augmentation copies (--ra_reps): each copy draws its own clip.
+    copies = [picked(ds[i + len(ds)]) for i in range(6)]
+    assert sum(copy != clip for copy, clip in zip(copies, first)) >= 5, (copies, first)
 
 
 def test_val_takes_the_centre_clip_and_test_spreads_clips_evenly():
@@ -105,6 +108,24 @@ def test_seeking_reads_the_same_frames_as_decoding_everything(tmp_path, suffix, 
         assert torch.equal(seeked, whole)
         if suffix == ".mp4":  # near-lossless grey levels: the very frames asked for
             assert grey_level(seeked) == wanted
+
+
+@pytest.mark.parametrize("suffix, codec", [(".mp4", "libx264"), (".webm", "libvpx"), (".avi", "mpeg4")])
+def test_the_frame_count_is_right_in_every_container(tmp_path, suffix, codec):
+    """MP4 and AVI store a count; WebM only a duration, in microseconds: 30 frames at 25 fps are 30 frames."""
+    path = make_video(tmp_path / f"v{suffix}", frames=30, codec=codec)
+    counts = []
+    read_video_file(str(path), lambda n: counts.append(n) or [0])
+    assert counts == [30]
+
+
+def test_a_frame_the_stream_does_not_deliver_is_the_nearest_earlier_one(tmp_path):
+    """A count or duration that overstates the video asks for frames past its end: they repeat the last
+    one decoded before them, and the video is read (not marked bad)."""
+    path = make_video(tmp_path / "v.mp4", frames=30)
+    for seek in (True, False):
+        assert grey_level(read_video_file(str(path), lambda n: [28, 29, 35], seek=seek)) == [28, 29, 29]
+        assert grey_level(read_video_file(str(path), lambda n: [3, 40, 41], seek=seek)) == [3, 29, 29]
 
 
 def test_video_folders_and_frame_folder_lists(videos, tmp_path):
@@ -141,6 +162,12 @@ def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
     left_columns = [int(v[0, 0, 0, 0]) for v in views]
     assert left_columns == [0, 4, 8]
     assert torch.equal(video_test(args, 1)(frames)[0], video_eval(args)(frames))
+    # A portrait clip (16 high, 8 wide), pixel values its row numbers: top, centre, bottom.
+    portrait = tv_tensors.Video(torch.arange(16, dtype=torch.uint8)[:, None].expand(2, 3, 16, 8).clone())
+    views = video_test(args, 3)(portrait)
+    assert views.shape == (3, 2, 3, 8, 8)
+    assert [int(v[0, 0, 0, 0]) for v in views] == [0, 4, 8] and all(int(v[0, 0, 0, -1]) == int(v[0, 0, 0, 0])
+                                                                     for v in views)
 
 
 def test_a_hub_dataset_of_videos_is_one_line_saying_what_is_missing(tmp_path):
@@ -155,6 +182,30 @@ def test_a_hub_dataset_of_videos_is_one_line_saying_what_is_missing(tmp_path):
     with pytest.raises(DataError) as e:
         load_splits(parse_args(["--dataset", str(tmp_path / "ds")]))
     assert "column 'video' holds videos" in str(e.value) and "torchcodec" in str(e.value) and "--train_list" in str(e.value)
+
+
+def test_a_frame_model_scores_a_moving_digit_and_its_time_reversal_alike_which_moves_the_other_way():
+    """Why a frame model (TSN) cannot tell the direction of the moving digits: a clip played backwards is a clip
+    of the opposite direction (the path is symmetric in time about its centre), and a model that averages its
+    frames' scores gives the two the same logits. The trained gap: tests/test_video_train.py."""
+    from utils import moving_digits
+    from utils.models import build_model
+
+    clips, labels = moving_digits.load()["validation"]
+    names = moving_digits.CLASS_NAMES
+    for clip, label in zip(clips[:12], labels[:12]):
+        corners = [tuple(int(v.min()) for v in reversed(np.nonzero(frame))) for frame in clip]  # (x, y) per frame
+        steps = {(b[0] - a[0], b[1] - a[1]) for a, b in zip(corners, corners[1:])}
+        assert steps == {moving_digits.DIRECTIONS[names[label]]}
+        back = [corners[::-1][t + 1][k] - corners[::-1][t][k] for t in range(len(corners) - 1) for k in (0, 1)]
+        opposite = tuple(-v for v in moving_digits.DIRECTIONS[names[label]])
+        assert set(zip(back[::2], back[1::2])) == {opposite} and opposite in moving_digits.DIRECTIONS.values()
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=8, video=True).eval()
+    x = torch.from_numpy(clips[:4]).float().div(255)[:, None].expand(4, 3, 8, 24, 24)  # (B, C, T, H, W)
+    with torch.no_grad():
+        forward, backward = model(x), model(x.flip(2))
+    assert torch.allclose(forward, backward, atol=1e-5) and forward.std() > 0
 
 
 def test_moving_digits_brings_its_own_defaults_and_the_command_line_wins(tmp_path):

@@ -110,7 +110,7 @@ def read_video_file(path, choose, seek=True):
         # Frame i sits at pts = start + i / rate, in units of the stream's time base.
         if seek and min(indices) > 0:
             container.seek(start + int(min(indices) / rate / stream.time_base), stream=stream, backward=True)
-        decoded = {}
+        decoded, i, frame = {}, None, None
         for frame in container.decode(stream):
             i = round(float((frame.pts - start) * stream.time_base * rate)) if frame.pts is not None else None
             if i is None:
@@ -119,6 +119,8 @@ def read_video_file(path, choose, seek=True):
                 decoded[i] = frame.to_ndarray(format="rgb24")
             if i >= last:
                 break
+        if i is not None and i < last and i not in decoded:  # the stream ended early: its last frame stands in
+            decoded[i] = frame.to_ndarray(format="rgb24")
     if not decoded:
         raise ValueError("no frame could be decoded")
     known = sorted(decoded)
