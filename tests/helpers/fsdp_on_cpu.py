@@ -2,6 +2,8 @@
 
     accelerate launch --config_file accel_configs/fsdp.yaml --num_processes 2 ... \
         tests/helpers/fsdp_on_cpu.py train_classification.py [options...]
+    run_ranks(["train_classification.py", *options], target="helpers.fsdp_on_cpu:main",      # tests/ranks.py
+              launcher_args=["--config_file", "accel_configs/fsdp.yaml"])
 
 Accelerate (1.15) selects FSDP only for GPU-like devices: on a CPU machine an FSDP config trains as
 plain data parallel (the script says so). PyTorch's FSDP2 itself runs on CPU over gloo, so the
@@ -29,9 +31,14 @@ def _init_with_fsdp(self, *args, fsdp_plugin=None, **kwargs):
         PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
 
-if __name__ == "__main__":
+def main(argv=None):
+    """Run `script argv` (a path under the repository) as __main__, with Accelerate's FSDP on CPU processes."""
+    script, *argv = sys.argv[1:] if argv is None else argv
     AcceleratorState.__init__ = _init_with_fsdp
-    script, *argv = sys.argv[1:]
     sys.argv = [script, *argv]
     sys.path.insert(0, str(ROOT))
     runpy.run_path(str(ROOT / script), run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 """Record each rank's training sample order, through the loader code train_classification.py uses.
 
     accelerate launch ... tests/helpers/sample_order.py OUT_DIR SEED N_SAMPLES BATCH [ra=N] [skip=K] EPOCH [EPOCH ...]
+    run_ranks([OUT_DIR, SEED, ...], target="helpers.sample_order:main")     # forked ranks, tests/ranks.py
 
 Writes OUT_DIR/rank_<R>.json: {"<epoch>": [sample keys in the order this rank saw them]}; with ra=N,
 the repeated augmentation sampler's (keys past N_SAMPLES are copies); with skip=K, also
@@ -32,8 +33,8 @@ class IndexDataset(Dataset):
         return {"pixel_values": torch.zeros(1), "labels": i}
 
 
-def main():
-    out, seed, n, batch, *rest = sys.argv[1:]
+def main(argv=None):
+    out, seed, n, batch, *rest = sys.argv[1:] if argv is None else argv
     options = dict(a.split("=") for a in rest if "=" in a)
     epochs = [int(a) for a in rest if "=" not in a]
     args = parse_args(["--seed", seed, "--batch_size", batch])

@@ -10,7 +10,8 @@ too, as SLURM and torchrun deliver signals); parent (the launcher that started t
 parent_group (the launcher's process group). RANK: the rank that sends it (the others do not; nor
 does any rank after torchrun restarted the group).
 
-Tests use it to hit a precise moment without polling for files, in the conditions users have.
+Tests use it to hit a precise moment without polling for files, in the conditions users have: under a
+real launcher, or in ranks forked by tests/ranks.py (target "helpers.signal_at:main", the same arguments).
 """
 
 import os
@@ -39,8 +40,8 @@ def fire(signame, target):
         raise SystemExit(f"unknown target {target}")
 
 
-def main():
-    when, signame, target, rank, *argv = sys.argv[1:]
+def main(argv=None):
+    when, signame, target, rank, *argv = sys.argv[1:] if argv is None else argv
     # Under torchrun --max_restarts, the restarted workers (TORCHELASTIC_RESTART_COUNT > 0) run undisturbed.
     if os.environ.get("RANK", "0") == rank and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
         kind, _, value = when.partition(":")

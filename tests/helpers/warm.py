@@ -1,0 +1,23 @@
+"""What the forkserver of tests/ranks.py imports and warms once, so that every forked rank starts warm.
+
+Only imports and work without torch compute: a forkserver that ran torch's OpenMP thread pool would hand
+its children a pool whose threads do not exist in them (they hang at their first parallel region).
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import torch  # noqa: E402,F401
+import torchvision  # noqa: E402,F401
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+import train_classification  # noqa: E402,F401  (accelerate, datasets and every utils module)
+from utils.metrics import load_metrics  # noqa: E402
+
+from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E402,F401
+
+load_metrics()  # evaluate, and the shipped modules it copies and imports
+_figure = Figure(figsize=(2, 2), layout="constrained")  # matplotlib's fonts, read at the first text drawn
+_figure.subplots().set(title="warm", xlabel="x")
+FigureCanvasAgg(_figure).draw()
