@@ -13,6 +13,9 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# Runs in this process (main() in-process) and in forked ranks see what launched ones get from environment():
+# no network (read by huggingface_hub at import, hence here, first), offline dashboards.
+os.environ.update(HF_HUB_OFFLINE="1", WANDB_MODE="offline", PYTHONUNBUFFERED="1")
 
 # A small, fast job: synthetic 16x16 images, resnet18, no network.
 TINY = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "--batch_size", "8",
@@ -36,7 +39,14 @@ def free_port():
         return port
 
 
-_ports = iter(range(20000 + (os.getpid() % 400) * 100, 65000))
+# A range of its own for each pytest-xdist worker (gw0, gw1, ...), then per process.
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+_ports = iter(range(20000 + _worker * 9000 + (os.getpid() % 80) * 100, 65000))
+
+
+# torchelastic (under `accelerate launch` of several processes, and torchrun) looks at its workers every 5 s
+# by default: a job whose ranks have ended waits up to that long before the launcher returns.
+MONITOR_INTERVAL = "0.1"
 
 
 def command(args, nproc=1, script="train_classification.py", launcher_args=(), torchrun=False, launcher=True):
@@ -47,10 +57,10 @@ def command(args, nproc=1, script="train_classification.py", launcher_args=(), t
         cmd = [sys.executable]
     elif torchrun:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(free_port())]
+               "--master_port", str(free_port()), "--monitor-interval", MONITOR_INTERVAL]
     elif nproc > 1:
-        cmd += ["--config_file", str(ROOT / "accel_configs" / "cpu_2proc.yaml"),
-                "--num_processes", str(nproc), "--main_process_port", str(free_port())]
+        cmd += ["--config_file", str(ROOT / "accel_configs" / "cpu_2proc.yaml"), "--num_processes", str(nproc),
+                "--main_process_port", str(free_port()), "--monitor_interval", MONITOR_INTERVAL]
     return cmd + [str(ROOT / script), *map(str, args)]
 
 
@@ -148,7 +158,9 @@ def reset_accelerate_state():
 
 # The run that the exact-resume and preemption tests interrupt: random augmentation on
 # (RandomResizedCrop + flip), fractional warmup, cosine. 36 images, batch 4: 9 steps an epoch on one
-# process, 5 on each of two.
+# process, 5 on each of two. The model: mobilenet_v3_small, BatchNorm and dropout (a resumed run must
+# restore every rank's RNG for its masks), 2.5 M parameters: its checkpoints, written at every step, are a
+# fifth of resnet18's 45 MB. (resnet18, the default model, is resumed bitwise in test_streaming.py.)
 @pytest.fixture(scope="session")
 def images(tmp_path_factory):
     root = tmp_path_factory.mktemp("images")
@@ -157,19 +169,25 @@ def images(tmp_path_factory):
     return root
 
 
+RESUME_MODEL = "mobilenet_v3_small"
+
+
 def resume_job(images, out, workers, *extra):
-    return ["--train_dir", images / "tr", "--val_dir", images / "va", "--image_size", "32", "--batch_size", "4",
-            "--epochs", "3", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers", workers,
-            "--output_dir", out, *extra]
+    return ["--train_dir", images / "tr", "--val_dir", images / "va", "--model", RESUME_MODEL, "--image_size", "32",
+            "--batch_size", "4", "--epochs", "3", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers",
+            workers, "--output_dir", out, *extra]
 
 
 @pytest.fixture(scope="session")
 def reference(images, tmp_path_factory):
-    """Uninterrupted runs of resume_job, one per world size (workers 0: the count must not matter)."""
+    """Uninterrupted runs of resume_job, one per world size (workers 0: the count must not matter), in forked
+    ranks (tests/ranks.py) as an `accelerate launch` of 1 or 2 processes would run them."""
+    from ranks import ranks_ok
+
     runs = {}
     for nproc in (1, 2):
         out = tmp_path_factory.mktemp(f"reference{nproc}") / "run"
-        run_ok(resume_job(images, out, 0), nproc=nproc)
+        ranks_ok(resume_job(images, out, 0), nproc=nproc)
         runs[nproc] = out
     return runs
 
@@ -224,3 +242,15 @@ def videos(tmp_path_factory):
             for i in range(n):
                 make_video(root / split / name / f"{i}.mp4", frames=10 + i, label=1 - label)
     return root
+
+
+def runs_in_one_process(runs, env, tmp_path, timeout=300):
+    """Each argv of `runs` through train_classification.main, in one fresh interpreter with `env` (for what is
+    read at import: tests/helpers/in_one_process.py); returns [{"code", "stdout", "stderr"}] in order."""
+    out = tmp_path / "in_one_process.json"
+    argv = [str(out)] + [a for run in runs for a in ("--", *map(str, run))]
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "in_one_process.py"), *argv], cwd=ROOT,
+                          env=environment(env), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+

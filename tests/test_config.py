@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, main_fails
 from utils.config import get_args_parser, parse_args, save_config
 
 
@@ -108,6 +108,7 @@ def test_shipped_recipes_parse(recipe):
 
 
 def test_script_rejects_bad_input_before_writing_anything(tmp_path):
+    # A fresh interpreter, plain python: its whole stderr (imports included) is the one line.
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--batch_size", "0",
                            "--output_dir", str(out)], capture_output=True, text=True, timeout=120)
@@ -116,22 +117,20 @@ def test_script_rejects_bad_input_before_writing_anything(tmp_path):
     assert not out.exists()
 
 
-def test_script_refuses_to_overwrite_a_run(tmp_path):
+def test_script_refuses_to_overwrite_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     (out / "config.yaml").write_text("lr: 0.1\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--output_dir", str(out)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "output_dir:" in proc.stderr and "already holds a run" in proc.stderr
+    code, err = main_fails(["--output_dir", out], capsys)
+    assert code == 2
+    assert "output_dir:" in err and "already holds a run" in err
     assert (out / "config.yaml").read_text() == "lr: 0.1\n"
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
 
 
-def test_script_refuses_resume_from_a_non_checkpoint(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--resume", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+def test_script_refuses_resume_from_a_non_checkpoint(tmp_path, capsys):
+    code, err = main_fails(["--resume", tmp_path], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [
         f"train_classification.py: error: resume: {tmp_path} is not a complete checkpoint folder "
         f"(no training_state.json in it)"]

@@ -1,16 +1,14 @@
 """Data sources and bad data: real files in temporary folders, a save_to_disk dataset, the offline Hub path."""
 
 import hashlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, make_folder, read_json, run_main, run_ok
+from conftest import main_fails, make_folder, read_json, run_main, runs_in_one_process
+from ranks import ranks_ok
 from utils.config import parse_args
 from utils.sources import DataError, load_splits
 
@@ -82,6 +80,24 @@ def test_a_run_on_nested_image_folders(tmp_path):
     assert read_json(out / "labels.json") == {"0": "cat", "1": "dog"}
 
 
+def test_a_file_moved_to_another_class_is_other_training_data_for_a_resume(tmp_path, fresh_accelerate_state):
+    """The same count of images in the same classes, one of them relabelled: a resume must refuse it (the
+    labels in order are part of the data's signature, not only the counts)."""
+    from utils.data import build_datasets, data_signature
+    from utils.run_folder import FolderError, check_data
+
+    make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
+    make_folder(tmp_path / "va", {"cat": 1, "dog": 1})
+    argv = ["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va")]
+    before = data_signature(build_datasets(parse_args(argv))[0], 2)
+    (tmp_path / "tr" / "cat" / "2.png").rename(tmp_path / "tr" / "dog" / "moved.png")  # still 6 images
+    after = data_signature(build_datasets(parse_args(argv))[0], 2)
+    assert (after["train_samples"], after["classes"]) == (before["train_samples"], before["classes"]) == (6, 2)
+    with pytest.raises(FolderError, match=r"the training data changed since the checkpoint \(other labels or order\)"):
+        check_data(None, {"data": before}, after)
+    check_data(None, {"data": before}, before)  # the same data: accepted
+
+
 def test_data_dir_layout_and_carving(tmp_path):
     make_folder(tmp_path / "d" / "train", {"cat": 10, "dog": 10})
     make_folder(tmp_path / "d" / "validation", {"cat": 1, "dog": 1})
@@ -135,14 +151,13 @@ def test_missing_column_lists_the_columns(saved_dataset):
         splits(["--dataset", str(saved_dataset), "--label_column", "nope"])
 
 
-def script_error(argv, tmp_path):
-    """Run the script; return its one error line (and assert exit code 2 and that nothing was written)."""
+def script_error(argv, tmp_path, capsys):
+    """Run the script (in this process); return its one error line (and assert exit code 2 and that nothing was
+    written)."""
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), *map(str, argv),
-                           "--output_dir", str(out)], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
+    code, err = main_fails([*map(str, argv), "--output_dir", str(out)], capsys)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and len(errors) == 1, err[-2000:]
     assert not (out / "results.json").exists()
     return errors[0]
 
@@ -174,9 +189,9 @@ def bad_labels(t):
      "val_fraction: cannot carve a stratified 10% of 9 images in 3 classes"),
 ], ids=["empty-class", "unknown-val-class", "missing", "no-classes", "no-train", "labels", "empty-val",
         "empty-train", "no-column", "carve-too-small"])
-def test_bad_data_is_one_line_exit_2_before_training(tmp_path, setup, argv, message):
+def test_bad_data_is_one_line_exit_2_before_training(tmp_path, capsys, setup, argv, message):
     setup(tmp_path)
-    error = script_error([a.format(t=tmp_path) for a in argv], tmp_path)
+    error = script_error([a.format(t=tmp_path) for a in argv], tmp_path, capsys)
     assert message.format(t=tmp_path) in error
     assert not (tmp_path / "run").exists()  # not even the folder it would have written to
 
@@ -204,41 +219,38 @@ def make_cached_hub_dataset(cache_dir, name):
 
 def offline_env(tmp_path):
     home = tmp_path / "hf_home"
-    return {**os.environ, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"),
-            "HF_DATASETS_CACHE": str(home / "datasets"), "HF_HUB_OFFLINE": "1"}
+    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_DATASETS_CACHE": str(home / "datasets"),
+            "HF_HUB_OFFLINE": "1"}
 
 
-def test_hub_dataset_from_the_local_cache_offline(tmp_path):
+def test_a_hub_dataset_trains_from_the_local_cache_offline_and_one_not_cached_is_one_line(tmp_path):
+    # One fresh interpreter for both runs: `datasets` reads its cache folder from the environment at import.
     env = offline_env(tmp_path)
     make_cached_hub_dataset(Path(env["HF_DATASETS_CACHE"]), "tester/tiny-images")
-    out = tmp_path / "run"
-    run_ok(["--dataset", "tester/tiny-images", *FAST, "--output_dir", out], env=env)
+    out, missing = tmp_path / "run", tmp_path / "missing"
+    cached, not_cached = runs_in_one_process([["--dataset", "tester/tiny-images", *FAST, "--output_dir", out],
+                                              ["--dataset", "tester/not-cached", "--output_dir", missing]],
+                                             env, tmp_path)
+    assert cached["code"] == 0, cached["stderr"][-3000:]
     results = read_json(out / "results.json")
     assert (results["dataset"], results["train_samples"], results["val_samples"]) == ("tester/tiny-images", 9, 3)
     assert read_json(out / "labels.json") == {"0": "red", "1": "green", "2": "blue"}
 
-
-def test_hub_dataset_not_cached_is_one_line_exit_2(tmp_path):
-    env = offline_env(tmp_path)
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--dataset", "tester/not-cached",
-                           "--output_dir", str(out)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert not_cached["code"] == 2
+    errors = [line for line in not_cached["stderr"].splitlines() if "error:" in line]
     assert len(errors) == 1 and "could not reach 'tester/not-cached' on the Hub" in errors[0]
     assert "HF_DATASETS_CACHE" in errors[0] and "HF_HUB_OFFLINE=1" in errors[0]
-    assert not (out / "results.json").exists()
+    assert not missing.exists()
 
 
-def test_corrupt_image_stops_with_the_file_named(tmp_path):
+def test_corrupt_image_stops_with_the_file_named(tmp_path, capsys):
     make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
     (tmp_path / "tr" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), "--train_dir", str(tmp_path / "tr"),
-                           "--val_fraction", "0.3", *FAST, "--output_dir", str(out)],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    code, err = main_fails(["--train_dir", tmp_path / "tr", "--val_fraction", "0.3", *FAST, "--output_dir", out],
+                           capsys)
+    assert code == 2, err[-2000:]
+    errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1
     assert f"cannot decode {tmp_path}/tr/dog/broken.jpg" in errors[0] and "--skip_bad_images" in errors[0]
     assert not (out / "results.json").exists()
@@ -253,8 +265,8 @@ def test_skipped_images_are_reported_exactly_on_2_processes(tmp_path):
         (tmp_path / "tr" / "cat" / "1.jpg").read_bytes()[:60])
     (tmp_path / "va" / "dog" / "empty.png").write_bytes(b"")
     out = tmp_path / "run"
-    run_ok(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", *FAST, "--skip_bad_images",
-            "--output_dir", out], nproc=2)
+    ranks_ok(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", *FAST, "--skip_bad_images",
+              "--output_dir", out], nproc=2)
     results = read_json(out / "results.json")
     expected = sorted([str(tmp_path / "tr" / "cat" / "truncated.jpg"), str(tmp_path / "va" / "dog" / "empty.png")])
     assert results["skipped_images"] == expected
@@ -269,7 +281,7 @@ def test_folder_run_counts_every_val_image_once(tmp_path, nproc):
     make_folder(tmp_path / "tr", {"cat": 5, "dog": 4, "eel": 3})
     make_folder(tmp_path / "va", {"cat": 3, "dog": 2, "eel": 2})  # 7: divides by neither 2 nor 4
     out = tmp_path / "run"
-    run_ok(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", *FAST, "--output_dir", out], nproc=nproc)
+    ranks_ok(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", *FAST, "--output_dir", out], nproc=nproc)
     results = read_json(out / "results.json")
     assert (results["val_samples"], results["train_samples"], results["world_size"]) == (7, 12, nproc)
     assert results["dataset"] == f"imagefolder:{tmp_path / 'tr'}" and results["skipped_images"] == []

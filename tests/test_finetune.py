@@ -7,7 +7,8 @@ import torch
 import torchvision
 from safetensors.torch import load_file, save_file
 
-from conftest import TINY, launch, main_fails, read_json, read_jsonl, run_main, run_ok
+from conftest import TINY, launch, main_fails, read_json, read_jsonl, run_main
+from ranks import ranks_ok
 
 FAST = [*TINY, "--warmup_epochs", "0"]
 
@@ -84,7 +85,7 @@ def test_eval_only_gives_identical_figures_on_1_and_2_processes(tmp_path):
         job = [*FAST, "--eval_only", "--resume", trained / "checkpoints" / "epoch_0", "--dump_rank_metrics",
                "--output_dir", out]
         if nproc > 1:
-            run_ok(job, nproc=nproc)
+            ranks_ok(job, nproc=nproc)
         else:
             run_main(job)
         figures.append(read_json(out / "eval" / "epoch_0" / "global.json"))

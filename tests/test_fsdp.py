@@ -2,25 +2,19 @@
 resume, full-state export. Accelerate runs FSDP on accelerators only, so the processes here get it from
 tests/helpers/fsdp_on_cpu.py (PyTorch's FSDP2 itself runs on CPU over gloo)."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from conftest import (ROOT, TINY, assert_same_weights, environment, free_port, read_json, resume_job,
-                      resumed_from)
+from conftest import RESUME_MODEL, ROOT, TINY, assert_same_weights, read_json, resume_job, resumed_from
+from ranks import run_ranks
 
 
 def fsdp(script, *argv):
-    """`script argv` on 2 CPU processes under the project's FSDP config (fp32 and one thread each, as
-    the DDP reference runs; the config's bf16 autocast would only slow the CPU)."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "accel_configs" / "fsdp.yaml"), "--num_processes", "2", "--main_process_port", str(free_port()),
-           "--mixed_precision", "no", "--num_cpu_threads_per_process", "1",
-           str(ROOT / "tests" / "helpers" / "fsdp_on_cpu.py"), script, *map(str, argv)]
-    return subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
+    """`script argv` on 2 forked CPU ranks (tests/ranks.py) with the environment `accelerate launch` gives them
+    under the project's FSDP config (fp32, as the DDP reference runs; the config's bf16 autocast would only slow
+    the CPU), FSDP on CPU from tests/helpers/fsdp_on_cpu.py."""
+    return run_ranks([script, *argv], nproc=2, target="helpers.fsdp_on_cpu:main",
+                     launcher_args=["--config_file", str(ROOT / "accel_configs" / "fsdp.yaml"), "--mixed_precision", "no"])
 
 
 @pytest.mark.slow
@@ -40,18 +34,18 @@ def test_fsdp_trains_as_ddp_checkpoints_in_shards_and_resumes_bitwise(images, re
     assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]  # one per rank
     assert (out / "checkpoints" / "step_6" / "optimizer_0").is_dir()
     resumed = fsdp("train_classification.py", *argv, "--resume", "latest")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, resumed.report()
     assert resumed_from(resumed.stdout) == out / "checkpoints" / "step_6"
     assert_same_weights(out, reference[2])
     figures = ("val_top1", "val_topk", "val_loss", "val_samples")
     ours, ddp = read_json(out / "results.json"), read_json(reference[2] / "results.json")
     assert [ours[k] for k in figures] == [ddp[k] for k in figures]
     weights = load_file(out / "model" / "model.safetensors")  # the model folder: torchvision loads it as is
-    torchvision.models.resnet18(num_classes=3).load_state_dict(weights)
+    torchvision.models.get_model(RESUME_MODEL, num_classes=3).load_state_dict(weights)
     assert all(torch.equal(v, load_file(out / "model.safetensors")[k]) for k, v in weights.items())
     scored = fsdp("train_classification.py", *resume_job(images, tmp_path / "eval", 0), "--eval_only",
                   "--resume", out / "checkpoints" / "epoch_2")
-    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert scored.returncode == 0, scored.report()
     assert [read_json(tmp_path / "eval" / "results.json")[k] for k in figures] == [ddp[k] for k in figures]
 
 

@@ -1,8 +1,5 @@
 """Validation figures: shipped evaluate modules against scikit-learn, exact sums, --metrics from cache or folder."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -10,7 +7,8 @@ import pytest
 import torch
 from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
-from conftest import ROOT, TINY, launch, read_json, read_jsonl, run_ok
+from conftest import TINY, read_json, read_jsonl, runs_in_one_process
+from ranks import run_ranks
 from utils.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
                            result_figures, summarize, sums, topk_for, validation_row)
 
@@ -133,22 +131,6 @@ def cached_hub_metric(cache, name):
     (folder / f"{name}.py").write_text(F1_LIKE.format(cls=name.title(), name=name))
 
 
-def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(tmp_path):
-    cache = tmp_path / "modules"
-    cached_hub_metric(cache, "fone")
-    local = tmp_path / "ftwo"
-    local.mkdir()
-    (local / "ftwo.py").write_text(F1_LIKE.format(cls="Ftwo", name="ftwo"))
-    out = tmp_path / "run"
-    run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", "fone:average=macro",
-            f"{local}:average=weighted", "--output_dir", out], env={"HF_MODULES_CACHE": str(cache)})
-    results = read_json(out / "results.json")
-    val = [r for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r][-1]
-    # average=macro through a Hub-style module is the shipped macro F1, computed another way
-    assert results["val_fone"] == pytest.approx(results["macro_f1"], abs=1e-12) == val["val_fone"]
-    assert 0 <= results["val_ftwo"] <= 1 and "val_fone_note" not in results  # text is not a figure
-
-
 # Fine on the start-up check (4 samples), broken on a real validation set.
 FRAGILE = textwrap.dedent('''
     import datasets
@@ -168,30 +150,50 @@ FRAGILE = textwrap.dedent('''
 ''')
 
 
-def script(args, env, timeout=120):
-    """The script under plain python: its stderr is all its own (the launcher adds a traceback of its own)."""
-    return subprocess.run([sys.executable, str(ROOT / "train_classification.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
+ERROR_CASES = [("no_such_metric_xyz", "metrics: cannot load 'no_such_metric_xyz' ("),
+               ("fone", "metrics: 'fone' cannot score class predictions (ValueError: "),
+               ("fone:average=macro fone:average=weighted", "metrics: 'fone:average=weighted' would be logged as "
+                                                            "val_fone, which another entry already is"),
+               ("{fragile}", "metrics: 'fragile' failed on the validation predictions (RuntimeError: too many")]
 
 
-def test_metric_that_cannot_be_loaded_or_used_is_one_line(tmp_path):
-    cache = tmp_path / "modules"
+@pytest.fixture(scope="module")
+def metric_runs(tmp_path_factory):
+    """A run with a Hub metric from the cache and a local module folder, then the ERROR_CASES: in one fresh
+    interpreter (plain python: its stderr is all its own), for `evaluate` reads HF_MODULES_CACHE at import."""
+    root = tmp_path_factory.mktemp("metric_runs")
+    cache = root / "modules"
     cached_hub_metric(cache, "fone")
-    fragile = tmp_path / "fragile"
+    local = root / "ftwo"
+    local.mkdir()
+    (local / "ftwo.py").write_text(F1_LIKE.format(cls="Ftwo", name="ftwo"))
+    fragile = root / "fragile"
     fragile.mkdir()
     (fragile / "fragile.py").write_text(FRAGILE)
-    cases = [("no_such_metric_xyz", "metrics: cannot load 'no_such_metric_xyz' ("),
-             ("fone", "metrics: 'fone' cannot score class predictions (ValueError: "),
-             ("fone:average=macro fone:average=weighted", "metrics: 'fone:average=weighted' would be logged as "
-                                                          "val_fone, which another entry already is"),
-             (str(fragile), "metrics: 'fragile' failed on the validation predictions (RuntimeError: too many")]
-    for specs, message in cases:
-        out = tmp_path / "run"
-        proc = script([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", *specs.split(),
-                       "--output_dir", out], env={"HF_MODULES_CACHE": str(cache)})
-        ours = [line for line in proc.stderr.splitlines() if line.startswith("train_classification.py")]
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    base = [*TINY, "--epochs", "1", "--warmup_epochs", "0"]
+    runs = [[*base, "--metrics", "fone:average=macro", f"{local}:average=weighted", "--output_dir", root / "run"]]
+    runs += [[*base, "--metrics", *specs.format(fragile=fragile).split(), "--output_dir", root / f"error{i}"]
+             for i, (specs, _) in enumerate(ERROR_CASES)]
+    return root, runs_in_one_process(runs, {"HF_MODULES_CACHE": str(cache)}, root)
+
+
+def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(metric_runs):
+    root, (good, *_) = metric_runs
+    assert good["code"] == 0, good["stderr"][-3000:]
+    out = root / "run"
+    results = read_json(out / "results.json")
+    val = [r for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r][-1]
+    # average=macro through a Hub-style module is the shipped macro F1, computed another way
+    assert results["val_fone"] == pytest.approx(results["macro_f1"], abs=1e-12) == val["val_fone"]
+    assert 0 <= results["val_ftwo"] <= 1 and "val_fone_note" not in results  # text is not a figure
+
+
+def test_metric_that_cannot_be_loaded_or_used_is_one_line(metric_runs):
+    root, (_, *errors) = metric_runs
+    for i, ((specs, message), run) in enumerate(zip(ERROR_CASES, errors)):
+        out = root / f"error{i}"
+        ours = [line for line in run["stderr"].splitlines() if line.startswith("train_classification.py")]
+        assert run["code"] == 2 and "Traceback" not in run["stderr"], run["stderr"][-2000:]
         assert len(ours) == 1 and ours[0].startswith(f"train_classification.py: error: {message}"), ours
         if "fragile" in specs:  # found at the first validation: what training wrote so far stays
             assert (out / "metrics.jsonl").is_file() and not (out / "results.json").exists()
@@ -202,12 +204,11 @@ def test_metric_that_cannot_be_loaded_or_used_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_bad_metric_on_two_processes_stops_every_rank_with_the_same_line(tmp_path):
     out = tmp_path / "run"
-    proc = launch([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", "no_such_metric_xyz",
-                   "--output_dir", out], nproc=2, timeout=180)
-    ours = [line for line in proc.stderr.splitlines() if line.startswith("train_classification.py")]
-    assert proc.returncode != 0 and not out.exists()
+    job = run_ranks([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--metrics", "no_such_metric_xyz",
+                     "--output_dir", out], nproc=2, timeout=180)
     # Each rank fails on its own, before any collective: the same line, exit 2, none left at a barrier.
-    # (torchrun tears the job down when the first rank exits, so the other may be stopped before it
-    # prints: one or two lines, and at least one rank's exit code 2 in torchrun's report.)
-    assert len(ours) in (1, 2) and len(set(ours)) == 1 and "metrics: cannot load 'no_such_metric_xyz'" in ours[0]
-    assert "exitcode  : 2" in proc.stderr and "DistBackendError" not in proc.stderr
+    assert [rank.returncode for rank in job.ranks] == [2, 2] and not job.torn_down and not out.exists(), job.report()
+    ours = [[line for line in rank.stderr.splitlines() if line.startswith("train_classification.py")]
+            for rank in job.ranks]
+    assert ours[0] == ours[1] and len(ours[0]) == 1 and "metrics: cannot load 'no_such_metric_xyz'" in ours[0][0]
+    assert "Traceback" not in job.stderr and "DistBackendError" not in job.stderr

@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, TINY, environment, killed, read_json, run_ok
+from conftest import ROOT, TINY, environment, read_json
+from ranks import ranks_killed, ranks_ok
 from utils.config import parse_args
 from utils.model_sources import build_model, check_model_name, classifier_parameters, data_config, initialise
 from utils.presets import crop_pct, image_size, input_notes, interpolation, mean_std, val_resize_size
@@ -115,6 +116,18 @@ def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
     assert e.value.code == 2
 
 
+def test_a_processor_that_resizes_then_crops_gives_the_crop_over_the_resize(tmp_path):
+    """An image processor with shortest_edge 256 and a centre crop of 192 (CLIP's and BiT's kind, no crop_pct of
+    its own): the eval crop is 192 of a 256 resize, crop_pct 0.75."""
+    from transformers import CLIPImageProcessor
+
+    folder = tmp_path / "crops"
+    CLIPImageProcessor(size={"shortest_edge": 256}, crop_size={"height": 192, "width": 192}, do_center_crop=True,
+                       resample=3).save_pretrained(folder)
+    config = data_config(f"hf/{folder}")
+    assert (config["image_size"], config["crop_pct"], config["interpolation"]) == (192, 0.75, "bicubic")
+
+
 def test_pretrained_weights_missing_offline_fail_with_one_line(tmp_path):
     argv = [sys.executable, str(ROOT / "train_classification.py"), *TINY, "--model", "timm/resnet18", "--pretrained",
             "--output_dir", str(tmp_path / "run")]
@@ -136,11 +149,11 @@ def test_namespace_models_train_on_two_processes_and_resume_bitwise(model, tiny_
            "--batch_size", "4", "--epochs", "2", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers", "1",
            "--model_ema"]
     whole, out = tmp_path / "whole", tmp_path / "run"
-    run_ok([*job, "--output_dir", whole], nproc=2)
+    ranks_ok([*job, "--output_dir", whole], nproc=2)
     if model == "hf":  # the kill and resume once, on the transformers model (timm's resnet18 is torchvision's)
         argv = [*job, "--output_dir", out, "--checkpoint_every_steps", "1"]
-        killed(argv, "step:7", nproc=2)  # epoch 1 of 2 (5 steps each), DataLoader workers on
-        run_ok([*argv, "--resume", "latest"], nproc=2)
+        ranks_killed(argv, "step:7", nproc=2)  # epoch 1 of 2 (5 steps each), DataLoader workers on
+        ranks_ok([*argv, "--resume", "latest"], nproc=2)
         for file in ("model.safetensors", "model_ema.safetensors"):
             a, b = load_file(whole / file), load_file(out / file)
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

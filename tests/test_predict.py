@@ -8,7 +8,8 @@ import os
 import pytest
 import torch
 
-from conftest import ROOT, run_ok
+from conftest import ROOT
+from ranks import ranks_ok
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -76,13 +77,41 @@ def test_two_processes_predict_each_file_once_in_input_order(digits_run, tmp_pat
     root, _ = digits_run
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     inputs = [root / "val" / "7", root / "val" / "1", root / "val" / "0" / "0176.png"]  # not sorted: order kept
-    run_ok([root / "run", *inputs, "--output", one, "--batch_size", "8"], script="predict.py", launcher=False)
-    run_ok([root / "run", *inputs, "--output", two, "--batch_size", "8"], nproc=2, script="predict.py")
+    ranks_ok([root / "run", *inputs, "--output", one, "--batch_size", "8"], nproc=1, launcher=False,
+             target="predict:main")
+    ranks_ok([root / "run", *inputs, "--output", two, "--batch_size", "8"], nproc=2, target="predict:main")
     a, b = rows_of(one), rows_of(two)
     assert [r["path"] for r in a] == [r["path"] for r in b]
     assert a[-1]["path"].endswith("0176.png") and "/7/" in a[0]["path"]
     assert all(x["labels"] == y["labels"] and torch.allclose(torch.tensor(x["probs"]), torch.tensor(y["probs"]),
                                                               atol=1e-5) for x, y in zip(a, b))
+
+
+def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_path):
+    """predict.py on a folder run (crop_pct 0.8: resize the short side to 20, centre crop 16) gives each file the
+    pixels its validation set gives it, bit for bit; a train transform (random crop, flip) would not."""
+    from conftest import make_folder
+    from utils.config import parse_args
+    from utils.data import build_datasets
+    from utils.inference import eval_dataset
+    from utils.sources import load_splits
+
+    for split in ("tr", "va"):
+        make_folder(tmp_path / split, {"cat": 3, "dog": 3}, size=(40, 30), noise=60)
+    args = parse_args(["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va"), "--image_size", "16",
+                       "--crop_pct", "0.8"])
+    _, val, _, _ = build_datasets(args)
+    paths = [image["path"] for image in load_splits(args)[1].data.column("image").to_pylist()]
+    files, _ = eval_dataset(args, paths)
+    assert len(files) == len(val) == 6
+    for i in range(6):
+        assert files[i]["pixel_values"].shape == (3, 16, 16)
+        assert torch.equal(files[i]["pixel_values"], val[i]["pixel_values"]), paths[i]
+    # and what its model/config.json tells a user of the folder to feed the model: that eval input
+    from utils.model_folder import input_config
+
+    assert input_config(args) == {"image_size": 16, "resize": 20, "interpolation": "bilinear",
+                                  "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
 def test_the_model_folder_loads_with_torchvision_alone(digits_run):
@@ -97,7 +126,9 @@ def test_the_model_folder_loads_with_torchvision_alone(digits_run):
     model.load_state_dict(load_file(folder / "model.safetensors"))
     ema = load_file(root / "run" / "model_ema.safetensors")  # EMA on: the folder holds the EMA weights
     assert all(torch.equal(v, ema[k]) for k, v in model.state_dict().items())
-    assert config["labels"] == [str(d) for d in range(10)] and config["input"]["image_size"] == 32
+    assert config["labels"] == [str(d) for d in range(10)]
+    assert config["input"] == {"image_size": 32, "resize": 32, "interpolation": "bilinear",  # digits: no crop
+                               "mean": [0.306, 0.306, 0.306], "std": [0.324, 0.324, 0.324]}
 
 
 def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
@@ -111,14 +142,22 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
     path = tmp_path / "model.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path)])
     assert "max abs diff" in capsys.readouterr().out
+    from utils.on_device import BatchInput
+
     args, _, model = load_run(root / "run")
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for n in (1, 5):  # a dynamic batch
         pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
         with torch.no_grad():
             expected = EvalGraph(model, args).eval()(pixels).numpy()
+            # what training and validation fed the model (utils/on_device.py): the graph normalises alike (up
+            # to the rounding of x / 255 against to_dtype's scaling)
+            normalised = EvalGraph(torch.nn.Identity(), args)(pixels)
+            assert (normalised - BatchInput(args, 10, 0)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
+            trained_path = model(BatchInput(args, 10, 0)(pixels)).numpy()
         got = session.run(None, {"pixels": pixels.numpy()})[0]
         assert got.shape == (n, 10) and np.abs(got - expected).max() <= 1e-4
+        assert np.abs(got - trained_path).max() <= 1e-4
     with pytest.raises(SystemExit):  # kept, not overwritten
         predict.main([str(root / "run"), "--export_onnx", str(path)])
 
@@ -132,19 +171,15 @@ def test_predict_help_runs_without_a_run():
     assert proc.returncode == 0 and "--export_onnx" in proc.stdout  # the runbook is the help
 
 
-def test_push_to_hub_offline_is_one_line_and_keeps_every_local_file(tmp_path):
-    import subprocess
-    import sys
-
-    from conftest import TINY, environment, read_json
+def test_push_to_hub_offline_is_one_line_and_keeps_every_local_file(tmp_path, capsys):
+    from conftest import TINY, main_fails, read_json
 
     out = tmp_path / "run"
     argv = [*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", str(out), "--push_to_hub", "someone/tiny"]
-    proc = subprocess.run([sys.executable, str(ROOT / "train_classification.py"), *argv], env=environment(),
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and err[-1].startswith("train_classification.py: error: push_to_hub: could not "
-                                                       "upload") and "hf upload someone/tiny" in err[-1]
+    code, err = main_fails(argv, capsys)
+    err = err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("train_classification.py: error: push_to_hub: could not "
+                                            "upload") and "hf upload someone/tiny" in err[-1]
     results = read_json(out / "results.json")
     card = (out / "model" / "README.md").read_text()
     assert (out / "model" / "model.safetensors").is_file() and (out / "model.safetensors").is_file()
@@ -196,8 +231,8 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
     assert abs(nll(rows) - results["val_loss"]) < 1e-4 * max(1, results["val_loss"])
 
     out = tmp_path / "views.jsonl"
-    run_ok([root / "run", videos / "va", "--multi_view", "--top_k", "2", "--batch_size", "2", "--output", out],
-           nproc=2, script="predict.py")
+    ranks_ok([root / "run", videos / "va", "--multi_view", "--top_k", "2", "--batch_size", "2", "--output", out],
+             nproc=2, target="predict:main")
     views = rows_of(out)
     assert [r["path"] for r in views] == [str(f) for f in files]
     assert sum(r["labels"][0] == os.path.basename(os.path.dirname(r["path"])) for r in views) == \

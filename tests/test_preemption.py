@@ -4,6 +4,10 @@ saves a checkpoint and exits 75; the rerun with --resume latest continues from i
 The signal is sent from inside the run at a known step (tests/helpers/signal_at.py): to the process
 group (DataLoader workers included), to the launcher, to the launcher's group, or to one rank.
 A stop signal noticed during step N is acted upon at the end of step N + 1.
+
+A signal to a launcher or its group needs the real launcher (`accelerate launch`). A signal to a rank's
+own process group or to one rank does not: those runs, and every resume, are ranks forked as the launcher
+starts them (tests/ranks.py): each in a session of its own with its workers, as torchrun starts them.
 """
 
 import re
@@ -12,7 +16,8 @@ import subprocess
 import pytest
 
 from conftest import (ROOT, TINY, assert_same_weights, command, environment, read_json, read_jsonl, resume_job,
-                      resumed_from, run_ok)
+                      resumed_from)
+from ranks import ranks_ok, run_ranks
 from utils.run_folder import RunLock
 
 pytestmark = pytest.mark.slow
@@ -21,12 +26,18 @@ MESSAGE = re.compile(r"interrupted by (SIG\w+|a signal on another rank) at step 
                      r"rerun the same command with --resume latest")
 
 
-def interrupted(argv, step, signame, target, nproc=1, rank=0, launcher=True):
-    """Run the job, signal it at `step`; returns (exit code, the step the message names, stderr)."""
-    proc = subprocess.run(command([f"step:{step}", signame, target, str(rank), *argv], nproc, launcher=launcher,
-                                  script="tests/helpers/signal_at.py"),
-                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
+def interrupted(argv, step, signame, target, nproc=1, rank=0, launcher=True, forked=False):
+    """Run the job, signal it at `step`; returns (exit code, the step the message names, stderr). Under the
+    real launcher (plain python with launcher=False), or in forked ranks (`forked`: target self or group)."""
+    signal_at = [f"step:{step}", signame, target, str(rank), *argv]
+    if forked:
+        assert target in ("self", "group")
+        proc = run_ranks(signal_at, nproc=nproc, launcher=launcher, target="helpers.signal_at:main")
+        assert not proc.timed_out, proc.report()
+    else:
+        proc = subprocess.run(command(signal_at, nproc, launcher=launcher, script="tests/helpers/signal_at.py"),
+                              cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
+                              start_new_session=True)
     found = MESSAGE.findall(proc.stderr)
     assert found, f"exit {proc.returncode}, no interrupt message:\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr.split("interrupted by")[0], proc.stderr[-3000:]
@@ -44,7 +55,7 @@ def assert_saved_at(out, step):
 
 
 def resume_and_compare(argv, out, checkpoint, reference, nproc=1):
-    proc = run_ok([*argv, "--resume", "latest"], nproc=nproc)
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=nproc)
     assert resumed_from(proc.stdout) == checkpoint
     assert_same_weights(out, reference)
     return proc
@@ -54,7 +65,7 @@ def test_sigterm_to_the_process_group_with_workers_under_plain_python(images, re
     # SLURM's way: every process of the job, the two DataLoader workers included.
     out = tmp_path / "run"
     argv = resume_job(images, out, 2)
-    code, step, _ = interrupted(argv, 4, "TERM", "group", launcher=False)
+    code, step, _ = interrupted(argv, 4, "TERM", "group", launcher=False, forked=True)
     assert (code, step) == (75, 5)
     resume_and_compare(argv, out, assert_saved_at(out, 5), reference[1])
 
@@ -97,7 +108,7 @@ def test_sigint_on_one_rank_at_an_epochs_last_step_keeps_its_validation(images, 
     # ranks. Epoch 0's validation is owed: the resumed run does it first, as the whole run did.
     out = tmp_path / "run"
     argv = resume_job(images, out, 0)
-    _, step, stderr = interrupted(argv, 4, "INT", "self", nproc=2, rank=1)
+    _, step, stderr = interrupted(argv, 4, "INT", "self", nproc=2, rank=1, forked=True)
     assert step == 5 and "interrupted by SIGINT at step 5" in stderr
     state = read_json(out / "checkpoints" / "epoch_0" / "training_state.json")
     assert (state["global_step"], state["epoch_end"], state["validation_pending"]) == (5, True, True)
@@ -116,11 +127,11 @@ def test_stop_at_an_epochs_end_keeps_the_rng_stream_of_a_model_with_dropout(tmp_
     # would, at the first validation of each process). Epoch 1's validation is the second one.
     argv = [*TINY, "--model", "mobilenet_v3_small", "--epochs", "3", "--log_every", "1", "--num_workers", "2"]
     whole, out = tmp_path / "whole", tmp_path / "run"
-    run_ok([*argv, "--output_dir", whole])
-    code, step, _ = interrupted([*argv, "--output_dir", out], 15, "TERM", "self", launcher=False)
+    ranks_ok([*argv, "--output_dir", whole], nproc=1, launcher=False)
+    code, step, _ = interrupted([*argv, "--output_dir", out], 15, "TERM", "self", launcher=False, forked=True)
     assert (code, step) == (75, 16)  # 64 images, batch 8: step 16 ends epoch 1
     assert read_json(out / "checkpoints" / "epoch_1" / "training_state.json")["validation_pending"]
-    proc = run_ok([*argv, "--output_dir", out, "--resume", "latest"])
+    proc = ranks_ok([*argv, "--output_dir", out, "--resume", "latest"], nproc=1, launcher=False)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "epoch_1"
     assert "epoch 1 val:" in proc.stdout
     assert_same_weights(out, whole)

@@ -3,7 +3,8 @@ checkpoint refused on another world size without touching the run."""
 
 import pytest
 
-from conftest import TINY, launch, read_json, read_jsonl, snapshot
+from conftest import TINY, read_json, read_jsonl, snapshot
+from ranks import run_ranks
 
 FAST = [*TINY, "--warmup_epochs", "0", "--epochs", "1", "--log_every", "1"]
 
@@ -41,13 +42,12 @@ def test_a_checkpoint_from_1_process_is_refused_on_2_naming_the_world_size(tmp_p
     before = snapshot(tmp_path, skip=(".lock",))
     assert len(before) > 10
 
-    proc = launch([*FAST, "--resume", "latest", "--output_dir", out], nproc=2)
-    assert proc.returncode != 0
-    refusals = [line for line in proc.stderr.splitlines() if "world size (1 -> 2)" in line]
-    # One line per process at most (each rank checks, the launcher adds its own report), the same line.
-    assert 1 <= len(refusals) <= 2 and len(set(refusals)) == 1, proc.stderr[-3000:]
-    assert refusals[0].startswith("train_classification.py: error: resume: ")
-    # No rank died of an uncaught exception (torchrun prefixes those "[rankN]:"; the traceback that follows
-    # the refusal is the launcher's own ChildFailedError report).
-    assert not [line for line in proc.stderr.splitlines() if line.startswith("[rank")], proc.stderr[-3000:]
+    job = run_ranks([*FAST, "--resume", "latest", "--output_dir", out], nproc=2)
+    # Every rank refuses with the same one line and exit 2; none dies of an uncaught exception, none waits at a
+    # barrier for the other (the main process decides and tells every rank).
+    assert [rank.returncode for rank in job.ranks] == [2, 2] and not job.torn_down, job.report()
+    for rank in job.ranks:
+        lines = [line for line in rank.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in rank.stderr, rank.stderr[-3000:]
+        assert lines[0].startswith("train_classification.py: error: resume: ") and "world size (1 -> 2)" in lines[0]
     assert snapshot(tmp_path, skip=(".lock",)) == before  # nothing in the run folder was written, moved or removed

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, killed, read_json, read_jsonl, resume_job, resumed_from, run_ok
+from conftest import ROOT, read_json, read_jsonl, resume_job, resumed_from
+from ranks import ranks_killed, ranks_ok
 
 # The ViT-L/16 FSDP recipe is only parsed (test_config.py): torchvision's ViT takes 224 px only, and 300 M
 # parameters on two CPU processes would cost minutes; FSDP itself is tested in test_fsdp.py.
@@ -55,7 +56,7 @@ def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textur
     out = tmp_path / "run"
     recipe_values = yaml.safe_load((ROOT / "configs" / recipe).read_text())
     tiny = tiny_images(textured_images) if "progressive_resize" in recipe_values else [*TINY_SYNTHETIC, *RECIPE_SIZE]
-    proc = run_ok(["--config", ROOT / "configs" / recipe, *tiny, "--output_dir", out], nproc=2, timeout=240)
+    proc = ranks_ok(["--config", ROOT / "configs" / recipe, *tiny, "--output_dir", out], nproc=2, timeout=240)
     results, config = read_json(out / "results.json"), yaml.safe_load((out / "config.yaml").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2 and math.isfinite(results["val_loss"])
     if "progressive_resize" in recipe_values:
@@ -104,11 +105,11 @@ def test_sigkill_with_ema_mixing_erasing_and_repeated_augmentation_resumes_bitwi
     recipe = ("--model_ema", "--model_ema_steps", "2", "--mixup_alpha", "0.2", "--cutmix_alpha", "1.0",
               "--random_erase", "0.5", "--ra_reps", "2", "--keep_best", "1")
     whole, out = tmp_path / "whole", tmp_path / "run"
-    run_ok(resume_job(images, whole, 2, *recipe), nproc=2)
+    ranks_ok(resume_job(images, whole, 2, *recipe), nproc=2)
     argv = resume_job(images, out, 2, *recipe, "--checkpoint_every_steps", "1")
-    killed(argv, "step:7", nproc=2)  # epoch 1 of 3 (5 steps each), DataLoader workers on
+    ranks_killed(argv, "step:7", nproc=2)  # epoch 1 of 3 (5 steps each), DataLoader workers on
     assert not (out / "results.json").exists()
-    proc = run_ok([*argv, "--resume", "latest"], nproc=2)
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) == Path(out / "checkpoints" / "step_6")
     for name in ("model.safetensors", "model_ema.safetensors", "best/model.safetensors"):
         a, b = load_file(whole / name), load_file(out / name)

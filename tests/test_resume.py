@@ -1,12 +1,16 @@
 """Exact resume: a run killed at any step and resumed with --resume latest ends bitwise-equal to one never killed.
 
 The kill comes from inside the run (tests/helpers/signal_at.py) at an exact step or mid-save, so
-each case is deterministic; the resumed run must say which checkpoint it continued from.
+each case is deterministic; the resumed run must say which checkpoint it continued from. What is tested is
+the script's checkpoint and resume, not a launcher's: the runs are ranks forked as `accelerate launch` starts
+them (tests/ranks.py), the kill goes to rank 0's process group (its DataLoader workers too) as SLURM's and
+torchrun's signals do, and with two ranks the other is torn down as torchrun tears it down.
 """
 
 import pytest
 
-from conftest import assert_same_weights, killed, read_json, read_jsonl, resume_job, resumed_from, run_ok
+from conftest import assert_same_weights, read_json, read_jsonl, resume_job, resumed_from
+from ranks import ranks_killed, ranks_ok
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +32,12 @@ def test_sigkill_then_resume_latest_is_bitwise_equal(images, reference, tmp_path
     argv = resume_job(images, out, workers, "--checkpoint_every_steps", "1", "--keep_last", "2")
     # The rank's process group: with one process the launcher's too (it and its workers die at once);
     # with two, torchrun then tears the other rank down.
-    killed(argv, when, nproc, target="group")
+    ranks_killed(argv, when, nproc, target="group")
     assert not (out / "results.json").exists()
     if when.startswith("save:"):
         assert (out / "checkpoints" / ".partial-step_4").is_dir()  # the kill hit the save
         assert not (out / "checkpoints" / "step_4").exists()
-    proc = run_ok([*argv, "--resume", "latest"], nproc=nproc)  # the same command, plus --resume latest
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=nproc)  # the same command, plus --resume latest
     assert resumed_from(proc.stdout) == out / "checkpoints" / resumes_from
     assert_same_weights(out, reference[nproc])
     ours, theirs = train_rows(out), train_rows(reference[nproc])
@@ -46,10 +50,10 @@ def test_sigkill_then_resume_latest_is_bitwise_equal(images, reference, tmp_path
 def test_mid_epoch_resume_with_gradient_accumulation_is_bitwise_equal(images, tmp_path):
     # 9 micro-batches, groups of 2: 5 optimizer steps an epoch, the last group short.
     whole, out = tmp_path / "whole", tmp_path / "run"
-    run_ok(resume_job(images, whole, 0, "--grad_accum_steps", "2"))
+    ranks_ok(resume_job(images, whole, 0, "--grad_accum_steps", "2"), nproc=1)
     argv = resume_job(images, out, 0, "--grad_accum_steps", "2", "--checkpoint_every_steps", "1")
-    killed(argv, "step:8", 1, target="group")  # epoch 1, its third step
-    proc = run_ok([*argv, "--resume", "latest"])
+    ranks_killed(argv, "step:8", 1, target="group")  # epoch 1, its third step
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=1)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_7"
     assert read_json(out / "checkpoints" / "step_7" / "training_state.json")["step_in_epoch"] == 2
     assert_same_weights(out, whole)

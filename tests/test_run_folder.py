@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (TINY, assert_same_weights, launch, main_fails, read_json, resumed_from, run_main, run_ok,
-                      snapshot)
+from conftest import TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
+from ranks import ranks_ok, run_ranks
 from utils import checkpoints
 from utils.run_folder import RunLock
 
@@ -45,7 +45,7 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
                            capsys)
     assert code == 2 and "resume: the training data changed since the checkpoint" in err
     assert snapshot(out, skip=(".lock",)) == before
-    proc = run_ok([*argv, "--keep_last", "2", "--resume", out / "checkpoints" / "step_4"])
+    proc = ranks_ok([*argv, "--keep_last", "2", "--resume", out / "checkpoints" / "step_4"], nproc=1)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_4"
     moved = [line for line in proc.stdout.splitlines() if line.startswith("resume: step_4 is older")]
     assert len(moved) == 1
@@ -59,6 +59,34 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
     assert max(kept.values()) == 16 and len(kept) <= 3  # the 2 newest, and the best one
     assert checkpoints.latest(out).name == "epoch_1"
     assert_same_weights(out, whole)
+
+
+def test_every_option_is_checked_on_resume_or_listed_as_free_to_change():
+    """An option missing from both lists fails here: a new one, or one dropped from RESUME_KEYS, which a resume
+    with a changed value would then pass silently."""
+    from utils.config import get_args_parser
+    from utils.run_folder import RESUME_FREE, RESUME_KEYS
+
+    options = {action.dest for action in get_args_parser()._actions if action.dest != "help"}
+    assert len(set(RESUME_KEYS)) == len(RESUME_KEYS) and len(set(RESUME_FREE)) == len(RESUME_FREE)
+    assert not set(RESUME_KEYS) & set(RESUME_FREE)
+    assert set(RESUME_KEYS) | set(RESUME_FREE) == options, sorted(options ^ (set(RESUME_KEYS) | set(RESUME_FREE)))
+
+
+def test_a_changed_value_of_any_resume_key_is_refused_naming_it():
+    from utils.config import parse_args
+    from utils.run_folder import RESUME_KEYS, FolderError, _check_options
+
+    args = parse_args([])
+    state = {"options": {key: getattr(args, key) for key in RESUME_KEYS}, "world_size": 1}
+    _check_options(args, state, 1)  # the same values: accepted
+    for key in RESUME_KEYS:
+        changed = parse_args([])
+        setattr(changed, key, ("another value", getattr(args, key)))
+        with pytest.raises(FolderError, match=rf"other values of: {key} \("):
+            _check_options(changed, state, 1)
+    with pytest.raises(FolderError, match=r"other values of: world size \(1 -> 2\)"):
+        _check_options(args, state, 2)
 
 
 class FakeAccelerator:
@@ -115,13 +143,13 @@ def test_every_node_must_see_the_run_folder_and_the_checkpoint_the_main_process_
     here, elsewhere = tmp_path / "shared", tmp_path / "node1"
     here.mkdir()
     elsewhere.mkdir()
-    run_ok([here, elsewhere, *TINY, "--epochs", "2", "--output_dir", here / "run"], nproc=2,
-           script="tests/helpers/node_local.py")  # both ranks see the same (absolute) folder
+    ranks_ok([here, elsewhere, *TINY, "--epochs", "2", "--output_dir", here / "run"], nproc=2,
+             target="helpers.node_local:main")  # both ranks see the same (absolute) folder
     before = sorted(p.name for p in here.rglob("*"))
 
     def refused(*argv):
-        proc = launch([here, elsewhere, *TINY, "--epochs", "2", *argv], nproc=2, script="tests/helpers/node_local.py")
-        assert proc.returncode != 0
+        proc = run_ranks([here, elsewhere, *TINY, "--epochs", "2", *argv], nproc=2, target="helpers.node_local:main")
+        assert proc.returncode != 0 and not proc.timed_out, proc.report()
         errors = {line for line in proc.stderr.splitlines() if line.startswith("train_classification.py: error:")}
         assert sorted(p.name for p in here.rglob("*")) == before and not any(elsewhere.iterdir())  # nothing written
         return errors

@@ -1,15 +1,17 @@
-"""Epoch-seeded sharded sampling, observed through 2 real CPU processes."""
+"""Epoch-seeded sharded sampling, observed through 2 CPU processes (forked ranks, tests/ranks.py); the repeated
+augmentation sampler's layout."""
 
 import pytest
 
-from conftest import read_json, run_ok
+from conftest import read_json
+from ranks import ranks_ok
 
 N, BATCH = 37, 4  # 37 samples: divides by neither the world size nor the batch size
 
 
 def orders(tmp_path, name, seed, epochs, nproc, n=N, options=()):
     out = tmp_path / name
-    run_ok([out, seed, n, BATCH, *options, *epochs], nproc=nproc, script="tests/helpers/sample_order.py", timeout=180)
+    ranks_ok([out, seed, n, BATCH, *options, *epochs], nproc=nproc, target="helpers.sample_order:main", timeout=180)
     return [{int(e) if e.isdigit() else e: o for e, o in read_json(out / f"rank_{r}.json").items()}
             for r in range(nproc)]
 
@@ -70,3 +72,21 @@ def test_repeated_augmentation_on_two_processes(tmp_path):
         # A run resumed after one batch sees the rest of the same order.
         assert ranks[0][f"{epoch}:resumed"] == r0[4:] and ranks[1][f"{epoch}:resumed"] == r1[4:]
     assert sorted(ranks[0][0]) != sorted(ranks[0][1])  # another draw each epoch
+
+
+def test_repeated_augmentation_keys_stay_distinct_when_the_copies_cycle():
+    """5 samples, 2 copies each, 4 processes: ceil(5 / 2) = 3 samples drawn give 6 items for the 8 places of the
+    epoch, so the list cycles and the first sample drawn comes twice more. Those are copies 2 and 3, keys of
+    their own (their own augmentation), not copies 0 and 1 again."""
+    from utils.sampling import RepeatedAugmentationSampler
+
+    sampler = RepeatedAugmentationSampler(num_samples=5, reps=2, num_processes=4, batch_size=2, seed=0)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        keys = list(sampler)  # 1 step x 4 ranks x batch 2: no padding, every key a real item
+        assert len(keys) == len(sampler) == 8 and len(set(keys)) == 8, keys
+        samples = [k % 5 for k in keys]
+        counts = sorted(samples.count(s) for s in set(samples))
+        assert counts == [2, 2, 4]  # the first sample drawn: 4 times, as copies 0, 1, 2, 3
+        cycled = max(set(samples), key=samples.count)
+        assert sorted(k // 5 for k in keys if k % 5 == cycled) == [0, 1, 2, 3]

@@ -9,7 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import TINY, assert_same_weights, command, environment, read_json, resumed_from, run_ok
+from conftest import TINY, assert_same_weights, read_json, resumed_from
+from ranks import ranks_killed, ranks_ok
 
 TRAIN_SHARDS, ROWS_PER_SHARD, VAL_ROWS = 4, 24, 16
 
@@ -78,6 +79,36 @@ def test_each_process_reads_its_own_shards_and_every_sample_once_per_epoch(parqu
         if epoch == 0:
             first = seen[0]
     assert seen[0] != first  # epoch 1 is another order
+
+
+def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_shards, monkeypatch):
+    """Two shuffles, each seeded by the epoch on its own: the order of the shards in an epoch's pass, and the
+    order within a block of samples read in a row (one process, no workers: nothing else moves them)."""
+    from functools import partial
+
+    from utils import presets
+    from utils.streaming import build_stream
+
+    args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0")
+    rows, _, _, _ = build_stream(args, 0, 1, presets.ByEpoch(partial(presets.train_preset, args), args))
+
+    def shard_order(epoch):
+        ids = [row["label"] for row in rows.share(epoch)]
+        assert sorted(ids) == list(range(TRAIN_SHARDS * ROWS_PER_SHARD))
+        return [i // ROWS_PER_SHARD for i in ids[::ROWS_PER_SHARD]]  # one shard at a time
+
+    orders = [shard_order(epoch) for epoch in range(4)]
+    assert all(sorted(order) == list(range(TRAIN_SHARDS)) for order in orders)
+    assert len({tuple(order) for order in orders}) > 1, orders
+    # The same pass of shards every epoch: the block shuffle alone must still give another order.
+    first_pass = rows.share(0)
+    monkeypatch.setattr(rows, "share", lambda epoch: first_pass)
+    samples = []
+    for epoch in (0, 1):
+        rows.set_epoch(epoch)
+        samples.append([item["labels"] for item in rows])
+    assert sorted(samples[0]) == sorted(samples[1]) == list(range(TRAIN_SHARDS * ROWS_PER_SHARD))
+    assert samples[0] != samples[1]
 
 
 def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, tmp_path):
@@ -178,22 +209,19 @@ def test_what_streaming_cannot_read_is_refused_in_one_line(parquet_shards, tmp_p
 def test_a_streaming_run_killed_mid_epoch_on_two_processes_resumes_bitwise(parquet_shards, tmp_path):
     """SIGKILL at step 4 of 6 in epoch 0 (2 workers per process), --resume latest: the run continues from each
     worker's place in the stream, and ends bitwise-equal to the uninterrupted run, with its validation figures."""
-    import subprocess
-
     def job(out):
         return ["--dataset", parquet_shards, "--streaming", "--image_size", "16", "--batch_size", "8",
                 "--epochs", "2", "--num_workers", "2", "--log_every", "1", "--lr", "0.05",
                 "--checkpoint_every_steps", "1", "--output_dir", out]
 
     reference = tmp_path / "reference"
-    run_ok(job(reference), nproc=2)
+    ranks_ok(job(reference), nproc=2)
     out = tmp_path / "run"
-    proc = subprocess.run(command(["step:4", "KILL", "group", "0", *job(out)], 2, script="tests/helpers/signal_at.py"),
-                          env=environment(), capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert proc.returncode != 0 and not (out / "results.json").exists()
+    ranks_killed(job(out), "step:4", nproc=2)
+    assert not (out / "results.json").exists()
     step = out / "checkpoints" / "step_3"
     assert sorted(p.name for p in step.glob("stream_state_*.pkl")) == ["stream_state_0.pkl", "stream_state_1.pkl"]
-    resumed = run_ok([*job(out), "--resume", "latest"], nproc=2)
+    resumed = ranks_ok([*job(out), "--resume", "latest"], nproc=2)
     assert resumed_from(resumed.stdout) == step
     assert_same_weights(out, reference)
     figures = ("val_top1", "val_topk", "val_loss", "val_samples", "global_step")

@@ -2,7 +2,8 @@
 
 import pytest
 
-from conftest import TINY, launch, read_json, read_jsonl, run_ok
+from conftest import TINY, read_json, read_jsonl
+from ranks import ranks_ok, run_ranks
 from utils.data import SyntheticDataset
 
 FAST = [*TINY, "--warmup_epochs", "0", "--log_every", "2"]
@@ -21,7 +22,7 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    run_ok([*FAST, "--epochs", "2", "--report_to", "all", "--output_dir", out], env=offline(tmp_path))
+    ranks_ok([*FAST, "--epochs", "2", "--report_to", "all", "--output_dir", out], nproc=1, env=offline(tmp_path))
     runs = wandb_runs(out)
     assert len(runs) == 1 and (out / "wandb" / runs[0] / f"run-{runs[0].rsplit('-', 1)[1]}.wandb").is_file()
     events = EventAccumulator(str(out / "train-classification"), size_guidance={"scalars": 0, "images": 0})
@@ -72,12 +73,12 @@ def one(paths):
 def test_one_wandb_run_for_a_2_process_job_and_resume_continues_it(tmp_path):
     out = tmp_path / "run"
     argv = [*FAST, "--epochs", "2", "--report_to", "wandb", "--output_dir", out]
-    run_ok([*argv, "--max_train_steps", "5"], nproc=2, env=offline(tmp_path))  # stops mid-epoch 1: step_5
+    ranks_ok([*argv, "--max_train_steps", "5"], nproc=2, env=offline(tmp_path))  # stops mid-epoch 1: step_5
     first = wandb_runs(out)
     assert len(first) == 1  # one run for the job, not one per process
     run_id = first[0].rsplit("-", 1)[1]
     assert read_json(out / "checkpoints" / "step_5" / "training_state.json")["tracker_run_id"] == run_id
-    run_ok([*argv, "--resume", "latest"], nproc=2, env=offline(tmp_path))
+    ranks_ok([*argv, "--resume", "latest"], nproc=2, env=offline(tmp_path))
     runs = wandb_runs(out)
     assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs)  # the same run, continued
 
@@ -85,7 +86,7 @@ def test_one_wandb_run_for_a_2_process_job_and_resume_continues_it(tmp_path):
 def test_online_wandb_without_login_is_one_line_before_anything(tmp_path):
     env = {"WANDB_MODE": "", "WANDB_API_KEY": "", "HOME": str(tmp_path), "NETRC": str(tmp_path / "no-netrc")}
     out = tmp_path / "run"
-    proc = launch([*FAST, "--report_to", "wandb", "--output_dir", out], env=env)
+    proc = run_ranks([*FAST, "--report_to", "wandb", "--output_dir", out], nproc=1, env=env)
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert proc.returncode != 0 and len(errors) == 1
     assert "report_to: wandb is online but not logged in: run `wandb login`" in errors[0]

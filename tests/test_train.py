@@ -7,6 +7,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from conftest import TINY, read_json, read_jsonl, run_main, run_ok, snapshot
+from ranks import ranks_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
@@ -127,9 +128,8 @@ def test_validation_is_sample_exact_on_1_and_2_processes(tmp_path):
     # 8, so the last batch is ragged on one process and padded with repeats on two.
     one, two = tmp_path / "one", tmp_path / "two"
     for out, nproc in ((one, 1), (two, 2)):
-        run_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--max_train_steps", "0", "--dump_rank_metrics",
-                "--output_dir", out],
-               nproc=nproc)
+        ranks_ok([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--max_train_steps", "0", "--dump_rank_metrics",
+                  "--output_dir", out], nproc=nproc)
     r1, r2 = read_json(one / "results.json"), read_json(two / "results.json")
     assert (r1["world_size"], r2["world_size"]) == (1, 2)
     assert r1["val_samples"] == r2["val_samples"] == 37
@@ -162,8 +162,8 @@ def test_lr_follows_epoch_progress_for_any_world_size_and_accumulation(tmp_path)
         job = [*TINY, "--epochs", "3", "--warmup_epochs", "1", "--log_every", "1", "--val_every", "3",
                "--grad_accum_steps", accum, "--output_dir", out]
         if nproc > 1:
-            run_ok(job, nproc=nproc)
-        else:  # one process: the schedule needs no launcher
+            ranks_ok(job, nproc=nproc)
+        else:  # one process: in this one
             run_main(job)
         rows = [r for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
         assert len({r["step"] for r in rows}) == len(rows)  # one writer: the main process
@@ -181,7 +181,7 @@ def test_lr_follows_epoch_progress_for_any_world_size_and_accumulation(tmp_path)
 @pytest.mark.slow
 def test_default_job_reaches_99_percent(tmp_path):
     out = tmp_path / "run"
-    run_ok(["--output_dir", out], timeout=600)
+    run_ok(["--output_dir", out], timeout=600)  # the README's quickstart: `accelerate launch train_classification.py`
     assert read_json(out / "results.json")["val_top1"] >= 0.99
 
 
@@ -193,6 +193,7 @@ def test_torchrun_also_works(tmp_path):
     assert (results["world_size"], results["val_samples"], results["global_step"]) == (2, 37, 4)
 
 
+@pytest.mark.slow
 def test_a_three_epoch_run_of_the_default_job_is_already_good(tmp_path, fresh_accelerate_state):
     """The first thing a new user tries: a short run must not sit at chance (zero-initialised residual
     blocks; the default warmup shortened to fit)."""

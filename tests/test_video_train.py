@@ -1,12 +1,10 @@
 """Video through the one training loop: multi-view test exact on 1 and 2 processes, bad videos, exact resume."""
 
-import subprocess
-
 import pytest
 import torch
 
-from conftest import (ROOT, assert_same_weights, command, environment, killed, read_json, reset_accelerate_state,
-                      resumed_from, run_ok)
+from conftest import assert_same_weights, main_fails, read_json, reset_accelerate_state, resumed_from, run_main
+from ranks import ranks_killed, ranks_ok
 from utils.models import build_model
 
 pytestmark = pytest.mark.slow
@@ -35,8 +33,8 @@ def test_multiview_test_is_exact_on_1_and_2_processes(videos, weights, tmp_path)
     results = {}
     for nproc in (1, 2):
         out = tmp_path / f"p{nproc}"
-        run_ok(video_job(videos, out, "--eval_only", "--init_from", weights, "--test_clips", "3", "--test_crops",
-                         "2", "--num_workers", "1", "--dump_rank_metrics"), nproc=nproc)
+        ranks_ok(video_job(videos, out, "--eval_only", "--init_from", weights, "--test_clips", "3", "--test_crops",
+                           "2", "--num_workers", "1", "--dump_rank_metrics"), nproc=nproc)
         results[nproc] = read_json(out / "results.json")
         ranks = [read_json(out / "eval" / "test" / f"rank_{r}.json") for r in range(nproc)]
         total = read_json(out / "eval" / "test" / "global.json")
@@ -52,21 +50,19 @@ def test_multiview_test_is_exact_on_1_and_2_processes(videos, weights, tmp_path)
     assert abs(one["video_loss"] - two["video_loss"]) < 1e-6
 
 
-def test_bad_video_stops_the_run_or_is_skipped(videos, tmp_path):
+def test_bad_video_stops_the_run_or_is_skipped(videos, tmp_path, capsys):
     import shutil
 
     data = tmp_path / "data"
     shutil.copytree(videos, data)
     broken = data / "tr" / "left" / "broken.mp4"
     broken.write_bytes(b"not a video at all")
-    args = video_job(data, tmp_path / "strict", "--num_workers", "0", "--epochs", "1")
-    proc = subprocess.run(command(args, launcher=False), cwd=ROOT, env=environment(), capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if "error:" in line]
+    code, err = main_fails(video_job(data, tmp_path / "strict", "--num_workers", "0", "--epochs", "1"), capsys)
+    assert code == 2
+    lines = [line for line in err.splitlines() if "error:" in line]
     assert len(lines) == 1 and f"cannot decode {broken}" in lines[0] and "--skip_bad_images" in lines[0]
     out = tmp_path / "skip"
-    run_ok(video_job(data, out, "--num_workers", "0", "--epochs", "1", "--skip_bad_videos"))
+    run_main(video_job(data, out, "--num_workers", "0", "--epochs", "1", "--skip_bad_videos"))
     results = read_json(out / "results.json")
     assert results["skipped_images"] == [str(broken)]
     assert str(broken) in (out / "bad_images.txt").read_text()
@@ -75,27 +71,29 @@ def test_bad_video_stops_the_run_or_is_skipped(videos, tmp_path):
 def test_sigkill_mid_epoch_with_workers_then_resume_is_bitwise_equal(videos, tmp_path):
     """4 steps an epoch; killed (with its 2 workers) after step 6, resumed from step_5."""
     whole, out = tmp_path / "whole", tmp_path / "run"
-    run_ok(video_job(videos, whole, "--num_workers", "2"))
+    ranks_ok(video_job(videos, whole, "--num_workers", "2"), nproc=1)
     argv = video_job(videos, out, "--num_workers", "2", "--checkpoint_every_steps", "1", "--keep_last", "2")
-    killed(argv, "step:6")
+    ranks_killed(argv, "step:6")
     assert not (out / "results.json").exists()
-    proc = run_ok([*argv, "--resume", "latest"])
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=1)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_5"
     assert_same_weights(out, whole)
     assert read_json(out / "results.json")["val_top1"] == read_json(whole / "results.json")["val_top1"]
 
 
 def test_moving_digits_needs_time_a_frame_model_cannot_tell_the_direction(tmp_path, fresh_accelerate_state):
-    """Moving digits at 16 px, one epoch: mc3_18 (3D) learns the direction (0.956 here); resnet18 scoring
-    frames one by one (TSN) sees at most the axis of motion, and stays near chance for its sense."""
+    """Moving digits at 16 px: mc3_18 (3D) with the recipe's 2 epochs learns the direction (1.000 here);
+    resnet18 scoring frames one by one (TSN) sees at most the axis of motion and stays near chance for its
+    sense (0.226 after one epoch, 0.283 after two: it cannot do better, test_video_data.py shows why). After
+    one epoch mc3_18 stood at 0.956 on one machine and at 0.842 on another (other CPU kernels, another
+    trajectory): too close to its bound to tell the models apart on every machine."""
     import train_classification
 
     top1 = {}
-    for model in ("mc3_18", "resnet18"):
+    for model, epochs in (("mc3_18", 2), ("resnet18", 1)):
         out = tmp_path / model
         results = train_classification.main(["--dataset", "moving_digits", "--model", model, "--image_size", "16",
-                                             "--epochs", "1", "--num_workers", "0", "--output_dir", str(out)])
+                                             "--epochs", str(epochs), "--num_workers", "0", "--output_dir", str(out)])
         top1[model] = results["val_top1"]
         reset_accelerate_state()  # main() again in this process
     assert top1["mc3_18"] >= 0.9 and top1["resnet18"] <= 0.55, top1
-

@@ -32,6 +32,29 @@ RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", 
                "nesterov", "weight_decay", "norm_weight_decay", "bias_weight_decay", "lr_scale_batch", "model",
                "clip_len", "frame_interval", "num_segments", "model_ema", "model_ema_decay", "model_ema_steps",
                "model_ema_warmup", "ra_reps", "sync_bn", "streaming", "steps_per_epoch", "shuffle_buffer")
+# Every other option may differ on resume (tests/test_run_folder.py holds every option to one list or the
+# other, so a new one cannot be forgotten): the data is compared by its signature instead (check_data); the
+# rest changes how later steps read, augment, evaluate, report or checkpoint, not whether the state fits.
+RESUME_FREE = (
+    # the data and its reading (check_data compares what was read)
+    "config", "dataset", "dataset_config", "train_split", "val_split", "val_fraction", "image_column",
+    "label_column", "train_dir", "val_dir", "data_dir", "max_train_samples", "max_val_samples", "num_classes",
+    "synthetic_train_samples", "synthetic_val_samples", "train_list", "val_list", "data_root", "class_names",
+    "skip_bad_images", "num_workers",
+    # input and augmentation of later steps
+    "image_size", "no_hflip", "auto_augment", "rand_augment", "random_erase", "interpolation", "crop_pct",
+    "train_crop_size", "progressive_resize", "progressive_resize_step", "mixup_alpha", "cutmix_alpha", "mix_prob",
+    "mean", "std", "label_smoothing",
+    # how the model is built (a resumed run loads its weights over it), its speed and numerics
+    "pretrained", "weights", "init_from", "freeze_backbone", "drop_path", "dropout", "zero_init_residual",
+    "channels_last", "compile", "compile_mode", "mixed_precision", "clip_grad_norm",
+    # evaluation
+    "eval_only", "val_every", "val_crop_size", "val_resize_size", "test_clips", "test_crops", "metrics",
+    "dump_rank_metrics",
+    # where and how often the run reports, checkpoints and stops
+    "output_dir", "resume", "checkpoint_every_steps", "keep_last", "keep_best", "skip_nonfinite_steps",
+    "dist_timeout_s", "max_train_steps", "save_every", "log_every", "report_to", "project_name", "push_to_hub",
+    "run_name", "wandb_entity", "wandb_tags", "wandb_run_id")
 
 
 def _decided(accelerator, decide):
