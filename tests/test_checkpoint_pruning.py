@@ -160,3 +160,31 @@ def test_latest_is_the_newest_by_global_step_then_epoch_end(tmp_path, monkeypatc
     (tmp_path / "checkpoints" / "step_50").mkdir()  # no state file: not complete
     assert checkpoints.latest(tmp_path).name == "epoch_1"
     assert [f.name for f in checkpoints.complete_checkpoints(tmp_path)] == ["step_9", "step_10", "step_16", "epoch_1"]
+
+
+class SavingAccelerator:
+    """What keep_if_best asks of Accelerate, on one process: save_model writes the weights it is given."""
+
+    is_main_process = True
+
+    def __init__(self):
+        self.saved = []
+
+    def save_model(self, model, folder):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_text(model)
+        self.saved.append(model)
+
+
+def test_best_weights_move_on_a_better_figure_only_and_a_tie_keeps_the_earlier_epoch(tmp_path):
+    accelerator, record = SavingAccelerator(), []
+    for epoch, top1 in enumerate([0.5, 0.5, 0.75, 0.75, 0.25]):
+        checkpoints.keep_if_best(accelerator, f"weights of epoch {epoch}", tmp_path, record,
+                                 {"epoch": epoch, "val_top1": top1})
+    assert accelerator.saved == ["weights of epoch 0", "weights of epoch 2"]
+    assert json.loads((tmp_path / "best" / "metrics.json").read_text()) == {"epoch": 2, "val_top1": 0.75}
+    assert (tmp_path / "best" / "model.safetensors").read_text() == "weights of epoch 2"
+    # A resumed run continues the record from best/metrics.json: its tie does not move best/ either.
+    again = SavingAccelerator()
+    checkpoints.keep_if_best(again, "weights of epoch 5", tmp_path, [], {"epoch": 5, "val_top1": 0.75})
+    assert again.saved == [] and json.loads((tmp_path / "best" / "metrics.json").read_text())["epoch"] == 2

@@ -212,9 +212,14 @@ def test_progressive_resizing_follows_ffcvs_ramp():
             return high
         return int(np.round(np.interp([epoch], [start, end], [low, high])[0] / 32)) * 32
 
-    for ramp in ((160, 192, 11, 13), (160, 192, 65, 76), (128, 256, 0, 10), (160, 160, 3, 3), (96, 288, 2, 20)):
+    # (128, 160, 0, 2) and (192, 256, 0, 4) meet an even .5 at epoch 1 (144 / 32 = 4.5, 208 / 32 = 6.5): half
+    # to even gives 128 and 192 there, rounding half up would give 160 and 224.
+    for ramp in ((160, 192, 11, 13), (160, 192, 65, 76), (128, 256, 0, 10), (160, 160, 3, 3), (96, 288, 2, 20),
+                 (128, 160, 0, 2), (192, 256, 0, 4)):
         args = preset_args("--progressive_resize", *map(str, ramp))
         assert [progressive_size(args, e) for e in range(90)] == [ffcv(e, *ramp) for e in range(90)]
+    assert progressive_size(preset_args("--progressive_resize", "128", "160", "0", "2"), 1) == 128
+    assert progressive_size(preset_args("--progressive_resize", "192", "256", "0", "4"), 1) == 192
     args = preset_args("--progressive_resize", "160", "192", "11", "13")  # FFCV's 16-epoch ResNet-50
     assert [train_crop_size(args, e) for e in range(16)] == [160] * 12 + [192] * 4
     for bad in (["--progressive_resize", "160", "190", "1", "3"], ["--progressive_resize", "192", "160", "1", "3"],
