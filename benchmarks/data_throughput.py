@@ -145,7 +145,7 @@ def stream_loader(shards, batch_size, workers):
     return StreamEpochs(loader), BatchInput(args, len(names), rank=0)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_dir", default=None, help="an image folder (default: generate 400 JPEGs)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
@@ -153,7 +153,7 @@ def main():
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per figure (median)")
     p.add_argument("--streaming", action="store_true",
                    help="streamed parquet shards of the same JPEGs against the map-style folder path")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.data_dir
         if folder is None:

@@ -63,7 +63,7 @@ def probe(root, tiny):
     return [float(v) for v in out.split()]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train_files", type=int, default=100_000)
     parser.add_argument("--val_files", type=int, default=2_000)
@@ -71,7 +71,7 @@ def main():
     parser.add_argument("--root", type=Path, help="an existing folder with train/ and val/ (nothing generated)")
     parser.add_argument("--keep", action="store_true", help="keep the generated folder")
     parser.add_argument("--runs", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     root = args.root or Path(tempfile.mkdtemp(prefix="folder_startup-"))
     tiny = Path(tempfile.mkdtemp(prefix="folder_startup-tiny-"))

@@ -64,7 +64,7 @@ def saved_bytes(name, image_size, batch):
     return total[0]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_l_16")
     parser.add_argument("--gpus", type=int, default=8)
@@ -72,7 +72,7 @@ def main():
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     parser.add_argument("--fsdp_min_num_params", type=int, default=1_000_000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     with torch.device("meta"):
         model = torchvision.models.get_model(args.model, num_classes=1000)

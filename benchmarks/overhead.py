@@ -199,7 +199,7 @@ def runs(values, digits=0):
     return ", ".join(f"{v:.{digits}f}" for v in values)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="resnet18")
     p.add_argument("--image_size", type=int, default=32)
@@ -222,7 +222,7 @@ def main():
     p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)  # --raw, for benchmarks/gpu_throughput.py
     p.add_argument("--precision", default="no", choices=("no", "bf16"), help=argparse.SUPPRESS)
     p.add_argument("--num_classes", type=int, default=10, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     compile_mode = args.compile_mode if args.compile else None
     if args.raw:  # the raw loop runs in its own fresh interpreter, like the project does
         rate, warmup_s, device = raw_loop(args.model, args.image_size, args.batch_size, args.steps, args.log_every,
