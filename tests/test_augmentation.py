@@ -161,6 +161,7 @@ def test_an_undecodable_image_keeps_the_epochs_size(folders, tmp_path):
     assert batch.shape == (8, 3, 24, 24) and not batch[0].any()
 
 
+@pytest.mark.slow
 def test_a_run_trains_at_each_epochs_size_and_validates_at_the_val_size(folders, tmp_path, monkeypatch):
     import train_classification
     from utils.on_device import BatchInput

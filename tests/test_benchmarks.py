@@ -156,6 +156,7 @@ def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model(cap
     assert 0 < fsdp < ddp and gathered > 0
 
 
+@pytest.mark.slow
 def test_folder_startup_benchmark_generates_lists_and_measures_a_small_folder(capsys):
     out = benchmark_in_process("folder_startup.py", capsys, "--train_files", "60", "--val_files", "10", "--classes",
                                "5", "--runs", "1")

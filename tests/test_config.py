@@ -107,6 +107,7 @@ def test_shipped_recipes_parse(recipe):
     assert set(yaml.safe_load(recipe.read_text())) <= set(vars(args))
 
 
+@pytest.mark.slow
 def test_script_rejects_bad_input_before_writing_anything(tmp_path):
     # A fresh interpreter, plain python: its whole stderr (imports included) is the one line.
     out = tmp_path / "run"

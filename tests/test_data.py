@@ -223,6 +223,7 @@ def offline_env(tmp_path):
             "HF_HUB_OFFLINE": "1"}
 
 
+@pytest.mark.slow
 def test_a_hub_dataset_trains_from_the_local_cache_offline_and_one_not_cached_is_one_line(tmp_path):
     # One fresh interpreter for both runs: `datasets` reads its cache folder from the environment at import.
     env = offline_env(tmp_path)

@@ -107,6 +107,7 @@ def test_a_dead_rank_ends_the_job(tmp_path):
     assert not (out / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_keep_last_and_keep_best_bookkeeping(tmp_path):
     out = tmp_path / "run"
     run_main([*FAST, "--epochs", "5", "--keep_last", "1", "--keep_best", "1", "--output_dir", out])

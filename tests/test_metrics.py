@@ -177,6 +177,7 @@ def metric_runs(tmp_path_factory):
     return root, runs_in_one_process(runs, {"HF_MODULES_CACHE": str(cache)}, root)
 
 
+@pytest.mark.slow
 def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(metric_runs):
     root, (good, *_) = metric_runs
     assert good["code"] == 0, good["stderr"][-3000:]
@@ -188,6 +189,7 @@ def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(metric_runs
     assert 0 <= results["val_ftwo"] <= 1 and "val_fone_note" not in results  # text is not a figure
 
 
+@pytest.mark.slow
 def test_metric_that_cannot_be_loaded_or_used_is_one_line(metric_runs):
     root, (_, *errors) = metric_runs
     for i, ((specs, message), run) in enumerate(zip(ERROR_CASES, errors)):

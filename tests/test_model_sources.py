@@ -128,6 +128,7 @@ def test_a_processor_that_resizes_then_crops_gives_the_crop_over_the_resize(tmp_
     assert (config["image_size"], config["crop_pct"], config["interpolation"]) == (192, 0.75, "bicubic")
 
 
+@pytest.mark.slow
 def test_pretrained_weights_missing_offline_fail_with_one_line(tmp_path):
     argv = [sys.executable, str(ROOT / "train_classification.py"), *TINY, "--model", "timm/resnet18", "--pretrained",
             "--output_dir", str(tmp_path / "run")]

@@ -34,6 +34,7 @@ def rows_of(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_predict_reproduces_the_runs_val_top1_on_its_val_files(digits_run, capsys):
     import predict
 
@@ -52,6 +53,7 @@ def test_predict_reproduces_the_runs_val_top1_on_its_val_files(digits_run, capsy
     assert e.value.code == 2 and "--overwrite" in capsys.readouterr().err and rows_of(out) == rows
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_line(digits_run, tmp_path, capsys):
     import predict
 
@@ -114,6 +116,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
                                   "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
+@pytest.mark.slow
 def test_the_model_folder_loads_with_torchvision_alone(digits_run):
     import torchvision
     from safetensors.torch import load_file
@@ -131,6 +134,7 @@ def test_the_model_folder_loads_with_torchvision_alone(digits_run):
                                "mean": [0.306, 0.306, 0.306], "std": [0.324, 0.324, 0.324]}
 
 
+@pytest.mark.slow
 def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
     import numpy as np
     import onnxruntime
@@ -162,6 +166,7 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
         predict.main([str(root / "run"), "--export_onnx", str(path)])
 
 
+@pytest.mark.slow
 def test_predict_help_runs_without_a_run():
     import subprocess
     import sys
@@ -213,6 +218,7 @@ def nll(rows):
     return sum(-math.log(max(dict(zip(r["labels"], r["probs"]))[t], 1e-12)) for r, t in zip(rows, true)) / len(rows)
 
 
+@pytest.mark.slow
 def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_run, videos, tmp_path):
     """The val clip of each file gives the run's val top-1 and loss; --multi_view (3 clips x 2 crops,
     under 2 processes: 15 items, padded) its video top-1 and loss, rows in input order; a folder of
@@ -253,6 +259,7 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
     assert torch.allclose(torch.tensor(again[0]["probs"]), torch.tensor(rows[0]["probs"]), atol=2e-6)
 
 
+@pytest.mark.slow
 def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformers(video_run, tmp_path):
     import numpy as np
     import onnxruntime

@@ -6,9 +6,12 @@ import multiprocessing
 import time
 
 import psutil
+import pytest
 
 from conftest import ROOT
 from ranks import GRACE_S, run_ranks
+
+pytestmark = pytest.mark.slow  # the first forked rank of a session starts the forkserver: ~10 s
 
 
 def alive_in_group(pgid):

@@ -32,6 +32,7 @@ def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_it
         pass
 
 
+@pytest.mark.slow
 def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [*TINY, "--epochs", "2", "--checkpoint_every_steps", "2", "--keep_best", "1", "--output_dir", out]

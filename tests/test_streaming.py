@@ -171,6 +171,7 @@ def webdataset_shards(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_webdataset_tar_shards_train(webdataset_shards, tmp_path, fresh_accelerate_state):
     import train_classification
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from conftest import TINY, read_json, read_jsonl
-from ranks import ranks_ok, run_ranks
+from conftest import TINY, main_fails, read_json, read_jsonl
+from ranks import ranks_ok
 from utils.data import SyntheticDataset
 
 FAST = [*TINY, "--warmup_epochs", "0", "--log_every", "2"]
@@ -18,6 +18,7 @@ def wandb_runs(out):
     return sorted(p.name for p in (out / "wandb").glob("offline-run-*"))
 
 
+@pytest.mark.slow
 def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -83,11 +84,13 @@ def test_one_wandb_run_for_a_2_process_job_and_resume_continues_it(tmp_path):
     assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs)  # the same run, continued
 
 
-def test_online_wandb_without_login_is_one_line_before_anything(tmp_path):
-    env = {"WANDB_MODE": "", "WANDB_API_KEY": "", "HOME": str(tmp_path), "NETRC": str(tmp_path / "no-netrc")}
+def test_online_wandb_without_login_is_one_line_before_anything(tmp_path, monkeypatch, capsys):
+    for name, value in {"WANDB_MODE": "", "WANDB_API_KEY": "", "HOME": str(tmp_path),
+                        "NETRC": str(tmp_path / "no-netrc")}.items():
+        monkeypatch.setenv(name, value)  # read when the run starts
     out = tmp_path / "run"
-    proc = run_ranks([*FAST, "--report_to", "wandb", "--output_dir", out], nproc=1, env=env)
-    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert proc.returncode != 0 and len(errors) == 1
+    code, err = main_fails([*FAST, "--report_to", "wandb", "--output_dir", out], capsys)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and len(errors) == 1
     assert "report_to: wandb is online but not logged in: run `wandb login`" in errors[0]
     assert "WANDB_MODE=offline" in errors[0] and not out.exists()

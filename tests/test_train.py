@@ -110,6 +110,7 @@ def test_resume_refuses_what_would_not_continue_exactly(finished_run, tmp_path, 
     assert not (tmp_path / "new").exists()  # the folder it would have written to is not left behind
 
 
+@pytest.mark.slow
 def test_resume_continues_mid_epoch_after_max_train_steps(tmp_path):
     out = tmp_path / "run"
     run_main([*TINY, "--epochs", "2", "--max_train_steps", "3", "--log_every", "1", "--output_dir", out])

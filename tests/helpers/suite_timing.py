@@ -8,7 +8,8 @@
 For each test: its wall time (setup, call and teardown, as --durations counts them); how many runs of the
 script or a helper it started and their wall time, by kind: subprocesses (a launcher or plain python),
 forked ranks (tests/ranks.py), main() in this process; the training-loop seconds those runs reported
-(results.json train_time_s of every run folder written during the test); the remainder is the test's own
+(results.json train_time_s of the run folders in the temporary folders made during the test, its fixtures'
+included); the remainder is the test's own
 work: building inputs, reading outputs, asserting. Start-up is a run's wall time minus its training loop
 (imports, launcher, data and model building, validation, the report).
 """
@@ -99,17 +100,19 @@ def pytest_runtest_protocol(item, nextitem):
         return
     for counts in _clock.runs.values():
         counts[:] = [0, 0.0]
+    base = item.config._tmp_path_factory.getbasetemp()
+    before = set(base.iterdir())
     start_wall, start = time.time(), time.perf_counter()
     yield
     total = time.perf_counter() - start
-    base = item.config._tmp_path_factory.getbasetemp()
     trained = 0.0
-    for results in base.rglob("results.json"):
-        try:
-            if results.stat().st_mtime >= start_wall:
-                trained += float(json.loads(results.read_text()).get("train_time_s", 0.0))
-        except (OSError, ValueError):
-            pass
+    for folder in set(base.iterdir()) - before:  # the folders this test (or a fixture it set up) made
+        for results in folder.rglob("results.json"):
+            try:
+                if results.stat().st_mtime >= start_wall:
+                    trained += float(json.loads(results.read_text()).get("train_time_s", 0.0))
+            except (OSError, ValueError):
+                pass
     runs = {kind: {"n": n, "s": round(s, 2)} for kind, (n, s) in _clock.runs.items()}
     out.write(json.dumps({"test": item.nodeid, "total_s": round(total, 2), "runs": runs,
                           "train_s": round(trained, 2), "slow": item.get_closest_marker("slow") is not None}) + "\n")
