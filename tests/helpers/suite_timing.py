@@ -122,10 +122,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def table(path, top=40):
-    files = [Path(path)] if Path(path).exists() else sorted(Path(path).parent.glob(f"{Path(path).name}.gw*"))
-    rows = sorted((json.loads(line) for f in files for line in f.read_text().splitlines()), key=lambda r: -r["total_s"])
+    workers = sorted(Path(path).parent.glob(f"{Path(path).name}.gw*"))  # pytest-xdist: one file per worker
+    files = workers or [Path(path)]
+    per_file = {f: [json.loads(line) for line in f.read_text().splitlines()] for f in files}
+    rows = sorted((r for f in files for r in per_file[f]), key=lambda r: -r["total_s"])
     total = sum(r["total_s"] for r in rows)
-    print(f"{len(rows)} tests, {total:.0f} s in all; the {min(top, len(rows))} slowest:")
+    busy = ", ".join(f"{f.suffix[1:]} {sum(r['total_s'] for r in per_file[f]):.0f} s" for f in workers)
+    print(f"{len(rows)} tests, {total:.0f} s in all{f' ({busy})' if busy else ''}; the {min(top, len(rows))} slowest:")
     print("| test | total s | runs: subprocess / forked / in-process (n, s) | training s | start-up s | own s |")
     print("|---|---|---|---|---|---|")
     for r in rows[:top]:
