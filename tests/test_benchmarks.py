@@ -164,3 +164,34 @@ def test_folder_startup_benchmark_generates_lists_and_measures_a_small_folder(ca
                                         rf"peak {NUMBER} MiB vs {NUMBER} MiB with a 6-file folder "
                                         rf"\(\+{NUMBER} MiB\)$", out)
     assert seconds > 0 and peak >= base > 0 and abs(grown - (peak - base)) <= 1  # each rounded to whole MiB
+
+
+def test_same_behaviour_fingerprints_ignore_clocks_and_the_folder_but_see_one_changed_weight(tmp_path):
+    """benchmarks/same_behaviour.py on run folders written here (its runs themselves are launches of the
+    real script, minutes long: run it by hand before and after a redesign)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    same = benchmark_module("same_behaviour.py")
+
+    def run_folder(name, weight, seconds, top1=0.5):
+        out = tmp_path / name
+        (out / "checkpoints" / "step_1").mkdir(parents=True)
+        save_file({"w": torch.tensor([weight])}, out / "model.safetensors")
+        save_file({"w": torch.tensor([9.0])}, out / "checkpoints" / "step_1" / "model.safetensors")  # not a result
+        (out / "results.json").write_text(json.dumps({"val_top1": top1, "train_time_s": seconds,
+                                                      "dataset": str(tmp_path / "shards")}))
+        (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "train_loss": 0.25, "img_per_s_per_device": seconds,
+                                                       "data_time_frac": seconds / 100}) + "\n")
+        return {"run": same.fingerprint(out, tmp_path)}
+
+    before = run_folder("a", 1.0, 10.0)
+    assert before["run"]["results"] == {"val_top1": 0.5, "dataset": "<tmp>/shards"}
+    assert list(before["run"]["weights"]) == ["model.safetensors"]
+    assert same.differences(before, run_folder("b", 1.0, 99.0)) == []  # other clocks: the same behaviour
+    assert same.differences(before, run_folder("c", 1.0 + 2**-20, 10.0)) == \
+        [f"run weights model.safetensors: {before['run']['weights']['model.safetensors']} -> "
+         f"{run_folder('d', 1.0 + 2**-20, 10.0)['run']['weights']['model.safetensors']}"]
+    assert same.differences(before, run_folder("e", 1.0, 10.0, top1=0.75)) == ["run results val_top1: 0.5 -> 0.75"]
