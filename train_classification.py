@@ -75,6 +75,7 @@ from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_
 from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
                               output_dir_for, resume_folder)
 from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
+from utils.seeding import spread
 from utils.sources import DataError
 from utils.streaming import StreamLoader, load_position, save_position
 from utils.threads import cores_per_process, use_all_cores
@@ -378,7 +379,7 @@ def build_accelerator(args):
         # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s,
         # epoch e+1 is not the permutation of seed s+1, epoch e.
         # non_blocking: host-to-GPU copies of pinned batches overlap with compute.
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=args.seed * 1_000_003,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=spread(args.seed),
                                                   non_blocking=True),
     )
 
@@ -420,7 +421,7 @@ def build_job(args, accelerator, out):
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
-                                                 ra_reps=args.ra_reps, seed=args.seed * 1_000_003)
+                                                 ra_reps=args.ra_reps, seed=spread(args.seed))
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     model = new_model(args, class_names, args.pretrained)
     initialise(model, args, accelerator.print)

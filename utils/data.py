@@ -11,7 +11,7 @@ from utils import presets
 from utils.preemption import worker_init_fn
 from utils.images import decode_rgb, load_item
 from utils.sampling import RepeatedAugmentationSampler
-from utils.seeding import EpochSeeded
+from utils.seeding import EpochSeeded, spread
 from utils.sources import SPLIT_SEED, DataError, load_splits, subset
 from utils.streaming import StreamLoader, StreamRows, build_stream
 from utils.video import VideoClips
@@ -96,7 +96,7 @@ class SyntheticDataset(Dataset):
 
     def __getitem__(self, index):
         index %= self.size  # a key past the end is a copy (repeated augmentation): the same sample
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        g = torch.Generator().manual_seed(spread(self.seed, index))
         label = int(torch.randint(self.num_classes, (), generator=g))
         noise = torch.randn(3, self.image_size, self.image_size, generator=g)
         return {"pixel_values": noise + self.patterns[label], "labels": label, "valid": True, "source": "",

@@ -5,6 +5,8 @@ import math
 import torch
 from torch.utils.data import Sampler
 
+from utils.seeding import spread
+
 
 class RepeatedAugmentationSampler(Sampler):
     """Each epoch, every sample drawn appears `reps` times, differently augmented, its copies on
@@ -37,7 +39,7 @@ class RepeatedAugmentationSampler(Sampler):
         return self.steps * self.batch_size * self.world
 
     def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        g = torch.Generator().manual_seed(spread(self.seed, self.epoch))
         drawn = torch.randperm(self.n, generator=g)[:math.ceil(self.n / self.reps)]
         repeated = drawn.repeat_interleave(self.reps)
         total = self.per_rank * self.world

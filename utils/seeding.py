@@ -34,9 +34,19 @@ class EpochSeeded(Dataset):
             else [self.dataset[i] for i in indices]
 
 
+SEED_SPREAD = 1_000_003  # a prime; offsets below it (an epoch, a synthetic sample) never make two seeds meet
+
+
+def spread(seed, offset=0):
+    """One integer per (seed, offset): seed s at offset e + 1 is not seed s + 1 at offset e (as seed + offset
+    would be), so consecutive seeds give unrelated epochs, samples and shard orders. Every seed the data
+    side derives from --seed goes through here."""
+    return seed * SEED_SPREAD + offset
+
+
 def sample_rng(seed, epoch, index):
     """torch's global RNG seeded for one sample (v2 transforms draw from it), the caller's restored."""
-    return _seeded(((seed * 1_000_003 + epoch) * 2_147_483_647 + index) % 2**63)
+    return _seeded((spread(seed, epoch) * 2_147_483_647 + index) % 2**63)
 
 
 def batch_rng(seed, epoch, batch, rank):

@@ -40,6 +40,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.images import decode_rgb, load_item
+from utils.seeding import spread
 from utils.sources import VAL_SPLITS, DataError, image_and_label, normalise
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
@@ -159,7 +160,7 @@ class StreamRows(IterableDataset):
         """
         from datasets.distributed import split_dataset_by_node
 
-        order = self.stream.shuffle(seed=self.seed * 1_000_003 + epoch, buffer_size=1, max_buffer_input_shards=1)
+        order = self.stream.shuffle(seed=spread(self.seed, epoch), buffer_size=1, max_buffer_input_shards=1)
         return split_dataset_by_node(order, rank=self.rank, world_size=self.world)
 
     def state_dict(self):

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from train_classification import build_accelerator  # noqa: E402
 from utils.config import parse_args  # noqa: E402
 from utils.data import build_dataloaders  # noqa: E402
+from utils.seeding import spread  # noqa: E402
 
 
 class IndexDataset(Dataset):
@@ -40,7 +41,7 @@ def main(argv=None):
     args = parse_args(["--seed", seed, "--batch_size", batch])
     accelerator = build_accelerator(args)
     train_loader, _ = build_dataloaders(accelerator, IndexDataset(int(n)), IndexDataset(3), int(batch), 0,
-                                        ra_reps=int(options.get("ra", 1)), seed=args.seed * 1_000_003)
+                                        ra_reps=int(options.get("ra", 1)), seed=spread(args.seed))
     orders = {}
     for epoch in epochs:
         train_loader.set_epoch(epoch)  # exactly what train_one_epoch does
