@@ -21,7 +21,6 @@ import argparse
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 PROG = "predict.py"
@@ -56,14 +55,16 @@ def get_args(argv=None):
 
 
 def fail(message):
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(2)
+    from utils.errors import report
+
+    report(PROG, message)
 
 
 def main(argv=None):
     opts = get_args(argv)
     from accelerate import Accelerator
 
+    from utils.errors import UserError
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
     from utils.presets import is_video
 
@@ -89,7 +90,7 @@ def main(argv=None):
             raise RunError("--multi_view: an image run has one view per file; drop the option")
         files = list_inputs(opts.inputs, video=is_video(train_args))
         rows = predict(accelerator, train_args, names, model, files, opts)
-    except (RunError, ValueError) as e:
+    except (UserError, ValueError) as e:  # ours, or a library refusing a value
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
         report(rows, names, opts)

@@ -60,23 +60,23 @@ from utils.config import parse_args, save_config
 from utils.data import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature, epoch_batches,
                         sample_count)
 from utils.elastic import join_restarted_group
+from utils.errors import UserError, report as report_error
 from utils.ema import build_ema, save_ema, update_ema
 from utils.io import write_json_atomic
-from utils.metrics import (MetricError, dump_rank_sums, load_metrics, rank_sums, result_figures, summarize,
-                           topk_for, validation_row)
-from utils.model_folder import PushError, push_model_folder, save_model_folder
+from utils.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
+                           validation_row)
+from utils.model_folder import push_model_folder, save_model_folder
 from utils.model_sources import build_model, initialise
-from utils.models import ModelError, for_device
+from utils.models import for_device
 from utils.multiview import test_row, test_videos
 from utils.on_device import BatchInput
 from utils.presets import input_notes, is_video, sample_unit, source_name
 from utils.progress import StepLogger
 from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
-from utils.run_folder import (RESUME_KEYS, FolderError, abandon_newer, check_data, lock_run_folder,
-                              output_dir_for, resume_folder)
+from utils.run_folder import (RESUME_KEYS, abandon_newer, check_data, lock_run_folder, output_dir_for,
+                              resume_folder)
 from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
 from utils.seeding import spread
-from utils.sources import DataError
 from utils.streaming import StreamLoader, load_position, save_position
 from utils.threads import cores_per_process, use_all_cores
 from utils.video_sources import test_views
@@ -86,9 +86,7 @@ PROG = "train_classification.py"
 
 def fail(message):
     """Bad input: one line, exit code 2, nothing written."""
-    sys.stderr.write(f"{PROG}: error: {message}\n")  # one write: lines of several ranks do not interleave
-    sys.stderr.flush()
-    raise SystemExit(2)
+    report_error(PROG, message)
 
 
 @dataclass
@@ -508,7 +506,7 @@ def main(argv=None):
             push_model_folder(out / "model", args.push_to_hub, args, results,
                               f"accelerate launch train_classification.py {shlex.join(map(str, options))}")
         return results
-    except (FolderError, DataError, ModelError, MetricError, PushError) as e:  # bad input: one line, exit 2
+    except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
         if lock is not None:
             lock.release(failed=True)
         fail(str(e))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from utils.errors import UserError
 from utils.io import write_text_atomic
 from utils.metrics import MetricError, parse_metric_spec
 from utils.model_sources import check_clip_frames, check_image_size, check_model_name, is_video_model, source
@@ -17,7 +18,7 @@ from utils.schedule import warmup_epochs
 DATA_RECIPES = {"moving_digits": Path(__file__).parent.parent / "configs" / "moving_digits_mc3_18.yaml"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad option value; the message names the option."""
 
 

@@ -11,13 +11,14 @@ from torchvision.transforms import v2
 from utils import presets
 from utils.config import parse_args
 from utils.data import _with_transform
+from utils.errors import UserError
 from utils.model_sources import build_model
 from utils.models import ModelError, read_state_dict
 from utils.sources import IMAGE_SUFFIXES
 from utils.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """A run folder, input or output that cannot be used as asked; the message is one line."""
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from utils.errors import UserError
 from utils.io import write_json_atomic
 
 MODULES = Path(__file__).parent / "evaluate_modules"  # evaluate.load("accuracy") would need the Hub
@@ -13,7 +14,7 @@ PER_CLASS_LOG_MAX = 100  # more classes than this: per-class accuracy goes to re
 RESERVED = ("top1", "topk", "loss", "samples", "macro", "class_acc")  # --metrics labels the built-in figures use
 
 
-class MetricError(Exception):
+class MetricError(UserError):
     """A --metrics name that cannot be loaded or cannot score class predictions."""
 
 

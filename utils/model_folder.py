@@ -14,6 +14,7 @@ The weights are the EMA's when --model_ema is on (the ones validation follows), 
 import json
 
 from utils import presets
+from utils.errors import UserError
 from utils.io import write_text_atomic
 from utils.model_sources import HF, quiet_transformers, source
 from utils.models import build_options
@@ -64,7 +65,7 @@ def _copy_image_processor(ref, folder):
 
 
 
-class PushError(RuntimeError):
+class PushError(UserError, RuntimeError):
     """The Hub upload failed; the message is one line, and every local file is kept."""
 
 

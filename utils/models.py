@@ -6,6 +6,8 @@ from pathlib import Path
 import torch
 import torchvision
 
+from utils.errors import UserError
+
 
 def classification_models():
     """Names that torchvision.models.get_model accepts for image or video classification."""
@@ -30,7 +32,7 @@ def check_model_name(name):
         raise ValueError(f"{name!r} is not a torchvision classification or video model{hint}")
 
 
-class ModelError(ValueError):
+class ModelError(UserError, ValueError):
     """A model or weights that cannot be used as asked; the message is one line saying what to do."""
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from accelerate.utils import broadcast_object_list, gather_object
 
 from utils import checkpoints
+from utils.errors import UserError
 from utils.io import first_free
 from utils.presets import source_name
 
 
-class FolderError(Exception):
+class FolderError(UserError):
     """A --resume or --output_dir that cannot be used as asked."""
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.errors import UserError
 from utils.video import VIDEO_SUFFIXES
 
 SPLIT_SEED = 0  # carving and subsets use a fixed seed, so every --seed is scored on the same images
@@ -15,7 +16,7 @@ VAL_SPLITS = ("validation", "val", "valid", "test")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Data that cannot be trained on as asked; the message is one line saying what to do."""
 
 
