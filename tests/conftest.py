@@ -16,13 +16,14 @@ sys.path.insert(0, str(ROOT))
 # Runs in this process (main() in-process) and in forked ranks see what launched ones get from environment():
 # no network (read by huggingface_hub at import, hence here, first), offline dashboards.
 os.environ.update(HF_HUB_OFFLINE="1", WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+# The cores this process may use (utils/threads.py says so too, but imports torch, which must come after).
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 # pytest-xdist workers (pytest.ini: -n auto) share the cores out: each worker, and every run it starts
 # (in-process, forked, launched: the script keeps an OMP_NUM_THREADS it is given), gets its part of them.
-# Two workers of two OpenMP threads each on 2 cores ran the suite in 22 min here; of one thread, in 12.
+# Two workers of two OpenMP threads each on 2 cores ran the suite in 22 min here; of one thread, in 11.
 # Set before torch is imported, which reads it once. An OMP_NUM_THREADS of the caller's wins.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    os.environ.setdefault("OMP_NUM_THREADS",
-                          str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 # A small, fast job: synthetic 16x16 images, resnet18, no network.
 TINY = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "--batch_size", "8",
@@ -32,7 +33,7 @@ TINY = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "-
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pytest.ini): a worker per core, at most 4. Much of the suite waits on start-up, launchers and
     signals rather than computing, so two workers on 2 cores overlap it; more than 4 is untried."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    return max(1, min(4, CORES))
 
 
 def free_port():
@@ -113,16 +114,6 @@ def main_fails(args, capsys):
     with pytest.raises(SystemExit) as stopped:
         run_main(args)
     return stopped.value.code, capsys.readouterr().err
-
-
-def killed(argv, when, nproc=1, target="group"):
-    """Run the job under accelerate launch and SIGKILL it from `target` at `when` (tests/helpers/signal_at.py);
-    returns the launcher's exit, which must be a failure."""
-    proc = subprocess.run(command([when, "KILL", target, "0", *argv], nproc, script="tests/helpers/signal_at.py"),
-                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
-    assert proc.returncode != 0, proc.stdout[-2000:]
-    return proc
 
 
 def read_jsonl(path):
