@@ -55,7 +55,7 @@ def get_args(argv=None):
 
 
 def fail(message):
-    from utils.errors import report
+    from utils.core.errors import report
 
     report(PROG, message)
 
@@ -64,9 +64,9 @@ def main(argv=None):
     opts = get_args(argv)
     from accelerate import Accelerator
 
-    from utils.errors import UserError
+    from utils.core.errors import UserError
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
-    from utils.presets import is_video
+    from utils.data.presets import is_video
 
     import torch
 
@@ -106,7 +106,7 @@ def predict(accelerator, train_args, names, model, files, opts):
     from torch.utils.data import DataLoader
 
     from utils.inference import RunError, eval_dataset
-    from utils.on_device import BatchInput
+    from utils.data.on_device import BatchInput
 
     top_k = min(opts.top_k, len(names))
     dataset, per_file = eval_dataset(train_args, files, multi_view=opts.multi_view)
@@ -189,7 +189,7 @@ def report(rows, names, opts):
 
 
 def write_rows(rows, path):
-    from utils.io import write_text_atomic
+    from utils.core.io import write_text_atomic
 
     if path.suffix == ".jsonl":
         text = "".join(json.dumps(r) + "\n" for r in rows)

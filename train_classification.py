@@ -55,31 +55,33 @@ import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin, gather_object, set_seed
 
-from utils import checkpoints, report, trackers
-from utils.config import parse_args, save_config
-from utils.data import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature, epoch_batches,
+from utils.training import checkpoints
+from utils.reporting import report
+from utils.reporting import trackers
+from utils.config.options import parse_args, save_config
+from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature, epoch_batches,
                         sample_count)
-from utils.elastic import join_restarted_group
-from utils.errors import UserError, report as report_error
-from utils.ema import build_ema, save_ema, update_ema
-from utils.io import write_json_atomic
-from utils.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
+from utils.core.elastic import join_restarted_group
+from utils.core.errors import UserError, report as report_error
+from utils.models.ema import build_ema, save_ema, update_ema
+from utils.core.io import write_json_atomic
+from utils.evaluation.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
                            validation_row)
-from utils.model_folder import push_model_folder, save_model_folder
-from utils.model_sources import build_model, initialise
-from utils.models import for_device
-from utils.multiview import test_row, test_videos
-from utils.on_device import BatchInput
-from utils.presets import input_notes, is_video, sample_unit, source_name
-from utils.progress import StepLogger
-from utils.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
-from utils.run_folder import (RESUME_KEYS, abandon_newer, check_data, lock_run_folder, output_dir_for,
+from utils.reporting.model_folder import push_model_folder, save_model_folder
+from utils.models.libraries import build_model, initialise
+from utils.models.torchvision_models import for_device
+from utils.evaluation.multiview import test_row, test_videos
+from utils.data.on_device import BatchInput
+from utils.data.presets import input_notes, is_video, sample_unit, source_name
+from utils.reporting.progress import StepLogger
+from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
+from utils.training.run_folder import (RESUME_KEYS, abandon_newer, check_data, lock_run_folder, output_dir_for,
                               resume_folder)
-from utils.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
-from utils.seeding import spread
-from utils.streaming import StreamLoader, load_position, save_position
-from utils.threads import cores_per_process, use_all_cores
-from utils.video_sources import test_views
+from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
+from utils.core.seeding import spread
+from utils.data.streaming import StreamLoader, load_position, save_position
+from utils.core.threads import cores_per_process, use_all_cores
+from utils.data.video_sources import test_views
 
 PROG = "train_classification.py"
 
@@ -103,7 +105,7 @@ class Job:
     train_loader: object
     val_loader: object
     steps_per_epoch: int
-    metrics: object  # the evaluate modules (utils/metrics.py)
+    metrics: object  # the evaluate modules (utils/evaluation/metrics.py)
     k: int
     class_names: list
     out: Path
@@ -112,14 +114,14 @@ class Job:
     stop: StopRequest
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
     best_top1: list  # the best val top-1 so far, last (--keep_best)
-    data: dict = None  # the training data's signature (utils/data.py), kept in checkpoints
+    data: dict = None  # the training data's signature (utils/data/loaders.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
-    ema: object = None  # --model_ema: the averaged copy (utils/ema.py)
-    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/on_device.py)
+    ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
+    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
 
     def streaming(self):
-        """--streaming: the train loader is ours, with a stream position that checkpoints keep (utils/streaming.py)."""
+        """--streaming: the train loader is ours, with a stream position that checkpoints keep (utils/data/streaming.py)."""
         return isinstance(self.train_loader, StreamLoader)
 
     def bare_model(self):
@@ -359,7 +361,7 @@ def build_accelerator(args):
     # it, an accelerate config's dynamo settings still apply.
     compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
     cpu = not torch.accelerator.is_available()
-    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/elastic.py
+    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/core/elastic.py
     return Accelerator(
         **compiling,
         kwargs_handlers=[timeout],
@@ -460,7 +462,7 @@ def build_job(args, accelerator, out):
 
 
 def main(argv=None):
-    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (utils/preemption.py)
+    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (utils/core/preemption.py)
     args = parse_args(argv, prog=PROG)
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)

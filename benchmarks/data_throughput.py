@@ -14,7 +14,7 @@ host-to-device copy) and normalises each batch in the main process, as training 
 (here the CPU: that cost is inside the figure). Each figure is the median of several epochs, timed
 from the first batch of the epoch on.
 
---streaming adds the --streaming path (utils/streaming.py): the same JPEG bytes written into 8 parquet
+--streaming adds the --streaming path (utils/data/streaming.py): the same JPEG bytes written into 8 parquet
 shards, read as a stream by the training loader (shards split among workers, blocks shuffled, the
 same transforms and uint8 hand-over), against the map-style folder path on the same files.
 """
@@ -72,7 +72,7 @@ def baseline_loader(folder, batch_size, workers):
     import torchvision
     from torchvision.transforms import v2
 
-    from utils.presets import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.presets import IMAGENET_MEAN, IMAGENET_STD
 
     transform = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.ToImage(),
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
@@ -86,10 +86,10 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     from torchvision.transforms import v2
 
     from train_classification import build_accelerator
-    from utils.config import parse_args
-    from utils.data import build_dataloaders, build_datasets
-    from utils.on_device import BatchInput
-    from utils.presets import IMAGENET_MEAN, IMAGENET_STD, Fixed
+    from utils.config.options import parse_args
+    from utils.data.loaders import build_dataloaders, build_datasets
+    from utils.data.on_device import BatchInput
+    from utils.data.presets import IMAGENET_MEAN, IMAGENET_STD, Fixed
 
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
                        "--num_workers", str(workers), "--val_fraction", "0.1"])
@@ -134,9 +134,9 @@ class StreamEpochs:
 
 def stream_loader(shards, batch_size, workers):
     from train_classification import build_accelerator
-    from utils.config import parse_args
-    from utils.data import build_dataloaders, build_datasets
-    from utils.on_device import BatchInput
+    from utils.config.options import parse_args
+    from utils.data.loaders import build_dataloaders, build_datasets
+    from utils.data.on_device import BatchInput
 
     args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
                        str(batch_size), "--num_workers", str(workers)])

@@ -30,11 +30,11 @@ from torch.utils.data import DataLoader, RandomSampler
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from utils.config import parse_args  # noqa: E402
-from utils.data import build_datasets  # noqa: E402
-from utils.preemption import worker_init_fn  # noqa: E402
-from utils.threads import cores_per_process  # noqa: E402
-from utils.video import PathFrames, write_video  # noqa: E402
+from utils.config.options import parse_args  # noqa: E402
+from utils.data.loaders import build_datasets  # noqa: E402
+from utils.core.preemption import worker_init_fn  # noqa: E402
+from utils.core.threads import cores_per_process  # noqa: E402
+from utils.data.video import PathFrames, write_video  # noqa: E402
 
 
 def generate_videos(root, count, seconds, fps=25, size=(320, 240), seed=0):

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 # Runs in this process (main() in-process) and in forked ranks see what launched ones get from environment():
 # no network (read by huggingface_hub at import, hence here, first), offline dashboards.
 os.environ.update(HF_HUB_OFFLINE="1", WANDB_MODE="offline", PYTHONUNBUFFERED="1")
-# The cores this process may use (utils/threads.py says so too, but imports torch, which must come after).
+# The cores this process may use (utils/core/threads.py says so too, but imports torch, which must come after).
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 # pytest-xdist workers (pytest.ini: -n auto) share the cores out: each worker, and every run it starts
 # (in-process, forked, launched: the script keeps an OMP_NUM_THREADS it is given), gets its part of them.
@@ -222,7 +222,7 @@ def make_video(path, frames=12, height=24, width=32, label=0, codec="libx264"):
     coding), with a bright bar moving right (label 0) or left (label 1)."""
     import numpy as np
 
-    from utils.video import write_video
+    from utils.data.video import write_video
 
     data = np.zeros((frames, height, width, 3), np.uint8)
     for t in range(frames):

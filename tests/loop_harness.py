@@ -11,11 +11,11 @@ from torch.utils.data import Dataset
 
 import conftest  # noqa: F401  (puts the repo root on sys.path)
 from train_classification import Job, train_one_epoch
-from utils.data import BadImages, EpochSeeded, build_dataloaders
-from utils.on_device import BatchInput
-from utils.preemption import StopRequest
-from utils.progress import StepLogger
-from utils.schedule import build_lr_scheduler, build_optimizer
+from utils.data.loaders import BadImages, EpochSeeded, build_dataloaders
+from utils.data.on_device import BatchInput
+from utils.core.preemption import StopRequest
+from utils.reporting.progress import StepLogger
+from utils.training.schedule import build_lr_scheduler, build_optimizer
 
 SAMPLES = 64
 

@@ -9,11 +9,11 @@ from torch.utils.data import Dataset
 
 from loop_harness import make_job
 from train_classification import build_accelerator, train_one_epoch
-from utils.config import parse_args
+from utils.config.options import parse_args
 
 
 class HalfBroken(Dataset):
-    """8 samples; those in `bad` failed to decode: zero pixels, valid False, as utils/data.py yields them."""
+    """8 samples; those in `bad` failed to decode: zero pixels, valid False, as utils/data/loaders.py yields them."""
 
     def __init__(self, bad):
         g = torch.Generator().manual_seed(0)

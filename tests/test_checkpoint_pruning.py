@@ -1,4 +1,4 @@
-"""utils.checkpoints.prune and latest on hand-made checkpoint folders: which ones survive, which is newest."""
+"""utils.training.checkpoints.prune and latest on hand-made checkpoint folders: which ones survive, which is newest."""
 
 import json
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import conftest  # noqa: F401  (puts the repo root on sys.path)
-from utils import checkpoints
+from utils.training import checkpoints
 
 
 def make(out, name, global_step, epoch_end, val_top1=None, *, with_key=True, mtime=None):

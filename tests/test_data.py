@@ -9,8 +9,8 @@ from PIL import Image
 
 from conftest import main_fails, make_folder, read_json, run_main, runs_in_one_process
 from ranks import ranks_ok
-from utils.config import parse_args
-from utils.sources import DataError, load_splits
+from utils.config.options import parse_args
+from utils.data.sources import DataError, load_splits
 
 FAST = ["--image_size", "16", "--batch_size", "4", "--num_workers", "0", "--epochs", "1", "--warmup_epochs", "0"]
 
@@ -42,7 +42,7 @@ def nested_folder(root):
 def test_nested_image_folders_are_labelled_by_their_top_folder(tmp_path):
     import datasets
 
-    from utils.data import decode_rgb
+    from utils.data.loaders import decode_rgb
 
     tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
     (va / "cat" / "1.jpg").unlink()
@@ -83,8 +83,8 @@ def test_a_run_on_nested_image_folders(tmp_path):
 def test_a_file_moved_to_another_class_is_other_training_data_for_a_resume(tmp_path, fresh_accelerate_state):
     """The same count of images in the same classes, one of them relabelled: a resume must refuse it (the
     labels in order are part of the data's signature, not only the counts)."""
-    from utils.data import build_datasets, data_signature
-    from utils.run_folder import FolderError, check_data
+    from utils.data.loaders import build_datasets, data_signature
+    from utils.training.run_folder import FolderError, check_data
 
     make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
     make_folder(tmp_path / "va", {"cat": 1, "dog": 1})
@@ -136,8 +136,8 @@ def test_save_to_disk_round_trip_and_column_detection(saved_dataset):
 
 
 def test_the_digits_take_seeded_subsets_too():
-    from utils.config import parse_args
-    from utils.data import build_datasets
+    from utils.config.options import parse_args
+    from utils.data.loaders import build_datasets
 
     train, val, names, _ = build_datasets(parse_args(["--max_train_samples", "100", "--max_val_samples", "30"]))
     whole, whole_val, _, _ = build_datasets(parse_args([]))

@@ -5,7 +5,7 @@ import argparse
 import torch
 import torchvision
 
-from utils.ema import build_ema, update_ema
+from utils.models.ema import build_ema, update_ema
 
 
 def test_ema_follows_the_weights_and_buffers_with_timms_warmup():

@@ -2,14 +2,14 @@
 
 import pytest
 
-from utils.config import ConfigError
-from utils.errors import UserError, report
+from utils.config.options import ConfigError
+from utils.core.errors import UserError, report
 from utils.inference import RunError
-from utils.metrics import MetricError
-from utils.model_folder import PushError
-from utils.models import ModelError
-from utils.run_folder import FolderError
-from utils.sources import DataError
+from utils.evaluation.metrics import MetricError
+from utils.reporting.model_folder import PushError
+from utils.models.torchvision_models import ModelError
+from utils.training.run_folder import FolderError
+from utils.data.sources import DataError
 
 
 @pytest.mark.parametrize("error, builtin", [(DataError, ValueError), (ModelError, ValueError), (ConfigError, ValueError),

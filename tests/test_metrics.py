@@ -9,7 +9,7 @@ from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_
 
 from conftest import TINY, read_json, read_jsonl, runs_in_one_process
 from ranks import run_ranks
-from utils.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
+from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
                            result_figures, summarize, sums, topk_for, validation_row)
 
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torchvision
 
-from utils.config import parse_args
-from utils.models import build_model, check_model_name
+from utils.config.options import parse_args
+from utils.models.torchvision_models import build_model, check_model_name
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0"])
@@ -54,7 +54,7 @@ def test_every_torchvision_model_with_auxiliary_heads_is_built_without_them():
     import torch
     import torchvision
 
-    from utils.models import _BUILD_OPTIONS
+    from utils.models.torchvision_models import _BUILD_OPTIONS
 
     with_aux = sorted(c.__name__ for c in vars(torchvision.models).values() if isinstance(c, type)
                       and issubclass(c, torch.nn.Module) and "aux_logits" in inspect.signature(c).parameters)
@@ -68,7 +68,7 @@ def test_every_torchvision_model_with_auxiliary_heads_is_built_without_them():
 def test_pretrained_state_with_auxiliary_heads_loads_and_computes_the_same(name, size, heads):
     import torch
 
-    from utils.models import ModelError, load_matching
+    from utils.models.torchvision_models import ModelError, load_matching
 
     reference = torchvision_pretrained_layout(name).eval()
     state = reference.state_dict()
@@ -87,8 +87,8 @@ def test_pretrained_state_with_auxiliary_heads_loads_and_computes_the_same(name,
 def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path):
     import torch
 
-    from utils.config import parse_args
-    from utils.model_sources import initialise
+    from utils.config.options import parse_args
+    from utils.models.libraries import initialise
 
     reference = torchvision_pretrained_layout("googlenet", num_classes=1000)
     torch.save(reference.state_dict(), tmp_path / "googlenet.pth")
@@ -104,7 +104,7 @@ def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path)
 def test_minimum_image_size_is_the_real_limit(name, least):
     import torch
 
-    from utils.models import ModelError, check_image_size
+    from utils.models.torchvision_models import ModelError, check_image_size
 
     model = build_model(name, num_classes=3).eval()
     with torch.no_grad():
@@ -121,7 +121,7 @@ def test_no_limit_where_torchvision_meta_overstates_the_minimum(name):
     import torch
     import torchvision
 
-    from utils.models import check_image_size
+    from utils.models.torchvision_models import check_image_size
 
     assert torchvision.models.get_model_weights(name).DEFAULT.meta["min_size"][0] > 32
     check_image_size(name, 32)
@@ -137,7 +137,7 @@ def test_no_limit_where_torchvision_meta_overstates_the_minimum(name):
      "vit_b_16 takes --image_size 224 only, got 256"),
 ])
 def test_an_image_size_the_model_cannot_take_is_one_line_exit_2(argv, message, capsys):
-    from utils.config import parse_args
+    from utils.config.options import parse_args
 
     with pytest.raises(SystemExit) as e:
         parse_args(argv)
@@ -149,7 +149,7 @@ def test_an_image_size_the_model_cannot_take_is_one_line_exit_2(argv, message, c
                                   ["--model", "efficientnet_v2_s"], ["--model", "swin_t"],
                                   ["--model", "vit_b_16", "--train_dir", "x"]])
 def test_image_sizes_the_model_can_take_pass(argv):
-    from utils.config import parse_args
+    from utils.config.options import parse_args
 
     assert parse_args(argv).model == argv[1]
 
@@ -187,7 +187,7 @@ def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsy
 def test_sync_bn_and_channels_last_reshape_the_model_and_sync_bn_is_refused_on_cpu_processes():
     from types import SimpleNamespace
 
-    from utils.models import ModelError, build_model, for_device
+    from utils.models.torchvision_models import ModelError, build_model, for_device
 
     one_cpu = SimpleNamespace(num_processes=1, device=torch.device("cpu"))
     model = for_device(build_model("resnet18", 10), parse_args(["--sync_bn", "--channels_last"]), one_cpu)

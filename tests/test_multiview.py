@@ -1,4 +1,4 @@
-"""The multi-view arithmetic (utils/multiview.py) on views whose logits differ a lot: a video's figures come
+"""The multi-view arithmetic (utils/evaluation/multiview.py) on views whose logits differ a lot: a video's figures come
 from the mean of its views' softmaxes, never from the mean of their logits."""
 
 from types import SimpleNamespace
@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from utils.data import BadImages
-from utils.metrics import load_metrics
-from utils.multiview import test_videos as score_videos
+from utils.data.loaders import BadImages
+from utils.evaluation.metrics import load_metrics
+from utils.evaluation.multiview import test_videos as score_videos
 
 # Per video, its views' logits: 2 clips x 2 crops. Video 0's mean softmax favours class 1 (its label), its mean
 # logit class 0; video 1 is confident once and unsure three times; video 2's views agree.

@@ -11,7 +11,7 @@ import torch
 from conftest import read_jsonl
 from loop_harness import Points, assert_bitwise_equal, epoch_order, make_job, run_epoch, snapshot, train_until
 from train_classification import NonFiniteLoss, build_accelerator, train_one_epoch
-from utils.config import parse_args
+from utils.config.options import parse_args
 
 BATCH = 8
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from utils.config import parse_args
-from utils.on_device import BatchInput
+from utils.config.options import parse_args
+from utils.data.on_device import BatchInput
 
 CLASSES = 10
 

@@ -19,7 +19,7 @@ def digits_run(tmp_path_factory):
     """A one-epoch digits run (far from perfect, so that agreement means something), with EMA, and
     its 360 val images written as <class>/<n>.png (PNG: lossless, the same pixels)."""
     import train_classification
-    from utils.data import load_digits_dataset
+    from utils.data.loaders import load_digits_dataset
 
     root = tmp_path_factory.mktemp("predict")
     results = train_classification.main(["--epochs", "1", "--model_ema",
@@ -93,10 +93,10 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     """predict.py on a folder run (crop_pct 0.8: resize the short side to 20, centre crop 16) gives each file the
     pixels its validation set gives it, bit for bit; a train transform (random crop, flip) would not."""
     from conftest import make_folder
-    from utils.config import parse_args
-    from utils.data import build_datasets
+    from utils.config.options import parse_args
+    from utils.data.loaders import build_datasets
     from utils.inference import eval_dataset
-    from utils.sources import load_splits
+    from utils.data.sources import load_splits
 
     for split in ("tr", "va"):
         make_folder(tmp_path / split, {"cat": 3, "dog": 3}, size=(40, 30), noise=60)
@@ -110,7 +110,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
         assert files[i]["pixel_values"].shape == (3, 16, 16)
         assert torch.equal(files[i]["pixel_values"], val[i]["pixel_values"]), paths[i]
     # and what its model/config.json tells a user of the folder to feed the model: that eval input
-    from utils.model_folder import input_config
+    from utils.reporting.model_folder import input_config
 
     assert input_config(args) == {"image_size": 16, "resize": 20, "interpolation": "bilinear",
                                   "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
@@ -146,7 +146,7 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
     path = tmp_path / "model.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path)])
     assert "max abs diff" in capsys.readouterr().out
-    from utils.on_device import BatchInput
+    from utils.data.on_device import BatchInput
 
     args, _, model = load_run(root / "run")
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -154,7 +154,7 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
         pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
         with torch.no_grad():
             expected = EvalGraph(model, args).eval()(pixels).numpy()
-            # what training and validation fed the model (utils/on_device.py): the graph normalises alike (up
+            # what training and validation fed the model (utils/data/on_device.py): the graph normalises alike (up
             # to the rounding of x / 255 against to_dtype's scaling)
             normalised = EvalGraph(torch.nn.Identity(), args)(pixels)
             assert (normalised - BatchInput(args, 10, 0)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
@@ -224,7 +224,7 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
     under 2 processes: 15 items, padded) its video top-1 and loss, rows in input order; a folder of
     PNG frames is a video, scored like the file it came from."""
     import predict
-    from utils.video import read_video_file
+    from utils.data.video import read_video_file
 
     root, results = video_run
     print({k: results[k] for k in ("val_top1", "val_loss", "video_top1", "video_loss")})

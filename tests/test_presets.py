@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from utils.config import parse_args
-from utils.data import decode_rgb
-from utils.on_device import BatchInput
-from utils.presets import eval_preset, train_crop_size, train_preset
+from utils.config.options import parse_args
+from utils.data.loaders import decode_rgb
+from utils.data.on_device import BatchInput
+from utils.data.presets import eval_preset, train_crop_size, train_preset
 
-# torchvision 0.29 deprecates its decoders; utils/data.py still uses them on purpose
+# torchvision 0.29 deprecates its decoders; utils/data/loaders.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
 
 
@@ -101,7 +101,7 @@ def test_eval_resizes_the_shorter_side_to_int_size_over_crop_pct_then_crops_the_
 def test_eval_matches_an_explicit_resize_and_centre_crop():
     from torchvision.transforms.v2 import functional as F
 
-    from utils.presets import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.presets import IMAGENET_MEAN, IMAGENET_STD
 
     image = torch.randint(0, 256, (3, 300, 400), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     out = eval_preset(preset_args("--image_size", "224"))(image)  # crop_pct 0.875: shorter side to 256
@@ -203,7 +203,7 @@ def test_train_crop_val_resize_and_val_crop_sizes_are_their_own():
 def test_progressive_resizing_follows_ffcvs_ramp():
     import numpy as np
 
-    from utils.presets import progressive_size
+    from utils.data.presets import progressive_size
 
     def ffcv(epoch, low, high, start, end):  # FFCV's get_resolution, with numpy as it is written there
         if epoch <= start:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import read_jsonl
-from utils import progress
+from utils.reporting import progress
 
 
 class Terminal(io.StringIO):

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from utils import plots, report
+from utils.reporting import plots
+from utils.reporting import report
 
 
 def rows():

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
 from ranks import ranks_ok, run_ranks
-from utils import checkpoints
-from utils.run_folder import RunLock
+from utils.training import checkpoints
+from utils.training.run_folder import RunLock
 
 
 def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_its_run(
@@ -65,8 +65,8 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
 def test_every_option_is_checked_on_resume_or_listed_as_free_to_change():
     """An option missing from both lists fails here: a new one, or one dropped from RESUME_KEYS, which a resume
     with a changed value would then pass silently."""
-    from utils.config import get_args_parser
-    from utils.run_folder import RESUME_FREE, RESUME_KEYS
+    from utils.config.options import get_args_parser
+    from utils.training.run_folder import RESUME_FREE, RESUME_KEYS
 
     options = {action.dest for action in get_args_parser()._actions if action.dest != "help"}
     assert len(set(RESUME_KEYS)) == len(RESUME_KEYS) and len(set(RESUME_FREE)) == len(RESUME_FREE)
@@ -75,8 +75,8 @@ def test_every_option_is_checked_on_resume_or_listed_as_free_to_change():
 
 
 def test_a_changed_value_of_any_resume_key_is_refused_naming_it():
-    from utils.config import parse_args
-    from utils.run_folder import RESUME_KEYS, FolderError, _check_options
+    from utils.config.options import parse_args
+    from utils.training.run_folder import RESUME_KEYS, FolderError, _check_options
 
     args = parse_args([])
     state = {"options": {key: getattr(args, key) for key in RESUME_KEYS}, "world_size": 1}

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from utils.schedule import build_lr_scheduler
+from utils.training.schedule import build_lr_scheduler
 
 
 def schedule(steps_per_epoch, **kw):
@@ -75,8 +75,8 @@ def test_same_point_same_lr_across_step_counts():
 
 
 def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsys):
-    from utils.config import parse_args
-    from utils.schedule import warmup_epochs
+    from utils.config.options import parse_args
+    from utils.training.schedule import warmup_epochs
 
     assert warmup_epochs(parse_args([])) == 1.0  # the default job: unchanged
     assert warmup_epochs(parse_args(["--epochs", "1"])) == pytest.approx(0.2)  # fits instead of failing
@@ -98,8 +98,8 @@ def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsy
 def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
     import torchvision
 
-    from utils.config import parse_args, save_config
-    from utils.schedule import build_optimizer, lr_notes, parameter_groups
+    from utils.config.options import parse_args, save_config
+    from utils.training.schedule import build_optimizer, lr_notes, parameter_groups
 
     model = torchvision.models.resnet18(num_classes=3)
     weights, norms, biases = (g["params"] for g in parameter_groups(model, parse_args([])))

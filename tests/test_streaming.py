@@ -1,5 +1,5 @@
 """--streaming: local parquet and webdataset shards read as a stream, each process its own shards, every
-sample of an epoch once, and a resumed run continuing where its checkpoint stood (utils/streaming.py)."""
+sample of an epoch once, and a resumed run continuing where its checkpoint stood (utils/data/streaming.py)."""
 
 import io
 import tarfile
@@ -44,7 +44,7 @@ def parquet_shards(tmp_path_factory):
 
 
 def stream_args(source, *extra):
-    from utils.config import parse_args
+    from utils.config.options import parse_args
 
     return parse_args(["--dataset", str(source), "--streaming", "--image_size", "16", "--batch_size", "4",
                        "--num_workers", "2", *map(str, extra)])
@@ -54,9 +54,9 @@ def loader_for(args, rank, world):
     """This rank's StreamLoader, as the script builds it (CPU)."""
     from functools import partial
 
-    from utils import presets
-    from utils.preemption import worker_init_fn
-    from utils.streaming import StreamLoader, build_stream
+    from utils.data import presets
+    from utils.core.preemption import worker_init_fn
+    from utils.data.streaming import StreamLoader, build_stream
 
     rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args), args))
     return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
@@ -86,8 +86,8 @@ def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_
     order within a block of samples read in a row (one process, no workers: nothing else moves them)."""
     from functools import partial
 
-    from utils import presets
-    from utils.streaming import build_stream
+    from utils.data import presets
+    from utils.data.streaming import build_stream
 
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0")
     rows, _, _, _ = build_stream(args, 0, 1, presets.ByEpoch(partial(presets.train_preset, args), args))
@@ -114,7 +114,7 @@ def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_
 def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, tmp_path):
     """5 batches into epoch 1, the position saved as a checkpoint does; a new loader continues from it with
     the same samples, augmented alike, and then starts epoch 2 from its beginning."""
-    from utils.streaming import load_position, save_position
+    from utils.data.streaming import load_position, save_position
 
     args = stream_args(parquet_shards, "--label_column", "id")
     whole = loader_for(args, 0, 2)
@@ -139,8 +139,8 @@ def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, t
 
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
     """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
-    from utils.data import BadImages
-    from utils.streaming import PADDING
+    from utils.data.loaders import BadImages
+    from utils.data.streaming import PADDING
 
     args = stream_args(parquet_shards, "--steps_per_epoch", "14")
     batches = list(loader_for(args, 1, 2).batches(0))

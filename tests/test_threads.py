@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import launch
-from utils.threads import cores_per_process
+from utils.core.threads import cores_per_process
 
 
 def probe(env=None, launcher_args=()):

@@ -6,12 +6,12 @@ import torch
 from torchvision import tv_tensors
 
 from conftest import make_video
-from utils.config import parse_args
-from utils.presets import video_eval, video_test
-from utils.seeding import EpochSeeded
-from utils.sources import DataError
-from utils.video import ArrayFrames, VideoClips, frame_indices, read_video_file
-from utils.video_sources import build_video_datasets, parse_list
+from utils.config.options import parse_args
+from utils.data.presets import video_eval, video_test
+from utils.core.seeding import EpochSeeded
+from utils.data.sources import DataError
+from utils.data.video import ArrayFrames, VideoClips, frame_indices, read_video_file
+from utils.data.video_sources import build_video_datasets, parse_list
 
 
 def grey_level(frames):
@@ -173,7 +173,7 @@ def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
 def test_a_hub_dataset_of_videos_is_one_line_saying_what_is_missing(tmp_path):
     import datasets
 
-    from utils.sources import load_splits
+    from utils.data.sources import load_splits
 
     features = datasets.Features(video=datasets.Video(), label=datasets.Value("int64"))
     video = make_video(tmp_path / "v.mp4")  # with torchcodec installed, datasets opens it to encode the row
@@ -188,8 +188,8 @@ def test_a_frame_model_scores_a_moving_digit_and_its_time_reversal_alike_which_m
     """Why a frame model (TSN) cannot tell the direction of the moving digits: a clip played backwards is a clip
     of the opposite direction (the path is symmetric in time about its centre), and a model that averages its
     frames' scores gives the two the same logits. The trained gap: tests/test_video_train.py."""
-    from utils import moving_digits
-    from utils.models import build_model
+    from utils.data import moving_digits
+    from utils.models.torchvision_models import build_model
 
     clips, labels = moving_digits.load()["validation"]
     names = moving_digits.CLASS_NAMES

@@ -8,14 +8,14 @@ from pathlib import Path
 import torch
 from torchvision.transforms import v2
 
-from utils import presets
-from utils.config import parse_args
-from utils.data import _with_transform
-from utils.errors import UserError
-from utils.model_sources import build_model
-from utils.models import ModelError, read_state_dict
-from utils.sources import IMAGE_SUFFIXES
-from utils.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
+from utils.data import presets
+from utils.config.options import parse_args
+from utils.data.loaders import _with_transform
+from utils.core.errors import UserError
+from utils.models.libraries import build_model
+from utils.models.torchvision_models import ModelError, read_state_dict
+from utils.data.sources import IMAGE_SUFFIXES
+from utils.data.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
 
 
 class RunError(UserError, ValueError):
@@ -78,8 +78,8 @@ def list_inputs(items, video=False):
 
 
 def eval_dataset(args, files, multi_view=False):
-    """`files` through the run's own eval transform, read as validation reads (utils/data.py,
-    utils/video_sources.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
+    """`files` through the run's own eval transform, read as validation reads (utils/data/loaders.py,
+    utils/data/video_sources.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
     error. Video: the run's val clip of each file, or with `multi_view` its test views (--test_clips
     clips of each video, item i = clip i % clips of video i // clips, each (--test_crops, C, T, H, W)).
     Returns (dataset, items per file)."""
@@ -121,7 +121,7 @@ def input_shape(args):
 
 class EvalGraph(torch.nn.Module):
     """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits: the run's normalisation (the
-    arithmetic of utils/on_device.py) and the model, as one graph to export."""
+    arithmetic of utils/data/on_device.py) and the model, as one graph to export."""
 
     def __init__(self, model, args):
         super().__init__()

@@ -6,6 +6,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from utils.threads import use_all_cores  # noqa: E402
+from utils.core.threads import use_all_cores  # noqa: E402
 
 print(f"threads={use_all_cores(torch.device('cpu'))}")

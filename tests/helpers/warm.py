@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import train_classification  # noqa: E402,F401  (accelerate, datasets and every utils module)
-from utils.metrics import load_metrics  # noqa: E402
+from utils.evaluation.metrics import load_metrics  # noqa: E402
 
 from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E402,F401
 

@@ -1,0 +1,48 @@
+"""The layers of utils/: every package says in its docstring which packages it may import, and imports
+no other (in particular none above it), so that a package can be read, tested and changed with only
+what lies below it in mind."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+UTILS = Path(__file__).resolve().parent.parent / "utils"
+ORDER = ["core", "models", "data", "evaluation", "training", "reporting", "config"]  # bottom to top
+
+
+def our_imports(path):
+    """The utils packages a module imports (`from utils.<pkg>...` / `import utils.<pkg>...`), with lines."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        found += [(n.split(".")[1], node.lineno) for n in names if n.startswith("utils.")]
+    return found
+
+
+def allowed(package):
+    """The packages named on the `May import:` line of the package's docstring."""
+    doc = ast.get_docstring(ast.parse((UTILS / package / "__init__.py").read_text())) or ""
+    line = re.search(r"^May import: (.*)$", doc, flags=re.M)
+    assert line, f"utils/{package}/__init__.py: its docstring has no 'May import:' line"
+    if line.group(1).startswith("every package below"):
+        return set(ORDER[:ORDER.index(package)])
+    return {name for name in re.findall(r"utils\.([a-z_]+)", line.group(1))}
+
+
+def test_the_packages_are_the_layers_and_nothing_else_lives_in_utils():
+    packages = sorted(p.name for p in UTILS.iterdir() if (p / "__init__.py").exists())
+    assert packages == sorted(ORDER)
+    assert sorted(p.name for p in UTILS.glob("*.py")) == ["__init__.py", "inference.py"]
+
+
+@pytest.mark.parametrize("package", ORDER)
+def test_a_package_imports_only_what_its_docstring_allows_and_nothing_above_it(package):
+    may = allowed(package)
+    assert may <= set(ORDER[:ORDER.index(package)]), f"utils/{package} says it may import a package above it"
+    wrong = [f"{path.relative_to(UTILS.parent)}:{line} imports utils.{other}"
+             for path in sorted((UTILS / package).rglob("*.py")) if "evaluate_modules" not in path.parts
+             for other, line in our_imports(path) if other != package and other not in may]
+    assert not wrong, "\n".join(wrong)

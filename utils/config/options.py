@@ -1,0 +1,461 @@
+"""Command-line options, YAML recipes that set their defaults, and validation: the one source of config."""
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+import yaml
+
+from utils.core.errors import UserError
+from utils.core.io import write_text_atomic
+from utils.evaluation.metrics import MetricError, parse_metric_spec
+from utils.models.libraries import check_clip_frames, check_image_size, check_model_name, is_video_model, source
+from utils.data.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
+from utils.training.schedule import warmup_epochs
+
+# Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
+DATA_RECIPES = {"moving_digits": Path(__file__).parents[2] / "configs" / "moving_digits_mc3_18.yaml"}
+
+
+class ConfigError(UserError, ValueError):
+    """A bad option value; the message names the option."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage block on an error; we print one line and exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def get_args_parser(prog="train_classification.py"):
+    """Every option, with its default and help. YAML keys are these dest names (snake_case)."""
+    p = _OneLineParser(prog=prog, description="Train an image or video classifier with HuggingFace Accelerate.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", type=str, default=None,
+                   help="YAML recipe whose keys (option names) set defaults; the command line wins")
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", type=str, default="digits",
+                   help="digits (embedded 8x8 scans, offline), moving_digits (embedded video clips labelled by "
+                        "direction of motion, offline), synthetic (random tensors, no I/O), imagefolder "
+                        "(with --data_dir), a folder written by save_to_disk, or a Hub dataset name (e.g. cifar10)")
+    g.add_argument("--dataset_config", type=str, default=None, help="Hub dataset configuration name")
+    g.add_argument("--train_split", type=str, default="train", help="split to train on")
+    g.add_argument("--val_split", type=str, default=None,
+                   help="split to validate on (default: validation, val, valid or test, whichever exists)")
+    g.add_argument("--val_fraction", type=float, default=0.1,
+                   help="without a validation split: this fraction of train, stratified, fixed seed")
+    g.add_argument("--image_column", type=str, default=None, help="image column (default: image, img, ...)")
+    g.add_argument("--label_column", type=str, default=None, help="label column (default: label, labels, ...)")
+    g.add_argument("--train_dir", type=str, default=None,
+                   help="folder of <class>/<image> (or <class>/<video>) files to train on")
+    g.add_argument("--val_dir", type=str, default=None,
+                   help="folder of <class>/<image> (or <class>/<video>) files to validate on")
+    g.add_argument("--data_dir", type=str, default=None,
+                   help="with --dataset imagefolder: a folder holding train/ and val/ (or validation/)")
+    g.add_argument("--streaming", action="store_true",
+                   help="read the training split of --dataset (a Hub name, or a local folder of parquet/arrow/"
+                        "webdataset shards) as a stream: each process reads its own shards, nothing cached ahead; "
+                        "the validation split is read whole")
+    g.add_argument("--steps_per_epoch", type=int, default=None,
+                   help="--streaming: optimizer steps per epoch (default: the split's size from its metadata over "
+                        "the global batch)")
+    g.add_argument("--shuffle_buffer", type=int, default=1000,
+                   help="--streaming: samples are shuffled in blocks of this many read in a row (the shard order "
+                        "is shuffled too); each worker holds one block of undecoded samples")
+    g.add_argument("--max_train_samples", type=int, default=None, help="train on a seeded subset of this size")
+    g.add_argument("--max_val_samples", type=int, default=None, help="validate on a seeded subset of this size")
+    g.add_argument("--skip_bad_images", "--skip_bad_videos", dest="skip_bad_images", action="store_true",
+                   help="skip images or videos that cannot be decoded (listed in bad_images.txt) instead of stopping")
+    g.add_argument("--image_size", type=int, default=None,
+                   help="side of the square input images (default: 32 for digits and synthetic, else 224)")
+    g.add_argument("--num_classes", type=int, default=10, help="class count of --dataset synthetic")
+    g.add_argument("--synthetic_train_samples", type=int, default=1024, help="train size of --dataset synthetic")
+    g.add_argument("--synthetic_val_samples", type=int, default=256, help="val size of --dataset synthetic")
+    g.add_argument("--num_workers", type=int, default=None,
+                   help="data-loading worker processes per process (default: chosen from the cores per process)")
+    g = p.add_argument_group("video (list files, <class>/<video> folders, moving digits)")
+    g.add_argument("--train_list", type=str, default=None,
+                   help="list file of training videos: 'path label' or 'path num_frames label' per line; a path "
+                        "is a video file or a folder of frame images")
+    g.add_argument("--val_list", type=str, default=None, help="list file of validation videos (same format)")
+    g.add_argument("--data_root", type=str, default=None,
+                   help="folder the list files' paths are relative to (default: each list file's folder)")
+    g.add_argument("--class_names", type=str, default=None,
+                   help="file with one class name per line, for the integer labels of list files")
+    g.add_argument("--clip_len", type=int, default=16, help="frames per clip (per segment)")
+    g.add_argument("--frame_interval", type=int, default=2, help="take every N-th frame of the video in a clip")
+    g.add_argument("--num_segments", type=int, default=1,
+                   help="cut each video into N segments and take a clip in each (TSN); a model sees them all")
+    g.add_argument("--test_clips", type=int, default=None,
+                   help="after training (and with --eval_only): test on N clips per video, spread evenly")
+    g.add_argument("--test_crops", type=int, default=None,
+                   help="... and M crops per clip (3: left, centre, right); softmax averaged over a video's views")
+    g = p.add_argument_group("augmentation (images and videos from files; digits keep their own recipes)")
+    g.add_argument("--no_hflip", action="store_true", help="no random horizontal flip")
+    g.add_argument("--auto_augment", type=str, default=None, choices=("imagenet", "cifar10", "svhn", "ta_wide"),
+                   help="AutoAugment policy")
+    g.add_argument("--rand_augment", type=int, default=None, help="RandAugment with this magnitude (0-30)")
+    g.add_argument("--random_erase", type=float, default=0.0,
+                   help="random erasing probability, after normalisation (torchvision's recipe: 0.1)")
+    g.add_argument("--interpolation", type=str, default=None, choices=("bilinear", "bicubic"),
+                   help="resampling of the train crop and the eval resize (default: the timm/hf model's, else "
+                        "bilinear)")
+    g.add_argument("--crop_pct", type=float, default=None,
+                   help="eval: resize to the val crop size / crop_pct, then centre-crop (default: the timm/hf "
+                        "model's, else 0.875)")
+    g.add_argument("--train_crop_size", type=int, default=None,
+                   help="images: side of the random train crop (default: --image_size; torchvision's recipe: 176)")
+    g.add_argument("--progressive_resize", type=int, nargs=4, default=None, metavar=("LOW", "HIGH", "START", "END"),
+                   help="images: FFCV's progressive resizing: train crops of side LOW up to epoch START (0-based), "
+                        "HIGH from epoch END, in between growing linearly in steps of --progressive_resize_step "
+                        "(FFCV's 16-epoch ResNet-50: 160 192 11 13); instead of --train_crop_size")
+    g.add_argument("--progressive_resize_step", type=int, default=32,
+                   help="progressive resizing: sides are multiples of this (FFCV: 32)")
+    g.add_argument("--val_crop_size", type=int, default=None, help="images: side of the eval centre crop "
+                   "(default: --image_size)")
+    g.add_argument("--val_resize_size", type=int, default=None,
+                   help="images: eval resize of the shorter side before the crop (default: val crop / crop_pct; "
+                        "torchvision's recipe: 232 for 224)")
+    g.add_argument("--mixup_alpha", type=float, default=0.0, help="MixUp with this Beta(alpha, alpha) (0: off)")
+    g.add_argument("--cutmix_alpha", type=float, default=0.0,
+                   help="CutMix with this Beta(alpha, alpha) (0: off); with both alphas, each batch takes one of "
+                        "the two at random")
+    g.add_argument("--mix_prob", type=float, default=1.0, help="probability that a batch is mixed at all")
+    g.add_argument("--ra_reps", type=int, default=1,
+                   help="repeated augmentation: each sample N times per epoch, differently augmented, its copies on "
+                        "different processes; the epoch keeps its length (torchvision's recipe: 4)")
+    g.add_argument("--mean", type=float, nargs=3, default=None, help="normalisation mean (default: ImageNet's)")
+    g.add_argument("--std", type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
+    g = p.add_argument_group("model and optimisation")
+    g.add_argument("--model", type=str, default=None,
+                   help="a torchvision classification or video model name (default: resnet18 for images, "
+                        "r2plus1d_18 for video), timm/<name>[.<tag>] (timm.create_model), or hf/<Hub repo or local "
+                        "folder> (transformers' AutoModelForImageClassification); an image model on video scores "
+                        "each frame and averages (TSN)")
+    g.add_argument("--pretrained", action="store_true", help="start from pretrained weights: torchvision's DEFAULT, "
+                   "timm's (the name's tag, else its default), a transformers checkpoint's; the classifier is new")
+    g.add_argument("--weights", type=str, default=None, help="start from these torchvision weights (e.g. "
+                   "ResNet50_Weights.IMAGENET1K_V2); read from the torch hub cache offline")
+    g.add_argument("--init_from", type=str, default=None,
+                   help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
+                        "a classifier for another class count is re-initialised")
+    g.add_argument("--freeze_backbone", action="store_true", help="train the classifier only (torchvision: the last "
+                   "Linear; timm: get_classifier(); transformers: what is outside the base model)")
+    g.add_argument("--model_ema", action="store_true",
+                   help="keep an exponential moving average of the weights; validation scores it too (val_ema_*)")
+    g.add_argument("--model_ema_decay", type=float, default=0.9998, help="EMA decay per update")
+    g.add_argument("--model_ema_steps", type=int, default=1, help="update the EMA every N optimizer steps")
+    g.add_argument("--model_ema_warmup", action=argparse.BooleanOptionalAction, default=True,
+                   help="EMA decay min(decay, (1 + n) / (10 + n)) after n updates (timm's warmup)")
+    g.add_argument("--drop_path", type=float, default=None,
+                   help="stochastic depth probability (stochastic_depth_prob of efficientnet, convnext, swin, ...)")
+    g.add_argument("--dropout", type=float, default=None, help="the classifier's dropout (models whose builder takes it)")
+    g.add_argument("--zero_init_residual", action=argparse.BooleanOptionalAction, default=True,
+                   help="image ResNets from scratch: each residual block's last BatchNorm starts at zero")
+    g.add_argument("--sync_bn", action="store_true",
+                   help="BatchNorm statistics over the global batch (SyncBatchNorm), for small per-device batches")
+    g.add_argument("--channels_last", action="store_true", help="model and input in channels-last memory format")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--compile_mode", type=str, default="default",
+                   choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                   help="torch.compile mode")
+    g.add_argument("--eval_only", action="store_true",
+                   help="validate the weights of --resume / --init_from / --pretrained and write results.json")
+    g.add_argument("--epochs", type=int, default=18, help="training epochs")
+    g.add_argument("--batch_size", type=int, default=64, help="batch size per process (global = this x processes)")
+    g.add_argument("--grad_accum_steps", type=int, default=1, help="micro-batches per optimizer step")
+    g.add_argument("--optimizer", type=str, default="sgd", choices=("sgd", "adamw"), help="optimizer")
+    g.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
+    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=True, help="SGD Nesterov momentum")
+    g.add_argument("--weight_decay", type=float, default=5e-4, help="weight decay (of weights: see the next two)")
+    g.add_argument("--norm_weight_decay", type=float, default=0.0, help="weight decay of normalisation layers")
+    g.add_argument("--bias_weight_decay", type=float, default=0.0, help="weight decay of the other biases")
+    g.add_argument("--lr_scale_batch", type=int, default=None,
+                   help="--lr is for a global batch of N: scale it linearly with the real global batch "
+                        "(batch_size x processes x grad_accum_steps)")
+    g.add_argument("--label_smoothing", type=float, default=0.1, help="cross-entropy label smoothing")
+    g.add_argument("--clip_grad_norm", type=float, default=None, help="clip the global gradient norm to this value")
+    g.add_argument("--mixed_precision", type=str, default=None, choices=("no", "fp16", "bf16"),
+                   help="override the accelerate config's mixed precision")
+    g = p.add_argument_group("learning-rate schedule (in epochs, so it is the same for any world size)")
+    g.add_argument("--lr_schedule", type=str, default="cosine", choices=("cosine", "step"), help="decay after warmup")
+    g.add_argument("--warmup_epochs", type=float, default=None,
+                   help="linear warmup length in epochs, fractional ok (default: 1, or a fifth of --epochs if shorter)")
+    g.add_argument("--warmup_start_factor", type=float, default=0.1, help="warmup starts at this x lr (never 0)")
+    g.add_argument("--min_lr", type=float, default=0.0, help="cosine: final learning rate")
+    g.add_argument("--lr_milestones", type=float, nargs="+", default=None, help="step: epochs at which lr *= lr_gamma")
+    g.add_argument("--lr_gamma", type=float, default=0.1, help="step: decay factor")
+    g = p.add_argument_group("run")
+    g.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling and augmentation")
+    g.add_argument("--output_dir", type=str, default=None,
+                   help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
+    g.add_argument("--resume", type=str, default=None,
+                   help="a checkpoint folder (.../checkpoints/step_N or epoch_E) to continue from exactly, or "
+                        "'latest': the newest complete one under --output_dir (a fresh start if there is none)")
+    g.add_argument("--checkpoint_every_steps", type=int, default=None,
+                   help="also checkpoint every N optimizer steps, mid-epoch included")
+    g.add_argument("--keep_last", type=int, default=0, help="keep only the newest N checkpoints (0: all)")
+    g.add_argument("--keep_best", type=int, default=0,
+                   help="also keep the K checkpoints with the best val top-1 (a checkpoint follows each "
+                        "validation); the best weights go to <output_dir>/best/model.safetensors")
+    g.add_argument("--skip_nonfinite_steps", type=int, default=0,
+                   help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
+    g.add_argument("--dist_timeout_s", type=int, default=600,
+                   help="seconds a rank waits in a collective for the others before giving up")
+    g.add_argument("--max_train_steps", type=int, default=None,
+                   help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
+    g.add_argument("--val_every", type=int, default=1, help="validate every N epochs (and after the last)")
+    g.add_argument("--save_every", type=int, default=0, help="checkpoint every N epochs (0: only at the end)")
+    g.add_argument("--log_every", type=int, default=10, help="log a training line every N optimizer steps")
+    g.add_argument("--report_to", type=str, default="none", choices=("none", "wandb", "tensorboard", "all"),
+                   help="dashboards fed the metrics.jsonl rows (wandb offline: WANDB_MODE=offline)")
+    g.add_argument("--project_name", type=str, default="train-classification", help="wandb / TensorBoard project")
+    g.add_argument("--push_to_hub", type=str, default=None, metavar="REPO",
+                   help="at the end, upload <output_dir>/model/ with a model card (results, command line) to this "
+                        "Hub model repository; tried only when given; a failure is one line, local files kept")
+    g.add_argument("--run_name", type=str, default=None, help="wandb run name (default: the output folder's name)")
+    g.add_argument("--wandb_entity", type=str, default=None, help="wandb team or user")
+    g.add_argument("--wandb_tags", type=str, nargs="+", default=None, help="wandb run tags")
+    g.add_argument("--wandb_run_id", type=str, default=None,
+                   help="continue this wandb run (a resumed run continues its checkpoint's run by itself)")
+    g.add_argument("--metrics", type=str, nargs="+", default=None,
+                   help="extra evaluate metrics by Hub name (cached when offline) or local module folder, "
+                        "options as NAME:KEY=VALUE,... (e.g. f1:average=weighted); scored on top-1 predictions")
+    g.add_argument("--dump_rank_metrics", action="store_true",
+                   help="write each rank's validation sums to <output_dir>/eval/epoch_<E>/rank_<R>.json")
+    return p
+
+
+def _check_yaml_value(action, value):
+    """Return `value` if it fits `action`'s type and choices; raise ConfigError otherwise."""
+    def one(v):
+        if action.type is int:
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif action.type is float:
+            if isinstance(v, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            v = float(v) if ok else v
+        elif action.type is str:
+            ok = isinstance(v, str)
+        else:  # flags: store_true / --x/--no-x
+            ok = isinstance(v, bool)
+        if not ok:
+            want = {int: "an integer", float: "a number", str: "a string"}.get(action.type, "true or false")
+            hint = " (YAML reads no/yes/off/on as booleans: quote the word)" if isinstance(v, bool) else ""
+            raise ConfigError(f"{action.dest}: expected {want}, got {v!r}{hint}")
+        if action.choices is not None and v not in action.choices:
+            raise ConfigError(f"{action.dest}: {v!r} is not one of {', '.join(map(str, action.choices))}")
+        return v
+
+    if value is None:
+        return None
+    fixed = isinstance(action.nargs, int) and action.nargs > 0  # e.g. --mean R G B
+    if action.nargs in ("+", "*") or fixed:
+        if not isinstance(value, list) or (action.nargs == "+" and not value):
+            raise ConfigError(f"{action.dest}: expected a list, got {value!r}")
+        if fixed and len(value) != action.nargs:
+            raise ConfigError(f"{action.dest}: expected {action.nargs} values, got {value!r}")
+        return [one(v) for v in value]
+    return one(value)
+
+
+def load_recipe(path, parser):
+    """Read a YAML recipe into {dest: value}, rejecting unknown keys and wrong types."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"config: cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping of option: value")
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
+    for key in data:
+        if key not in actions:
+            close = difflib.get_close_matches(str(key), actions, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{key}: unknown key in {path}{hint}")
+    return {key: _check_yaml_value(actions[key], value) for key, value in data.items()}
+
+
+def check_args(args):
+    """Reject impossible combinations before anything is built."""
+    def need(ok, key, problem):
+        if not ok:
+            raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
+
+    for key in ("epochs", "batch_size", "grad_accum_steps", "val_every", "log_every",
+                "synthetic_train_samples", "synthetic_val_samples"):
+        need(getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("clip_len", "frame_interval", "num_segments"):
+        need(getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("train_crop_size", "val_crop_size", "val_resize_size"):
+        need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
+    if args.progressive_resize:
+        low, high, start, end = args.progressive_resize
+        need(args.progressive_resize_step >= 1, "progressive_resize_step", "must be >= 1")
+        need(1 <= low <= high and 0 <= start <= end, "progressive_resize",
+             "must be LOW HIGH START END with 1 <= LOW <= HIGH and 0 <= START <= END")
+        need(low % args.progressive_resize_step == 0 and high % args.progressive_resize_step == 0,
+             "progressive_resize", f"LOW and HIGH must be multiples of --progressive_resize_step "
+             f"{args.progressive_resize_step}")
+        need(args.train_crop_size is None, "train_crop_size", "leave it out with --progressive_resize, which sets "
+             "the train crop of each epoch")
+        need(source_kind(args) != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
+             "(it is generated at --image_size)")
+    need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args)),
+         "val_resize_size", "must be at least the val crop size")
+    for key in ("mixup_alpha", "cutmix_alpha"):
+        need(getattr(args, key) >= 0, key, "must be >= 0")
+    need(0 <= args.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
+    need(args.ra_reps >= 1, "ra_reps", "must be >= 1")
+    for key in ("image_size", "max_train_samples", "max_val_samples", "test_clips", "test_crops"):
+        need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
+    for key in ("max_train_samples", "max_val_samples"):  # else silently ignored
+        need(getattr(args, key) is None or source_kind(args) not in ("synthetic", "moving_digits"), key,
+             "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
+             "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
+    if args.streaming:
+        need(source_kind(args) == "images" and not (args.train_dir or args.data_dir), "streaming",
+             "reads a Hub dataset or local shard files named by --dataset, not the embedded data or folders of images")
+        need(args.max_train_samples is None, "max_train_samples", "cannot subset a stream: set its length with "
+             "--steps_per_epoch")
+        need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
+             "to processes): not with --streaming")
+        need(not args.sync_bn, "sync_bn", "not with --streaming: a process past the end of its shards takes padding "
+             "steps, without SyncBatchNorm's collective, and the others would wait for it")
+    need(args.steps_per_epoch is None or args.streaming, "steps_per_epoch",
+         "sets the epoch of --streaming data (map-style epochs are a pass over the data)")
+    need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
+    need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")
+    need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
+    need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
+    need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
+    need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
+    need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
+    need(0 < args.model_ema_decay < 1, "model_ema_decay", "must be in (0, 1)")
+    need(args.model_ema_steps >= 1, "model_ema_steps", "must be >= 1")
+    for key in ("drop_path", "dropout"):
+        need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
+    need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
+         "must be >= 1")
+    need(args.keep_last >= 0, "keep_last", "must be >= 0")
+    need(args.keep_best >= 0, "keep_best", "must be >= 0")
+    need(args.skip_nonfinite_steps >= 0, "skip_nonfinite_steps", "must be >= 0")
+    need(not (args.push_to_hub and args.eval_only), "push_to_hub", "uploads a trained model folder: not with --eval_only")
+    need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
+    need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
+         "needs weights to score: --resume, --init_from or --pretrained")
+    need(args.dist_timeout_s >= 1, "dist_timeout_s", "must be >= 1")
+    need(args.resume != "latest" or args.output_dir, "resume", "'latest' needs --output_dir, the run to continue")
+    need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
+    need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")
+    need(not (args.train_list and (args.train_dir or args.data_dir)), "train_list",
+         "give list files or folders, not both")
+    need(args.val_list is None or args.train_list, "val_list", "needs --train_list")
+    need(args.train_list is None or args.val_list, "train_list", "needs --val_list too")
+    need(not args.train_list or args.dataset == "digits", "dataset",
+         "reads no list file: drop it when giving --train_list")
+    video = is_video(args)
+    need(video or not (args.test_clips or args.test_crops), "test_clips", "multi-view test is for video data")
+    folders = args.train_dir or args.data_dir
+    need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
+         "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
+    need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")
+    need(args.lr_scale_batch is None or args.lr_scale_batch >= 1, "lr_scale_batch", "must be >= 1")
+    for key in ("save_every", "weight_decay", "norm_weight_decay", "bias_weight_decay", "min_lr"):
+        need(getattr(args, key) >= 0, key, "must be >= 0")
+    need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")
+    need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
+    need(args.num_classes >= 2, "num_classes", "must be >= 2")
+    need(args.lr > 0, "lr", "must be > 0")
+    need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
+    need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
+    need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
+    need(0 < args.warmup_start_factor <= 1, "warmup_start_factor", "must be in (0, 1] (0 would waste the first step)")
+    need(args.warmup_epochs is None or 0 <= args.warmup_epochs < args.epochs, "warmup_epochs",
+         f"must be in [0, epochs={args.epochs})")
+    warmup = warmup_epochs(args)
+    need(args.min_lr <= args.lr, "min_lr", f"must not exceed lr={args.lr}")
+    need(args.lr_gamma > 0, "lr_gamma", "must be > 0")
+    if args.lr_schedule == "step":
+        need(args.lr_milestones is not None, "lr_milestones", "required with lr_schedule step")
+        ms = args.lr_milestones
+        need(all(warmup < m < args.epochs for m in ms), "lr_milestones",
+             f"each must lie after warmup ({warmup}) and before the end of training ({args.epochs})")
+        need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
+    for spec in args.metrics or ():
+        try:
+            parse_metric_spec(spec)
+        except MetricError as e:
+            raise ConfigError(str(e)) from None
+    try:
+        check_model_name(args.model)
+    except ValueError as e:
+        raise ConfigError(f"model: {e}") from None
+    need(args.weights is None or source(args.model) == "torchvision", "weights", "names torchvision weights; for "
+         "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
+    need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
+         "a folder of videos, --dataset moving_digits)")
+    sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
+    given = [key for key in sizes if getattr(args, key) is not None]
+    need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
+    try:
+        check_image_size(args.model, min(train_crop_size(args), val_crop_size(args)),
+                         args.clip_len * args.num_segments if video else None)
+    except ValueError as e:
+        default = " (the default for this data)" if args.image_size is None else ""
+        raise ConfigError(f"image_size: {e}{default}") from None
+    if video:
+        try:
+            check_clip_frames(args.model, args.clip_len * args.num_segments)
+        except ValueError as e:
+            raise ConfigError(f"clip_len: {e}") from None
+
+
+def parse_args(argv=None, prog="train_classification.py"):
+    """Parse `argv` (default sys.argv[1:]) over the recipe's defaults; exit 2 with one line on bad input."""
+    parser = get_args_parser(prog)
+    config_path, dataset = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
+    try:
+        recipe = load_recipe(config_path, parser) if config_path is not None else {}
+        data_recipe = DATA_RECIPES.get(dataset or recipe.get("dataset"))
+        if data_recipe is not None:
+            parser.set_defaults(**load_recipe(data_recipe, parser))
+        parser.set_defaults(**recipe)
+        args = parser.parse_args(argv)
+        if args.model is None:
+            args.model = "r2plus1d_18" if is_video(args) else "resnet18"
+        check_args(args)
+    except ConfigError as e:
+        parser.exit(2, f"{prog}: error: {e}\n")
+    return args
+
+
+def _find_config_arg(argv, parser):
+    """Read --config and --dataset alone first: the recipes they name set the defaults of the full parse."""
+    pre = _OneLineParser(prog=parser.prog, add_help=False)
+    pre.add_argument("--config", type=str, default=None)
+    pre.add_argument("--dataset", type=str, default=None)
+    known, _ = pre.parse_known_args(argv)
+    return known.config, known.dataset
+
+
+def save_config(args, path, notes=(), **resolved):
+    """Write the options in force (with `resolved` values, e.g. the real output_dir) as a recipe;
+    `notes` become comment lines at its top (values derived from options, not options themselves).
+
+    `--config <that file>` reproduces the run; the recipe it came from is not a key of its own.
+    """
+    options = {key: value for key, value in vars(args).items() if key not in ("config", "resume")}
+    comments = "".join(f"# {note}\n" for note in notes)
+    write_text_atomic(path, comments + yaml.safe_dump({**options, **resolved}, sort_keys=False))

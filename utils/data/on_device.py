@@ -1,0 +1,77 @@
+"""What happens to a batch on the device before the model sees it.
+
+The loaders hand over uint8 pixels (utils/data/presets.py). Here they become the model's float input,
+normalised per channel, in the memory format asked for (--channels_last); in training, random erasing
+(per image, after normalisation, as torchvision's references erase) and MixUp/CutMix (per batch, soft
+targets) follow. Both are torchvision's own transforms. Their random draws are made on the host from
+a generator seeded by (seed, epoch, batch, rank): ranks draw differently, and a resumed run draws
+exactly what the uninterrupted one did, whatever the workers or the device.
+"""
+
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from utils.data.presets import mean_std
+from utils.core.seeding import batch_rng
+
+
+def mixing(args, num_classes):
+    """torchvision's MixUp and/or CutMix, one of the two chosen at random for each batch when both
+    alphas are set (as its references do), applied to a batch with probability --mix_prob; or None."""
+    mixes = []
+    if args.mixup_alpha:
+        mixes.append(v2.MixUp(alpha=args.mixup_alpha, num_classes=num_classes))
+    if args.cutmix_alpha:
+        mixes.append(v2.CutMix(alpha=args.cutmix_alpha, num_classes=num_classes))
+    if not mixes:
+        return None
+    mix = mixes[0] if len(mixes) == 1 else v2.RandomChoice(mixes)
+    return mix if args.mix_prob == 1 else v2.RandomApply([mix], p=args.mix_prob)
+
+
+class BatchInput:
+    """Turns a loader's batch into model input on the device; see the module's docstring."""
+
+    def __init__(self, args, num_classes, rank):
+        stats = mean_std(args)  # None: synthetic input, float already and not normalised
+        self.mean, self.std = (None, None) if stats is None else (torch.tensor(v) for v in stats)
+        self.channels_last = args.channels_last
+        self.erase = v2.RandomErasing(p=args.random_erase) if args.random_erase else None
+        self.mix = mixing(args, num_classes)
+        self.seed, self.rank = args.seed, rank
+
+    def __call__(self, pixels):
+        """uint8 (N, C, H, W) or (N, C, T, H, W) -> normalised float32 (eval, and the first step of training)."""
+        if pixels.dtype == torch.uint8:
+            # The same elementwise float32 operations as v2.ToDtype(scale=True) + v2.Normalize on each
+            # image in a worker: the same values, bit for bit.
+            x = v2.functional.to_dtype(pixels, torch.float32, scale=True)
+            if self.mean.device != x.device:  # moved once, not copied to the device at every step
+                self.mean, self.std = self.mean.to(x.device), self.std.to(x.device)
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            pixels = x.sub_(self.mean.view(shape)).div_(self.std.view(shape))
+        return self._formatted(pixels)
+
+    def _formatted(self, pixels):
+        if not self.channels_last:
+            return pixels
+        return pixels.contiguous(memory_format=torch.channels_last if pixels.dim() == 4 else torch.channels_last_3d)
+
+    @property
+    def augments(self):
+        return self.erase is not None or self.mix is not None
+
+    def augment(self, pixels, labels, epoch, batch):
+        """(pixels, targets) after erasing and mixing: targets are class indices, or (N, classes)
+        probabilities when the batch was mixed (the loss takes both, label smoothing included)."""
+        if not self.augments:
+            return pixels, labels
+        with batch_rng(self.seed, epoch, batch, self.rank):
+            if self.erase is not None:
+                pixels = torch.stack([self.erase(image) for image in pixels])
+            if self.mix is not None:
+                video = pixels.dim() == 5  # torchvision tells clips from images by type
+                pixels, labels = self.mix(tv_tensors.Video(pixels) if video else pixels, labels)
+                pixels = pixels.as_subclass(torch.Tensor)
+        return self._formatted(pixels), labels

@@ -1,0 +1,333 @@
+"""--streaming: train on a dataset read as a stream of shards (Hub, or local parquet/arrow/webdataset files).
+
+Nothing of the training split is downloaded or cached ahead: `datasets` reads it shard by shard
+(`load_dataset(..., streaming=True)`). What each process reads, and how a run resumes:
+
+- Each process reads its own shards (`datasets.distributed.split_dataset_by_node`): with a shard
+  count that is a multiple of the process count, whole shards; otherwise every process reads every
+  shard and keeps one example in N (said at start-up). Its DataLoader workers split its shards
+  again. Accelerate does not prepare this loader: its iterable-dataset path would have every rank
+  read everything (or rank 0 read for all, with dispatch_batches).
+- Each epoch, the shard order is shuffled (seeded by --seed and the epoch, `datasets`' own
+  shuffle), and samples are shuffled in blocks of --shuffle_buffer read in a row (a permutation
+  seeded by seed, epoch, rank, worker and block). Not `datasets`' rolling buffer: its content is
+  not in its state_dict, so a resumed run would lose up to a buffer of samples. A block is re-read
+  from its start on resume, which makes resuming exact: the same samples in the same order.
+- An epoch is --steps_per_epoch optimizer steps (default: the split's size from its metadata, over
+  the global batch). Every process takes exactly that many batches: one whose shards run out first
+  feeds padding batches (no update of its own, its all-reduce share is zero); samples past the
+  count are not seen that epoch (each epoch is a new pass). So the schedule is laid out in epochs
+  as with map-style data.
+- The position in the stream (`datasets`' IterableDataset.state_dict at the block's start, the
+  block, the samples taken, for each DataLoader worker) goes into every checkpoint through
+  torchdata's StatefulDataLoader, one file per rank; --resume continues from there, not from
+  the start of the data.
+- The validation split is not streamed: it is read whole (map-style, cached by `datasets`), so
+  that evaluation stays exact on any number of processes (gather_for_metrics). The class names come
+  from the training split's ClassLabel; with plain integer labels (webdataset's .cls), the classes
+  are 0 .. the validation split's largest label, and a training label past it is a bad sample.
+"""
+
+import contextlib
+import hashlib
+import pickle
+import warnings
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from utils.data.images import decode_rgb, load_item
+from utils.core.seeding import spread
+from utils.data.sources import VAL_SPLITS, DataError, image_and_label, normalise
+
+# torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+
+PADDING = "padding: this process's shards ran out before the epoch's steps"
+STATE_FILE = "stream_state_{rank}.pkl"  # in each checkpoint folder, one per rank
+
+
+def _fail(message):
+    raise DataError(message)
+
+
+def _builder(args):
+    """The dataset's builder: its splits' files and metadata, nothing of the data read yet."""
+    import datasets
+
+    source = Path(args.dataset)
+    if (source / "dataset_dict.json").is_file() or (source / "dataset_info.json").is_file():
+        _fail(f"dataset: {source} was written by save_to_disk, which --streaming does not read; write it as shards "
+              f"(e.g. ds.to_parquet per shard) or train without --streaming")
+    try:
+        return datasets.load_dataset_builder(args.dataset, args.dataset_config)
+    except (ConnectionError, OSError, ValueError) as e:
+        _unreadable(args, e)
+
+
+def _open(args, split, streaming, data_files=None):
+    import datasets
+
+    files = {split: data_files} if data_files else None
+    try:
+        return datasets.load_dataset(args.dataset, args.dataset_config, split=split, streaming=streaming,
+                                     data_files=files)
+    except (ConnectionError, OSError, ValueError) as e:
+        _unreadable(args, e, split)
+
+
+def _unreadable(args, error, split=None):
+    """One line for a source that cannot be opened: a Hub dataset offline or gated, a folder without shards."""
+    where = f" (split {split!r})" if split else ""
+    hint = ("a local folder must hold data files (train-*.parquet, validation-*.parquet, .arrow or webdataset .tar, "
+            "or train/ and validation/ folders of them)" if Path(args.dataset).exists() else
+            "a Hub dataset is streamed from the Hub: it needs the network (and a login for a gated one); offline, "
+            "write its shards to a local folder and pass that folder")
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    raise DataError(f"dataset: cannot stream {args.dataset!r}{where}: {reason}; {hint}") from None
+
+
+def _files(builder, split):
+    files = (builder.config.data_files or {}).get(split)
+    return [str(f) for f in files] if files else []
+
+
+def _count_rows(path):
+    """Rows of one local data file, from its metadata (parquet), its record batches (arrow) or its
+    members (webdataset tar: one sample per key); None when not known without reading it all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import tarfile
+
+    suffix = Path(path).suffix.lower()
+    if not Path(path).is_file():
+        return None
+    if suffix == ".parquet":
+        return pq.ParquetFile(path).metadata.num_rows
+    if suffix == ".arrow":
+        with pa.memory_map(path) as source:
+            try:
+                return sum(batch.num_rows for batch in pa.ipc.open_stream(source))
+            except pa.ArrowInvalid:
+                return pa.ipc.open_file(source).count_rows()
+    if suffix == ".tar":
+        with tarfile.open(path) as tar:
+            # webdataset's key: the member's path up to the first dot of its file name
+            keys = {(folder, name.split(".")[0]) for folder, _, name in (m.name.rpartition("/") for m in tar if m.isfile())}
+            return len(keys)
+    return None
+
+
+def split_rows(builder, split):
+    """(rows of the split, files) from the dataset's metadata or its local files' own; rows None if unknown."""
+    info = (builder.info.splits or {}).get(split)
+    files = _files(builder, split)
+    if info is not None and info.num_examples:
+        return info.num_examples, files
+    counts = [_count_rows(f) for f in files]
+    return (sum(counts) if counts and None not in counts else None), files
+
+
+class StreamRows(IterableDataset):
+    """This process's share of the training stream, block-shuffled, transformed like ImageRows.
+
+    Yields ImageRows' items. Its state_dict (asked in each DataLoader worker by torchdata's
+    StatefulDataLoader) says where the last sample it yielded stands: the stream's state at the start
+    of its block, the block's number and how many of its samples were taken.
+    """
+
+    def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature):
+        self.stream, self.preset, self.seed, self.block, self.rank, self.world, self.classes = \
+            stream, preset, seed, block, rank, world, classes
+        # The split's size (None: unknown), the batches every process takes per epoch, what a resume must find again
+        self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
+        self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._resume, self._position = None, None
+
+    def set_epoch(self, epoch):
+        self.epoch.fill_(epoch)
+
+    def share(self, epoch):
+        """This process's shards of the epoch's pass, their order shuffled by (seed, epoch) alike on every process.
+
+        Our own seed per epoch, not `datasets`' set_epoch: in DataLoader workers its per-epoch shard order came
+        out different on two processes (two read the same shard). A buffer of one holds nothing that a state_dict
+        would miss; one shard is read at a time, as the state of several interleaved ones does not load in a
+        worker (datasets 5.2). Samples are shuffled in blocks, in __iter__.
+        """
+        from datasets.distributed import split_dataset_by_node
+
+        order = self.stream.shuffle(seed=spread(self.seed, epoch), buffer_size=1, max_buffer_input_shards=1)
+        return split_dataset_by_node(order, rank=self.rank, world_size=self.world)
+
+    def state_dict(self):
+        return self._position
+
+    def load_state_dict(self, state):
+        self._resume = state
+
+    def __iter__(self):
+        epoch = int(self.epoch)
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        resume, self._resume = self._resume, None
+        if resume is None or resume["epoch"] != epoch:
+            resume = {"epoch": epoch, "stream": None, "block": 0, "taken": 0}
+        share = self.share(epoch)
+        share.load_state_dict(resume["stream"])  # None: from the start of this epoch's pass
+        start, block, skip = resume["stream"], resume["block"], resume["taken"]
+        transform, size = self.preset(epoch)
+        with contextlib.closing(iter(share)) as rows:  # closed here, not by the garbage collector at exit
+            while chunk := list(islice(rows, self.block)):
+                after = share.state_dict()  # where the next block starts
+                order = np.random.default_rng([self.seed, epoch, self.rank, worker, block]).permutation(len(chunk))
+                for taken in range(skip, len(chunk)):
+                    self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
+                    row = chunk[order[taken]]
+                    key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
+                    yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed, decode_rgb,
+                                    classes=self.classes)
+                start, block, skip = after, block + 1, 0
+
+
+def _normalise_stream(stream, args):
+    """The stream's image and label columns as `image` (undecoded) and `label`, the others dropped."""
+    import datasets
+
+    if stream.features is None:
+        _fail(f"dataset: the columns of {args.dataset!r} are not known before it is read; give the split's "
+              f"features in its dataset card (dataset_info) or write it as parquet shards")
+    stream, _ = image_and_label(stream, args)
+    return stream.cast_column("image", datasets.Image(decode=False))
+
+
+def build_stream(args, rank, world, train_preset):
+    """(train StreamRows, val Dataset, class names, notes): this process's share of the training stream and
+    the validation split, read whole."""
+    import datasets
+
+    builder = _builder(args)
+    splits = [str(s) for s in builder.config.data_files or builder.info.splits or ()]
+    if splits and args.train_split not in splits:
+        _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(splits)}")
+    val_split = args.val_split or next((s for s in VAL_SPLITS if s in splits and s != args.train_split), None)
+    if val_split is None or splits and val_split not in splits:
+        _fail(f"val_split: --streaming needs a validation split, read whole (not carved from a stream); "
+              f"splits are: {', '.join(splits) or 'unknown'} (name the files validation-*.parquet or a "
+              f"validation/ folder, or pass --val_split)")
+    stream = _normalise_stream(_open(args, args.train_split, streaming=True), args)
+    # Only the validation split's files: a plain load_dataset would convert every split, the training one too.
+    val = _open(args, val_split, streaming=False, data_files=_files(builder, val_split))
+    label = stream.features["label"]
+    names = label.names if isinstance(label, datasets.ClassLabel) else None
+    val = normalise(val, args, class_names=names)
+    if names is not None and val.features["label"].names != names:
+        _fail(f"val_split: the validation split's classes are not the training split's ({len(names)} classes: "
+              f"{', '.join(names[:5])}...)")
+    names = val.features["label"].names
+    rows, files = split_rows(builder, args.train_split)
+    notes = [f"streaming {args.train_split!r} ({stream.num_shards} shards, "
+             f"{'%d rows' % rows if rows is not None else 'size unknown'}); validation split {val_split!r} read "
+             f"whole"]
+    if world > 1:
+        per_rank = stream.num_shards % world == 0
+        notes.append(f"{stream.num_shards // world} shards per process" if per_rank else
+                     f"{stream.num_shards} shards for {world} processes: each process reads every shard and keeps "
+                     f"1 sample in {world}; a multiple of {world} shards lets each read only its own")
+    if args.steps_per_epoch is None and rows is None and not args.eval_only:
+        _fail("steps_per_epoch: the training split's size is not in its metadata nor in local files; "
+              "pass --steps_per_epoch N (optimizer steps per epoch)")
+    global_batch = world * args.batch_size * args.grad_accum_steps
+    steps = args.steps_per_epoch or max(1, (rows or 0) // global_batch)
+    if rows is not None and steps * global_batch > rows:
+        notes.append(f"steps_per_epoch {steps} x global batch {global_batch} is more than the split's {rows} samples: "
+                     f"processes past the end of their shards take padding steps (no update of their own)")
+    # What a resumed run must find again: the split's size, its classes, its files (by name: a copy elsewhere is
+    # the same data; the labels are not read ahead).
+    signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
+        "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
+    train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
+                       steps * args.grad_accum_steps, signature)
+    return train, val, names, notes
+
+
+class StreamLoader:
+    """The training loader of --streaming: exactly len(self) batches an epoch on every process, on the device.
+
+    A torchdata StatefulDataLoader underneath, which asks each worker's StreamRows where it stands
+    after every batch, so that state_dict() is the position after the last batch handed out (not
+    the ones prefetched). Past the end of this process's shards it hands out padding batches: one
+    blank image marked not valid (the loop trains on none, and still joins the all-reduce).
+    """
+
+    def __init__(self, rows, batch_size, num_workers, micro_batches, device, worker_init_fn):
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        self.dataset, self.micro_batches, self.device, self.num_workers = rows, micro_batches, device, num_workers
+        self.loader = StatefulDataLoader(rows, batch_size=batch_size, num_workers=num_workers,
+                                         worker_init_fn=worker_init_fn, pin_memory=device.type == "cuda",
+                                         snapshot_every_n_steps=1,
+                                         # Own generator: an epoch's iterator draws nothing from the global RNG,
+                                         # which a checkpoint restores (as build_dataloaders does).
+                                         generator=torch.Generator())
+        self.position = {"epoch": None, "taken": 0, "exhausted": False, "loader": None}
+
+    def __len__(self):
+        return self.micro_batches
+
+    def batches(self, epoch, skipped=0):
+        """This epoch's batches after the first `skipped` (a resumed run: from the state loaded)."""
+        from accelerate.utils import send_to_device
+
+        if skipped and (self.position["epoch"] != epoch or self.position["taken"] != skipped):
+            raise DataError(f"resume: the checkpoint's stream position ({self.position['taken']} batches into epoch "
+                            f"{self.position['epoch']}) is not where training resumes ({skipped} into {epoch})")
+        self.dataset.set_epoch(epoch)
+        exhausted = self.position["exhausted"] if skipped else False
+        if skipped and not exhausted:
+            self.loader.load_state_dict(self.position["loader"])
+        self.position = {"epoch": epoch, "taken": skipped, "exhausted": exhausted, "loader": None}
+        stream = iter(()) if exhausted else iter(self.loader)
+        _, size = self.dataset.preset(epoch)
+        for taken in range(skipped, self.micro_batches):
+            batch = next(stream, None)
+            if batch is None:
+                self.position["exhausted"] = True
+                batch = {"pixel_values": torch.zeros(1, 3, size, size, dtype=torch.uint8),
+                         "labels": torch.zeros(1, dtype=torch.int64), "valid": torch.zeros(1, dtype=torch.bool),
+                         "source": [""], "error": [PADDING]}
+            self.position["taken"] = taken + 1
+            yield send_to_device(batch, self.device, non_blocking=True)
+
+    def state_dict(self):
+        # Only mid-epoch, from the live iterator: without one, StatefulDataLoader.state_dict() would start
+        # workers reading ahead with whatever epoch StreamRows holds then (and the next epoch would reuse them).
+        position = self.position
+        live = (position["epoch"] is not None and 0 < position["taken"] < self.micro_batches
+                and not position["exhausted"])
+        return {**position, "loader": self.loader.state_dict() if live else None, "num_workers": self.num_workers}
+
+    def load_state_dict(self, state):
+        if state["num_workers"] != self.num_workers:
+            raise DataError(f"num_workers: the checkpoint's stream was read by {state['num_workers']} workers per "
+                            f"process, and its position is each worker's own: resume with --num_workers "
+                            f"{state['num_workers']}")
+        self.position = {key: state[key] for key in ("epoch", "taken", "exhausted", "loader")}
+
+
+def save_position(loader, folder, rank):
+    """This rank's stream position into a checkpoint folder (every rank writes its own)."""
+    with open(Path(folder) / STATE_FILE.format(rank=rank), "wb") as f:
+        pickle.dump(loader.state_dict(), f)
+
+
+def load_position(loader, folder, rank):
+    path = Path(folder) / STATE_FILE.format(rank=rank)
+    if not path.is_file():
+        raise DataError(f"resume: {path} is missing: the checkpoint was not written by a --streaming run "
+                        f"(or by fewer processes)")
+    with open(path, "rb") as f:
+        loader.load_state_dict(pickle.load(f))

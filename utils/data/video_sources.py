@@ -1,0 +1,144 @@
+"""Where videos come from: moving digits (embedded), <class>/<video> folders and list files, checked
+before training; and the datasets built over them (utils/data/video.py) with the presets attached."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from utils.data import moving_digits
+from utils.data import presets
+from utils.core.seeding import EpochSeeded
+from utils.data.sources import SPLIT_SEED, DataError, folder_files
+from utils.data.video import ArrayFrames, PathFrames, VideoClips, VIDEO_SUFFIXES
+
+
+def _fail(message):
+    raise DataError(message)
+
+
+def parse_list(list_file, data_root=None):
+    """(paths, labels) of a list file: one video per line, `path label` (mmaction2, PySlowFast) or
+    `path num_frames label` (GluonCV), separated by spaces or commas, the format told by the column
+    count. Paths are relative to `data_root` (default: the list file's folder); a path may be a video
+    file or a folder of frame images. Any bad line fails with the file and line number."""
+    list_file = Path(list_file)
+    try:
+        lines = list_file.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"{list_file}: cannot read the list file ({getattr(e, 'strerror', None) or e})")
+    root = Path(data_root) if data_root is not None else list_file.parent
+    paths, labels, columns = [], [], None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.replace(",", " ").split()
+        where = f"{list_file}:{number}"
+        if len(fields) not in (2, 3):
+            _fail(f"{where}: expected 'path label' or 'path num_frames label', got {len(fields)} fields: {line.strip()!r}")
+        if columns is None:
+            columns = len(fields)
+        elif len(fields) != columns:
+            _fail(f"{where}: {len(fields)} fields where the lines above have {columns}: {line.strip()!r}")
+        if not all(f.lstrip("-").isdigit() for f in fields[1:]):
+            _fail(f"{where}: label (and frame count) must be integers, got {' '.join(fields[1:])!r}")
+        label = int(fields[-1])
+        if label < 0:
+            _fail(f"{where}: negative label {label}")
+        path = root / fields[0]
+        if not path.exists():
+            _fail(f"{where}: {path} does not exist (paths are relative to --data_root, default: the list's folder)")
+        paths.append(os.path.abspath(path))
+        labels.append(label)
+    if not paths:
+        _fail(f"{list_file}: the list holds no videos")
+    return paths, labels
+
+
+def class_names_for(labels, names_file=None):
+    """Names of classes 0..max(labels): the lines of --class_names, else the indices as strings."""
+    if names_file is None:
+        return [str(i) for i in range(max(labels) + 1)]
+    try:
+        names = [line.strip() for line in Path(names_file).read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"class_names: cannot read {names_file} ({getattr(e, 'strerror', None) or e})")
+    if max(labels) >= len(names):
+        _fail(f"class_names: {names_file} names {len(names)} classes but a list has label {max(labels)}")
+    return names
+
+
+def _from_lists(args):
+    train_paths, train_labels = parse_list(args.train_list, args.data_root)
+    if args.val_list is None:
+        _fail("val_list: a list file of validation videos is needed with --train_list")
+    val_paths, val_labels = parse_list(args.val_list, args.data_root)
+    names = class_names_for(train_labels + val_labels, args.class_names)
+    return (train_paths, train_labels), (val_paths, val_labels), names
+
+
+def _from_folders(args):
+    if args.data_dir:
+        root = Path(args.data_dir)
+        val = next((root / s for s in ("val", "validation", "valid") if (root / s).is_dir()), None)
+        if val is None:
+            _fail(f"data_dir: {root} has no val/ folder (expected {root}/val/<class>/<video>)")
+        train_dir, val_dir = root / "train", val
+    else:
+        if args.val_dir is None:
+            _fail("val_dir: a folder of validation videos is needed with a --train_dir of videos")
+        train_dir, val_dir = args.train_dir, args.val_dir
+    train = folder_files(train_dir, "train_dir", VIDEO_SUFFIXES, "videos")
+    val = folder_files(val_dir, "val_dir", VIDEO_SUFFIXES, "videos")
+    names = list(train)
+    unknown = sorted(set(val) - set(train))
+    if unknown:
+        _fail(f"val_dir: classes not in train_dir: {', '.join(unknown[:10])}")
+    index = {name: i for i, name in enumerate(names)}
+
+    def split(files):
+        return [f for fs in files.values() for f in fs], [index[c] for c, fs in files.items() for _ in fs]
+
+    return split(train), split(val), names
+
+
+def _subset(paths, labels, n):
+    """A seeded random subset of n videos, in their listed order (all of them when n is None or larger)."""
+    if n is None or n >= len(paths):
+        return paths, labels
+    rows = np.sort(np.random.default_rng(SPLIT_SEED).choice(len(paths), size=n, replace=False))
+    return [paths[i] for i in rows], [labels[i] for i in rows]
+
+
+def build_video_datasets(args):
+    """(train, val, class_names, notes) for video data; the train set wrapped in EpochSeeded."""
+    size, frames_per_clip = presets.image_size(args), args.clip_len * args.num_segments
+    common = dict(clip_len=args.clip_len, interval=args.frame_interval, segments=args.num_segments,
+                  shape=(3, frames_per_clip, size, size))
+    if presets.source_kind(args) == "moving_digits":
+        splits = moving_digits.load()
+        (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
+        train_src, val_src, names = ArrayFrames(train_clips), ArrayFrames(val_clips), moving_digits.CLASS_NAMES
+        train_names = val_names = None
+        notes = [f"moving digits: {len(train_labels)} train / {len(val_labels)} val clips of {moving_digits.FRAMES} "
+                 f"frames, {moving_digits.CANVAS}x{moving_digits.CANVAS}, labelled by direction of motion"]
+    else:
+        (train_names, train_labels), (val_names, val_labels), names = \
+            _from_lists(args) if args.train_list else _from_folders(args)
+        train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
+        val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
+        train_src, val_src = PathFrames(train_names), PathFrames(val_names)
+        notes = []
+    train = VideoClips(train_src, train_labels, transform=presets.video_train(args), seed=args.seed,
+                       names=train_names, **common)
+    val = VideoClips(val_src, val_labels, transform=presets.video_eval(args), names=val_names, **common)
+    return EpochSeeded(train, train.epoch), val, names, notes
+
+
+def test_views(args, val):
+    """The multi-view test set over `val`'s videos: --test_clips clips of each, --test_crops crops of each
+    clip; an item is one clip's crops, (crops, C, T, H, W)."""
+    crops = args.test_crops or 1
+    return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
+                      transform=presets.video_test(args, crops), shape=(crops, *val.shape),
+                      clips=args.test_clips or 1, names=val.names)

@@ -1,0 +1,152 @@
+"""Validation figures of gathered per-sample results, through `evaluate` modules: sums first, never a mean of means."""
+
+import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from utils.core.errors import UserError
+from utils.core.io import write_json_atomic
+
+MODULES = Path(__file__).parent / "evaluate_modules"  # evaluate.load("accuracy") would need the Hub
+PER_CLASS_LOG_MAX = 100  # more classes than this: per-class accuracy goes to results.json, not to every row
+RESERVED = ("top1", "topk", "loss", "samples", "macro", "class_acc")  # --metrics labels the built-in figures use
+
+
+class MetricError(UserError):
+    """A --metrics name that cannot be loaded or cannot score class predictions."""
+
+
+@dataclass
+class Metrics:
+    topk: object
+    class_scores: object
+    confusion: object
+    extra: dict = field(default_factory=dict)  # --metrics: label -> (module, compute kwargs)
+
+
+def parse_metric_spec(spec):
+    """'f1:average=macro,beta=0.5' -> ('f1', {'average': 'macro', 'beta': 0.5}); values read as YAML scalars."""
+    name, _, options = spec.partition(":")
+    kwargs = {}
+    for option in filter(None, options.split(",")):
+        key, eq, value = option.partition("=")
+        if not eq or not key:
+            raise MetricError(f"metrics: {spec!r}: options go as NAME:KEY=VALUE[,KEY=VALUE], e.g. f1:average=macro")
+        kwargs[key.strip()] = yaml.safe_load(value)
+    if not name:
+        raise MetricError(f"metrics: {spec!r} names no metric")
+    return name, kwargs
+
+
+def load_metrics(specs=()):
+    """The shipped modules, plus the --metrics ones (from the Hub, its cache or a local module folder)."""
+    import evaluate
+
+    # keep_in_memory: no cache file, so processes computing at once never share a lock file.
+    shipped = [evaluate.load(str(MODULES / name), keep_in_memory=True)
+               for name in ("topk_accuracy", "class_scores", "confusion_matrix")]
+    metrics = Metrics(*shipped)
+    for spec in specs or ():
+        name, kwargs = parse_metric_spec(spec)
+        try:
+            module = evaluate.load(name, keep_in_memory=True)
+        except Exception as e:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, ...
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise MetricError(f"metrics: cannot load {name!r} ({reason}); offline, a Hub metric must be in the "
+                              f"cache (load it once online) or given as a local module folder") from None
+        try:  # three classes: a binary-only setup fails here, not after the first epoch
+            module.compute(predictions=[0, 1, 2, 2], references=[0, 1, 2, 1], **kwargs)
+        except Exception as e:
+            raise MetricError(f"metrics: {name!r} cannot score class predictions ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); pass options as {name}:KEY=VALUE, "
+                              f"e.g. f1:average=macro") from None
+        label = Path(name).name
+        if label in metrics.extra or any(label == r or label.startswith(f"{r}_") for r in RESERVED):
+            raise MetricError(f"metrics: {spec!r} would be logged as val_{label}, which "
+                              f"{'another entry' if label in metrics.extra else 'a built-in figure'} already is; "
+                              f"give each metric once (its options pick one variant)")
+        metrics.extra[label] = (module, kwargs)
+    return metrics
+
+
+def sums(ranked, labels, losses, k):
+    """Counts and loss sum of a set of samples (ranked: [N, >=k] class indices, best first)."""
+    hits = ranked[:, :k] == labels[:, None]
+    return {"samples": int(labels.numel()),
+            "correct_top1": int(hits[:, 0].sum()),
+            "correct_topk": int(hits.any(dim=1).sum()),
+            "loss_sum": float(losses.double().sum())}
+
+
+def summarize(metrics, ranked, labels, losses, k, num_classes):
+    """Global validation figures of gathered per-sample results; every figure comes from an evaluate module."""
+    refs, preds = labels.tolist(), ranked[:, 0].tolist()
+    top1 = metrics.topk.compute(predictions=ranked[:, :1].tolist(), references=refs, k=1)
+    topk = metrics.topk.compute(predictions=ranked[:, :k].tolist(), references=refs, k=k)
+    scores = metrics.class_scores.compute(predictions=preds, references=refs, num_classes=num_classes)
+    matrix = metrics.confusion.compute(predictions=preds, references=refs, num_classes=num_classes)
+    n = len(refs)
+    loss_sum = float(losses.double().sum())
+    figures = {"val_top1": top1["accuracy"], "val_topk": topk["accuracy"], "topk": k,
+               "val_loss": loss_sum / max(n, 1), "val_samples": n,
+               "val_macro_f1": scores["macro_f1"], "val_macro_precision": scores["macro_precision"],
+               "val_macro_recall": scores["macro_recall"],
+               "correct_top1": top1["correct"], "correct_topk": topk["correct"], "loss_sum": loss_sum,
+               "per_class_accuracy": scores["recall"], "class_support": scores["support"],
+               "confusion_matrix": matrix["confusion_matrix"]}
+    for label, (module, kwargs) in metrics.extra.items():
+        try:
+            scores = module.compute(predictions=preds, references=refs, **kwargs)
+        except Exception as e:  # it passed the start-up check, but real predictions differ
+            raise MetricError(f"metrics: {label!r} failed on the validation predictions ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); checkpoints so far are kept; "
+                              f"drop it or change its options") from None
+        for key, value in scores.items():
+            if isinstance(value, numbers.Real):  # lists and strings have no place on a curve
+                figures[f"val_{label}" if key == label else f"val_{label}_{key}"] = float(value)
+    return figures
+
+
+SCALARS = ("val_top1", "val_topk", "topk", "val_loss", "val_samples", "val_macro_f1", "val_macro_precision",
+           "val_macro_recall")
+
+
+def validation_row(figures, class_names):
+    """The scalars a validation logs (metrics.jsonl and dashboards alike), per-class accuracy included."""
+    row = {key: value for key, value in figures.items() if key in SCALARS or key.startswith("val_")}
+    if len(class_names) <= PER_CLASS_LOG_MAX:
+        for name, accuracy in zip(class_names, figures["per_class_accuracy"]):
+            if accuracy is not None:  # a class with no validation images has no accuracy
+                row[f"val_class_acc/{name.replace('/', '_')}"] = accuracy
+    return row
+
+
+def result_figures(figures, class_names):
+    """What results.json says of the final validation."""
+    extra = {key: value for key, value in figures.items() if key.startswith("val_") and key not in SCALARS}
+    return {**{key: figures[key] for key in SCALARS[:5]}, **extra,
+            "macro_f1": figures["val_macro_f1"], "macro_precision": figures["val_macro_precision"],
+            "macro_recall": figures["val_macro_recall"],
+            "per_class_accuracy": dict(zip(class_names, figures["per_class_accuracy"])),
+            "per_class_images": dict(zip(class_names, figures["class_support"]))}
+
+
+def rank_sums(ranked, labels, losses, owners, rank, k):
+    """The sums of the samples that `rank` itself scored (padding already dropped by the gather)."""
+    mine = owners == rank
+    return sums(ranked[mine], labels[mine], losses[mine], k)
+
+
+def dump_rank_sums(folder, figures, own, accelerator):
+    """GluonCV's per-rank eval files, made right: sums that add up exactly to global.json."""
+    write_json_atomic(folder / f"rank_{accelerator.process_index}.json", own)
+    if accelerator.is_main_process:
+        keys = ("correct_top1", "correct_topk", "loss_sum")
+        write_json_atomic(folder / "global.json", {"samples": figures["val_samples"], **{k: figures[k] for k in keys}})
+
+
+def topk_for(num_classes):
+    """k of the top-k figure: 5, or the class count when smaller (computed, never set to 100 % by hand)."""
+    return min(5, num_classes)

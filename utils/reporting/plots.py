@@ -1,0 +1,94 @@
+"""curves.png and confusion_matrix.png, drawn with matplotlib's object API (no display, no global state)."""
+
+import io
+import math
+
+from utils.core.io import write_bytes_atomic
+
+
+def _by_step(rows, key):
+    """(x, y) of `key` over the rows, the last value of each step winning (a resumed run repeats steps)."""
+    last = {row["step"]: row for row in rows if key in row}
+    steps = sorted(last)
+    return [last[s] for s in steps]
+
+
+def curves_figure(rows):
+    """Train loss and LR per step; val loss (with the epoch's mean train loss) and accuracy per epoch."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(11, 7.5), layout="constrained")
+    (loss_ax, lr_ax), (val_loss_ax, acc_ax) = fig.subplots(2, 2)
+    train = _by_step(rows, "train_loss")
+    loss_ax.plot([r["step"] for r in train], [r["train_loss"] for r in train], label="train loss (log window mean)")
+    lr_ax.plot([r["step"] for r in _by_step(rows, "lr")], [r["lr"] for r in _by_step(rows, "lr")],
+               color="tab:orange", label="learning rate")
+    for ax, title in ((loss_ax, "training loss per step"), (lr_ax, "learning rate per step")):
+        ax.set(xlabel="optimizer step", title=title)
+    loss_ax.set_ylabel("cross-entropy")
+    lr_ax.set_ylabel("learning rate")
+    epochs = _by_step(rows, "epoch_train_loss")
+    val = _by_step(rows, "val_loss")
+    val_loss_ax.plot([r["epoch"] for r in epochs], [r["epoch_train_loss"] for r in epochs], "o-",
+                     label="train (epoch mean, loss as optimised)")
+    val_loss_ax.plot([r["epoch"] for r in val], [r["val_loss"] for r in val], "s-", label="validation")
+    val_loss_ax.set(xlabel="epoch", ylabel="cross-entropy", title="loss per epoch")
+    # Log scale: an early spike (BatchNorm statistics of a barely trained net) would flatten the rest.
+    for ax in (loss_ax, val_loss_ax):
+        ax.set_yscale("log")
+    if val:
+        k, last = val[-1].get("topk", 5), val[-1]
+        acc_ax.plot([r["epoch"] for r in val], [r["val_top1"] for r in val], "s-",
+                    label=f"val top-1 (last {last['val_top1']:.4f})")
+        acc_ax.plot([r["epoch"] for r in val], [r["val_topk"] for r in val], "^--",
+                    label=f"val top-{k} (last {last['val_topk']:.4f})")
+    acc_ax.set(xlabel="epoch", ylabel="accuracy", title="validation accuracy per epoch", ylim=(0, 1.02))
+    for ax in (val_loss_ax, acc_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (loss_ax, lr_ax, val_loss_ax, acc_ax):
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend()
+    return fig
+
+
+def confusion_figure(matrix, class_names):
+    """The confusion matrix normalised per true class (each row sums to 1): row i, column j = share of
+    class i's images predicted as class j. Cells are written out up to 20 classes."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    counts = np.asarray(matrix, dtype=np.float64)
+    n = len(class_names)
+    share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    side = min(4 + 0.35 * n, 40)
+    fig = Figure(figsize=(side + 1.5, side), layout="constrained")
+    ax = fig.subplots()
+    image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, fraction=0.046, label="share of the true class's images")
+    every = math.ceil(n / 120)  # past ~120 classes the names could not be read: label every k-th
+    ticks = list(range(0, n, every))
+    names = [class_names[i] for i in ticks]
+    ax.set_xticks(ticks, names, rotation=90 if max(map(len, names)) > 3 else 0, fontsize=_font(n))
+    ax.set_yticks(ticks, names, fontsize=_font(n))
+    ax.set(xlabel="predicted class", ylabel="true class",
+           title=f"confusion matrix, normalised per true class ({int(counts.sum())} images)")
+    if n <= 20:
+        for i in range(n):
+            for j in range(n):
+                if counts[i, j]:
+                    ax.text(j, i, f"{share[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                            color="white" if share[i, j] > 0.5 else "black")
+    return fig
+
+
+def _font(n):
+    return 10 if n <= 30 else 7 if n <= 120 else 5
+
+
+def save(fig, path):
+    """Render a PNG in memory and write it atomically: a reader never sees half a file."""
+    png = io.BytesIO()
+    fig.savefig(png, dpi=100, format="png")
+    write_bytes_atomic(path, png.getvalue())

@@ -1,0 +1,126 @@
+"""Training progress: lines every `log_every` optimizer steps and per epoch, metrics.jsonl rows, a bar on a tty."""
+
+import sys
+import time
+from datetime import timedelta
+
+import torch
+from tqdm.auto import tqdm
+
+from utils.core.io import append_jsonl
+
+
+def _eta(seconds):
+    return str(timedelta(seconds=round(seconds)))
+
+
+class StepLogger:
+    """Accumulates loss and timings on the device; syncs with the host only every `log_every` steps.
+
+    `loss.item()` at every step would be a CPU-GPU sync point; here the only sync is the one
+    all-reduce (and `.tolist()`) per logged line, and one per epoch.
+    """
+
+    def __init__(self, accelerator, metrics_path, log_every, steps_per_epoch, total_steps, unit="img"):
+        self.accelerator, self.metrics_path = accelerator, metrics_path
+        self.log_every, self.steps_per_epoch, self.total_steps = log_every, steps_per_epoch, total_steps
+        self.unit = unit  # the console's name of a sample (metrics.jsonl keeps img_per_s for both)
+        self.bar = None
+        self._reset(epoch=0, first_step=0)
+
+    def _new_window(self):
+        # Loss sum on the device (adding to it is no sync); sample count and data time on the host.
+        self.loss_sum = torch.zeros((), device=self.accelerator.device)
+        self.samples, self.data_time, self.steps = 0, 0.0, 0
+        self.window_start = time.perf_counter()
+
+    def start_epoch(self, epoch, first_step):
+        # A bar only when both streams are a terminal; CI logs and files (`> log.txt`) get the plain lines.
+        if self.accelerator.is_main_process and sys.stderr.isatty() and sys.stdout.isatty():
+            self.bar = tqdm(total=self.steps_per_epoch, initial=first_step, desc=f"epoch {epoch}", leave=False,
+                            dynamic_ncols=True)
+        self._reset(epoch, first_step)
+
+    def _reset(self, epoch, first_step):
+        self.epoch, self.step_in_epoch = epoch, first_step
+        self.epoch_sums, self.epoch_steps, self.epoch_start = [0.0, 0.0, 0.0], 0, time.perf_counter()
+        self._new_window()
+
+    def micro_batch(self, loss, batch_size, data_time):
+        self.loss_sum += loss.detach().float() * batch_size
+        self.samples += batch_size
+        self.data_time += data_time
+
+    def optimizer_step(self, global_step, lr):
+        self.step_in_epoch += 1
+        self.steps += 1
+        self.epoch_steps += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        if global_step % self.log_every:
+            return
+        row = self._figures(self._reduce_window(), self.window_start)
+        rate = self.steps / max(time.perf_counter() - self.window_start, 1e-9)  # steps/s
+        self._new_window()  # the next window pays for the writing below: its img/s tells the whole cost
+        row.update(step=global_step, epoch=round(global_step / self.steps_per_epoch, 6), lr=lr)
+        eta_epoch = min(self.steps_per_epoch - self.step_in_epoch, self.total_steps - global_step) / rate
+        eta_run = (self.total_steps - global_step) / rate  # training steps only: validation adds to it
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss {row['train_loss']:.4f} lr {lr:.2e} {row['img_per_s']:.0f} {self.unit}/s "
+                                     f"({row['img_per_s_per_device']:.0f}/device) data "
+                                     f"{100 * row['data_time_frac']:.0f}% run ETA {_eta(eta_run)}")
+        self.write({key: row[key] for key in ("step", "epoch", "lr", "train_loss", "img_per_s",
+                                              "img_per_s_per_device", "data_time_frac")},
+                   f"epoch {row['epoch']:.2f} step {global_step} loss {row['train_loss']:.4f} lr {lr:.5f} "
+                   f"{self.unit}/s {row['img_per_s']:.1f} ({row['img_per_s_per_device']:.1f}/device) "
+                   f"data {100 * row['data_time_frac']:.0f}% eta epoch {_eta(eta_epoch)} run {_eta(eta_run)}",
+                   console=self.bar is None)  # on a terminal the bar shows it
+
+    def end_epoch(self, global_step):
+        """The epoch's own line: mean train loss, throughput and data-wait share over all its steps."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        self._reduce_window()  # the steps since the last line; every rank calls this alike
+        self._new_window()
+        if not self.epoch_steps:
+            return
+        row = self._figures(self.epoch_sums, self.epoch_start)
+        seconds = time.perf_counter() - self.epoch_start
+        self.write({"step": global_step, "epoch": round(global_step / self.steps_per_epoch, 6),
+                    "epoch_train_loss": row["train_loss"], "epoch_img_per_s": row["img_per_s"],
+                    "epoch_img_per_s_per_device": row["img_per_s_per_device"],
+                    "epoch_data_time_frac": row["data_time_frac"], "epoch_time_s": round(seconds, 3)},
+                   f"epoch {self.epoch} train: loss {row['train_loss']:.4f}, {row['img_per_s']:.1f} {self.unit}/s "
+                   f"({row['img_per_s_per_device']:.1f}/device), data {100 * row['data_time_frac']:.0f}%, "
+                   f"{seconds:.1f} s")
+
+    def _reduce_window(self):
+        """Global loss sum, sample count and data time of the window, in one collective; added to the epoch's."""
+        device = self.loss_sum.device
+        totals = self.accelerator.reduce(torch.stack([
+            self.loss_sum, torch.tensor(float(self.samples), device=device),
+            torch.tensor(self.data_time, device=device)]), "sum").tolist()
+        self.epoch_sums = [a + b for a, b in zip(self.epoch_sums, totals)]
+        return totals
+
+    def _figures(self, totals, since):
+        loss_sum, samples, data_time = totals
+        elapsed = max(time.perf_counter() - since, 1e-9)
+        processes = self.accelerator.num_processes
+        return {"train_loss": loss_sum / max(samples, 1), "img_per_s": samples / elapsed,
+                "img_per_s_per_device": samples / elapsed / processes,
+                "data_time_frac": data_time / processes / elapsed}  # the mean share over the processes
+
+    def write(self, row, line, console=True):
+        """A metrics.jsonl row, the dashboards' copy of it, and a console line, on the main process only."""
+        # The dashboards get exactly these numbers (accelerator.log is a no-op without trackers).
+        self.accelerator.log({key: value for key, value in row.items() if key != "step"}, step=row["step"])
+        if self.accelerator.is_main_process:
+            append_jsonl(self.metrics_path, row)
+            if not console:
+                return
+            if self.bar is not None:
+                self.bar.write(line)
+            else:
+                print(line, flush=True)

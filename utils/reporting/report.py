@@ -1,0 +1,49 @@
+"""The end of a run, without any tracker: results.json, curves.png, confusion_matrix.png/.csv, a per-class table."""
+
+import csv
+import io
+import json
+
+from utils.reporting import plots
+from utils.core.io import write_json_atomic, write_text_atomic
+
+TABLE_ROWS = 30  # more classes than this: the table shows the worst ones (results.json has them all)
+
+
+def per_class_table(figures, class_names):
+    """A text table of per-class top-1 accuracy, worst first when it has to be cut."""
+    matrix = figures["confusion_matrix"]
+    rows = [(name, acc, n, matrix[i][i]) for i, (name, acc, n)
+            in enumerate(zip(class_names, figures["per_class_accuracy"], figures["class_support"]))]
+    title = "per-class accuracy (top-1)"
+    if len(rows) > TABLE_ROWS:
+        rows = sorted(rows, key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))[:TABLE_ROWS]
+        title += f", the {TABLE_ROWS} worst of {len(class_names)} classes (all in results.json)"
+    width = max(len("class"), *(len(row[0]) for row in rows))
+    lines = [title, f"  {'class':<{width}}  {'images':>6}  {'correct':>7}  accuracy"]
+    for name, acc, n, correct in rows:
+        lines.append(f"  {name:<{width}}  {n:>6}  {correct:>7}  {'-' if acc is None else f'{acc:.4f}'}")
+    return "\n".join(lines)
+
+
+def write(out, results, figures, bad_images):
+    """results.json, bad_images.txt (if any), curves.png (when metrics.jsonl holds training rows),
+    confusion_matrix.png and .csv; returns the pictures written."""
+    class_names = results["class_names"]
+    if bad_images:
+        write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{bad_images[p]}\n" for p in sorted(bad_images)))
+    write_json_atomic(out / "results.json", results)
+    written = []
+    metrics_path = out / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+    if any("train_loss" in row or "epoch_train_loss" in row for row in rows):  # something was trained
+        plots.save(plots.curves_figure(rows), out / "curves.png")
+        written.append(out / "curves.png")
+    plots.save(plots.confusion_figure(figures["confusion_matrix"], class_names), out / "confusion_matrix.png")
+    written.append(out / "confusion_matrix.png")
+    text = io.StringIO()
+    table = csv.writer(text)
+    table.writerow(["true \\ predicted", *class_names])
+    table.writerows([name, *counts] for name, counts in zip(class_names, figures["confusion_matrix"]))
+    write_text_atomic(out / "confusion_matrix.csv", text.getvalue())
+    return written

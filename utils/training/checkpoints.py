@@ -1,0 +1,143 @@
+"""Checkpoints that are complete or absent: written aside, renamed into place, found by `latest`, pruned."""
+
+import json
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+from utils.core.io import first_free, write_json_atomic
+
+STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
+
+
+def folder_of(out):
+    return Path(out) / "checkpoints"
+
+
+def is_complete(folder):
+    folder = Path(folder)
+    return not folder.name.startswith(".") and (folder / STATE_FILE).is_file()
+
+
+def read_state(folder):
+    return json.loads((Path(folder) / STATE_FILE).read_text())
+
+
+def _order(state):
+    """Where a checkpoint stands in its run: by global step, an epoch's end after a step of the same number."""
+    return state["global_step"], state["epoch_end"]
+
+
+def _with_states(out):
+    """[(folder, state)] of the complete checkpoints, oldest first."""
+    root = folder_of(out)
+    found = [(f, read_state(f)) for f in root.iterdir() if is_complete(f)] if root.is_dir() else []
+    return sorted(found, key=lambda fs: _order(fs[1]))
+
+
+def complete_checkpoints(out):
+    """Complete checkpoints under <out>/checkpoints, oldest first."""
+    return [folder for folder, _ in _with_states(out)]
+
+
+def latest(out):
+    found = complete_checkpoints(out)
+    return found[-1] if found else None
+
+
+def save(accelerator, out, name, state, own_files=None):
+    """accelerator.save_state into a hidden folder, then rename it into place once every rank is done.
+    `own_files(folder)`, when given, writes this rank's files of its own there (every rank calls it).
+
+    A process killed mid-save leaves only the hidden folder, which `latest` ignores: the previous
+    checkpoint stays the newest complete one.
+    """
+    final, aside = folder_of(out) / name, folder_of(out) / f".partial-{name}"
+    if accelerator.is_main_process and aside.exists():
+        shutil.rmtree(aside)  # left by a process killed while saving
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(aside))
+    if own_files is not None:
+        own_files(aside)
+    accelerator.wait_for_everyone()  # every rank's files (its RNG states among them) are in
+    if accelerator.is_main_process:
+        write_json_atomic(aside / STATE_FILE, state)
+        old = folder_of(out) / f".replaced-{name}"
+        shutil.rmtree(old, ignore_errors=True)  # left by a process killed while replacing (recover() ran first)
+        if final.exists():  # the same name saved again (e.g. after a resume that redid the same steps)
+            # Renamed aside (atomic), never deleted in place: a kill mid-delete would leave a folder
+            # that still holds its state file and looks complete. A kill between the two renames
+            # leaves this name absent until recover() renames the old one back.
+            os.replace(final, old)
+        os.replace(aside, final)
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def recover(out):
+    """Put back a checkpoint that a process killed mid-replacement left renamed aside (see save)."""
+    for old in folder_of(out).glob(".replaced-*"):
+        final = old.with_name(old.name.removeprefix(".replaced-"))
+        if not final.exists() and (old / STATE_FILE).is_file():
+            os.replace(old, final)
+
+
+def set_aside_newer(out, resumed):
+    """Resuming from an older checkpoint of this run: its newer checkpoints (and best/ weights from
+    after it) belong to a history that is being abandoned. Move them to <out>/abandoned/<time>/, where
+    neither `latest` nor pruning sees them, rather than delete them. Returns what moved, or None.
+    """
+    position = _order(read_state(resumed))
+    newer = [f for f, st in _with_states(out) if _order(st) > position]
+    best = Path(out) / "best" / "metrics.json"
+    best_is_newer = best.is_file() and json.loads(best.read_text())["global_step"] > position[0]
+    if not newer and not best_is_newer:
+        return None
+    to = first_free(Path(out) / "abandoned" / f"{datetime.now():%Y%m%d-%H%M%S}-after-{Path(resumed).name}")
+    (to / "checkpoints").mkdir(parents=True)
+    for folder in newer:
+        os.replace(folder, to / "checkpoints" / folder.name)
+    if best_is_newer:
+        os.replace(best.parent, to / "best")
+    return {"names": [f.name for f in newer] + (["best/"] if best_is_newer else []), "to": str(to)}
+
+
+def prune(out, keep_last, keep_best=0):
+    """Keep the newest `keep_last` (0: all of them) and, besides, the `keep_best` best-scoring complete
+    checkpoints; remove the rest, and leftovers of killed processes.
+
+    Call it only after a newer checkpoint is complete, when no save is in flight. A folder is
+    renamed out of the way before it is deleted, so a kill mid-delete leaves a hidden leftover (which
+    the next prune removes), never a half-deleted folder that looks like a checkpoint.
+    """
+    found = _with_states(out)  # each state file read once
+    drop = []
+    if keep_last:  # keep_last 0 keeps every checkpoint, whatever keep_best says
+        scored = [(f, st) for f, st in found if st.get("val_top1") is not None]
+        # Ties go to the earlier checkpoint, the one whose weights <output_dir>/best/ holds.
+        ranked = [f for f, _ in sorted(scored, key=lambda fs: (fs[1]["val_top1"], -fs[1]["global_step"]))]
+        keep = set(ranked[-keep_best:] if keep_best else []) | {f for f, _ in found[-keep_last:]}
+        drop = [f for f, _ in found if f not in keep]
+    for folder in drop:
+        os.replace(folder, folder.with_name(f".deleting-{folder.name}"))
+    for leftover in folder_of(out).glob(".*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def keep_if_best(accelerator, model, out, record, summary, key="val_top1"):
+    """--keep_best: weights that beat the best `key` figure so far (record[-1]) go to <out>/best/
+    (the EMA's weights and val_ema_top1 with --model_ema).
+
+    Call it on every rank (save_model may be collective) with the same gathered figures.
+    """
+    best = out / "best" / "metrics.json"
+    if not record:  # first call: a resumed run continues its record
+        record.append(json.loads(best.read_text())[key] if best.exists() else -1.0)
+    if summary[key] <= record[-1]:
+        return
+    record.append(summary[key])
+    accelerator.save_model(model, str(out / "best"))
+    if accelerator.is_main_process:
+        write_json_atomic(best, summary)

@@ -1,0 +1,257 @@
+"""The run folder: where a run's files go, one live run per folder, and which checkpoint it continues from.
+
+Decisions are the main process's, broadcast to the others: with node-local storage each node would
+otherwise find its own `latest` (or none) and the replicas would diverge. Every rank then checks
+that it can read the chosen checkpoint: a run folder must be on storage that every node shares.
+"""
+
+import contextlib
+import fcntl
+import os
+import re
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+from accelerate.utils import broadcast_object_list, gather_object
+
+from utils.training import checkpoints
+from utils.core.errors import UserError
+from utils.core.io import first_free
+from utils.data.presets import source_name
+
+
+class FolderError(UserError):
+    """A --resume or --output_dir that cannot be used as asked."""
+
+
+# What a resumed run must share with its checkpoint: the LR schedule is laid out in steps of these
+# (epochs, batch, accumulation, LR options), the sample order and augmentation come from the seed,
+# and the optimizer state only fits the optimizer (and the model) it was made with.
+RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
+               "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma", "seed", "optimizer", "momentum",
+               "nesterov", "weight_decay", "norm_weight_decay", "bias_weight_decay", "lr_scale_batch", "model",
+               "clip_len", "frame_interval", "num_segments", "model_ema", "model_ema_decay", "model_ema_steps",
+               "model_ema_warmup", "ra_reps", "sync_bn", "streaming", "steps_per_epoch", "shuffle_buffer")
+# Every other option may differ on resume (tests/test_run_folder.py holds every option to one list or the
+# other, so a new one cannot be forgotten): the data is compared by its signature instead (check_data); the
+# rest changes how later steps read, augment, evaluate, report or checkpoint, not whether the state fits.
+RESUME_FREE = (
+    # the data and its reading (check_data compares what was read)
+    "config", "dataset", "dataset_config", "train_split", "val_split", "val_fraction", "image_column",
+    "label_column", "train_dir", "val_dir", "data_dir", "max_train_samples", "max_val_samples", "num_classes",
+    "synthetic_train_samples", "synthetic_val_samples", "train_list", "val_list", "data_root", "class_names",
+    "skip_bad_images", "num_workers",
+    # input and augmentation of later steps
+    "image_size", "no_hflip", "auto_augment", "rand_augment", "random_erase", "interpolation", "crop_pct",
+    "train_crop_size", "progressive_resize", "progressive_resize_step", "mixup_alpha", "cutmix_alpha", "mix_prob",
+    "mean", "std", "label_smoothing",
+    # how the model is built (a resumed run loads its weights over it), its speed and numerics
+    "pretrained", "weights", "init_from", "freeze_backbone", "drop_path", "dropout", "zero_init_residual",
+    "channels_last", "compile", "compile_mode", "mixed_precision", "clip_grad_norm",
+    # evaluation
+    "eval_only", "val_every", "val_crop_size", "val_resize_size", "test_clips", "test_crops", "metrics",
+    "dump_rank_metrics",
+    # where and how often the run reports, checkpoints and stops
+    "output_dir", "resume", "checkpoint_every_steps", "keep_last", "keep_best", "skip_nonfinite_steps",
+    "dist_timeout_s", "max_train_steps", "save_every", "log_every", "report_to", "project_name", "push_to_hub",
+    "run_name", "wandb_entity", "wandb_tags", "wandb_run_id")
+
+
+def _decided(accelerator, decide):
+    """Run `decide()` on the main process only; every rank gets its value, or raises its FolderError."""
+    box = [None]
+    if accelerator.is_main_process:
+        try:
+            box[0] = ("ok", decide())
+        except FolderError as e:
+            box[0] = ("error", str(e))
+        except OSError as e:  # a folder that cannot be created or read: the same line on every rank
+            box[0] = ("error", f"output_dir: {e.strerror}: {e.filename}")
+    broadcast_object_list(box)
+    kind, value = box[0]
+    if kind == "error":
+        raise FolderError(value)
+    return value
+
+
+def output_dir_for(args, accelerator):
+    """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<dataset>-<model>."""
+    def check_resume():  # on the main process: a rank that cannot read it is named later (resume_folder)
+        if not checkpoints.is_complete(args.resume):
+            raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
+                              f"(no {checkpoints.STATE_FILE} in it)")
+    if args.resume not in (None, "latest"):
+        _decided(accelerator, check_resume)
+    if args.output_dir is not None:
+        return Path(args.output_dir)
+    if args.resume not in (None, "latest") and not args.eval_only:  # an evaluation gets a folder of its own
+        return Path(args.resume).resolve().parent.parent
+
+    def new_name():  # holds a timestamp: one name for every rank
+        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (source_name(args), args.model))
+        return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{model}"))  # names, paths: no slashes
+    return Path(_decided(accelerator, new_name))
+
+
+class RunLock:
+    """One live run per folder: an exclusive lock on <out>/.lock, held by the main process until it exits.
+
+    flock locks die with their process, SIGKILL included, so a killed run never leaves the folder
+    locked. (On network filesystems without flock support, the lock is advisory at best.)
+    """
+
+    def __init__(self, out):
+        self.out, self.file, self.created, self.token = Path(out), None, [], None
+
+    def acquire(self):
+        lock = self.out / ".lock"
+        self.created = [p for p in (self.out, lock) if not p.exists()]  # what a failed run removes again
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.file = open(lock, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.readline().strip() or "another process"
+            self.file.close()
+            raise FolderError(f"output_dir: {self.out} is in use by a live run ({holder}); wait for it to end "
+                              f"(or stop it) before starting another run there") from None
+        self.file.seek(0)
+        self.file.truncate()
+        # The token is new with every run: a rank that reads it here sees this folder, not a copy of it.
+        self.token = uuid.uuid4().hex
+        self.file.write(f"pid {os.getpid()} on {os.uname().nodename}\nrun {self.token}\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())  # on network storage, visible to other nodes now
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def release(self, failed=False):
+        """Unlock. After a failure, remove the lock file and the folder if this run created them and
+        wrote nothing else: bad input leaves no trace."""
+        if self.file is None:
+            return
+        fcntl.flock(self.file, fcntl.LOCK_UN)  # forked DataLoader workers share the open file: unlock it for all
+        if failed:
+            for path in reversed(self.created):  # the file, then the folder if it is empty now
+                if path.is_dir():
+                    with contextlib.suppress(OSError):
+                        path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
+        self.file.close()
+        self.file = None
+
+
+def _sees(path, text=None):
+    """Whether this process finds `path` (holding `text`). One it may not even read (EACCES) counts as not
+    found, so that every rank still reaches the gather that reports it."""
+    try:
+        return path.exists() if text is None else text in path.read_text()
+    except OSError:
+        return False
+
+
+def lock_run_folder(accelerator, out):
+    """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line.
+
+    Then every rank reads the lock file for the token the main process has just written there: a rank
+    that does not find it has another folder under that path (a node-local disk), where the run would
+    be split silently (its checkpoint shards and RNG states written where the main process never looks).
+    """
+    held = []
+
+    def lock():
+        held.append(RunLock(out).acquire())
+        return held[0].token
+
+    token = _decided(accelerator, lock)
+    blind = [rank for rank, seen in enumerate(gather_object([_sees(out / ".lock", token)])) if not seen]
+    if blind:
+        if held:
+            held[0].release(failed=True)
+        raise FolderError(f"output_dir: process(es) {', '.join(map(str, blind))} do not see the run folder {out} as "
+                          f"the main process does: every node must see it at the same path (shared storage); give "
+                          f"--output_dir a path on storage that every node mounts")
+    return held[0] if held else None
+
+
+def _check_options(args, state, world_size):
+    recorded = state.get("options") or state["schedule"]  # "schedule": checkpoints of earlier versions
+    changed = [f"{k} ({recorded[k]} -> {getattr(args, k)})" for k in RESUME_KEYS
+               if k in recorded and recorded[k] != getattr(args, k)]
+    if state["world_size"] != world_size:
+        changed.append(f"world size ({state['world_size']} -> {world_size})")
+    if changed:
+        raise FolderError(f"resume: the checkpoint was made with other values of: {', '.join(changed)}; resume "
+                          f"with the same ones (the LR schedule, sample order and optimizer state depend on them), "
+                          f"or start a new run from its weights with --init_from <checkpoint>")
+
+
+def check_data(accelerator, state, signature):
+    """Refuse to continue on other training data: the schedule's steps, the sample order and the
+    classifier's shape come from it. Every rank compares (a node with another copy of the data too)."""
+    recorded = state.get("data")
+    seen = gather_object([signature])
+    if any(other != seen[0] for other in seen):
+        raise FolderError("resume: the processes see different training data (every node needs the same copy)")
+    if recorded is not None and recorded != signature:
+        changed = [f"{recorded[k]} -> {signature[k]} {k.replace('train_samples', 'images')}"
+                   for k in ("train_samples", "classes") if k in recorded and recorded[k] != signature[k]]
+        raise FolderError(f"resume: the training data changed since the checkpoint "
+                          f"({', '.join(changed) or 'other labels or order'}); resume on the same data, or start "
+                          f"a new run from its weights with --init_from <checkpoint>")
+
+
+def abandon_newer(accelerator, args, out, resume_from):
+    """Resuming from an older checkpoint of this run, once every check has passed: the newer history
+    moves aside (utils/checkpoints.set_aside_newer), so that `latest` and pruning see only the new one."""
+    if resume_from is None or args.eval_only or resume_from.resolve().parent.parent != out.resolve():
+        return
+    if accelerator.is_main_process:
+        moved = checkpoints.set_aside_newer(out, resume_from)
+        if moved:
+            print(f"resume: {resume_from.name} is older than this run's newest checkpoint: moved the newer "
+                  f"{', '.join(moved['names'])} to {moved['to']}", flush=True)
+    accelerator.wait_for_everyone()
+
+
+def _choose(args, out, world_size):
+    """The main process's choice of checkpoint; moves a newer, abandoned history out of the way."""
+    folder = None
+    checkpoints.recover(out)
+    if args.resume == "latest":
+        folder = checkpoints.latest(out)
+        if folder is None:
+            print(f"resume: no complete checkpoint under {out}: starting afresh", flush=True)
+    elif args.resume is not None:
+        folder = Path(args.resume)  # complete: output_dir_for checked
+    if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
+        _check_options(args, checkpoints.read_state(folder), world_size)
+    same_run = folder is not None and folder.resolve().parent.parent == out.resolve()
+    if (out / "config.yaml").exists() and not same_run and args.resume != "latest":
+        raise FolderError(f"output_dir: {out} already holds a run; pick another folder or --resume its checkpoint")
+    return None if folder is None else str(folder)
+
+
+def resume_folder(args, accelerator, out):
+    """The checkpoint to continue from (None: a fresh start), decided once and readable on every rank.
+
+    Refuses one that cannot continue exactly, and a folder that holds another run.
+    """
+    chosen = _decided(accelerator, lambda: _choose(args, out, accelerator.num_processes))
+    if chosen is None:
+        return None
+    folder = Path(chosen)
+    blind = [rank for rank, ok in enumerate(gather_object([_sees(folder / checkpoints.STATE_FILE)])) if not ok]
+    if blind:
+        raise FolderError(f"resume: process(es) {', '.join(map(str, blind))} cannot read the checkpoint {chosen} "
+                          f"that the main process chose: every node must see the run folder at the same path "
+                          f"(shared storage)")
+    return folder
