@@ -62,13 +62,12 @@ def fail(message):
 
 def main(argv=None):
     opts = get_args(argv)
+    import torch
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
-    from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
     from utils.data.presets import is_video
-
-    import torch
+    from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
     # unless the CPU is asked for (see build_accelerator in train_classification.py).
@@ -105,8 +104,8 @@ def predict(accelerator, train_args, names, model, files, opts):
     import torch
     from torch.utils.data import DataLoader
 
-    from utils.inference import RunError, eval_dataset
     from utils.data.on_device import BatchInput
+    from utils.inference import RunError, eval_dataset
 
     top_k = min(opts.top_k, len(names))
     dataset, per_file = eval_dataset(train_args, files, multi_view=opts.multi_view)

@@ -55,33 +55,31 @@ import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin, gather_object, set_seed
 
-from utils.training import checkpoints
-from utils.reporting import report
-from utils.reporting import trackers
-from utils.config.options import parse_args, save_config
-from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature, epoch_batches,
-                        sample_count)
+from utils.config.options import parse_args, resume_keys, save_config
 from utils.core.elastic import join_restarted_group
 from utils.core.errors import UserError, report as report_error
-from utils.models.ema import build_ema, save_ema, update_ema
 from utils.core.io import write_json_atomic
-from utils.evaluation.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
-                           validation_row)
-from utils.reporting.model_folder import push_model_folder, save_model_folder
-from utils.models.libraries import build_model, initialise
-from utils.models.torchvision_models import for_device
-from utils.evaluation.multiview import test_row, test_videos
+from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
+from utils.core.seeding import spread
+from utils.core.threads import cores_per_process, use_all_cores
+from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
+                                epoch_batches, sample_count)
 from utils.data.on_device import BatchInput
 from utils.data.presets import input_notes, is_video, sample_unit, source_name
-from utils.reporting.progress import StepLogger
-from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
-from utils.training.run_folder import (RESUME_KEYS, abandon_newer, check_data, lock_run_folder, output_dir_for,
-                              resume_folder)
-from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
-from utils.core.seeding import spread
 from utils.data.streaming import StreamLoader, load_position, save_position
-from utils.core.threads import cores_per_process, use_all_cores
 from utils.data.video_sources import test_views
+from utils.evaluation.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
+                                      validation_row)
+from utils.evaluation.multiview import test_row, test_videos
+from utils.models.ema import build_ema, save_ema, update_ema
+from utils.models.libraries import build_model, initialise
+from utils.models.torchvision_models import for_device
+from utils.reporting import report, trackers
+from utils.reporting.model_folder import push_model_folder, save_model_folder
+from utils.reporting.progress import StepLogger
+from utils.training import checkpoints
+from utils.training.run_folder import abandon_newer, check_data, lock_run_folder, output_dir_for, resume_folder
+from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
 
 PROG = "train_classification.py"
 
@@ -121,7 +119,8 @@ class Job:
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
 
     def streaming(self):
-        """--streaming: the train loader is ours, with a stream position that checkpoints keep (utils/data/streaming.py)."""
+        """--streaming: the train loader is ours, with a stream position that checkpoints keep
+        (utils/data/streaming.py)."""
         return isinstance(self.train_loader, StreamLoader)
 
     def bare_model(self):
@@ -342,7 +341,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
     (options, data), and whether the epoch's validation is still to come (an interrupt at its end)."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
-             "options": {k: getattr(job.args, k) for k in RESUME_KEYS}, "data": job.data,
+             "options": {k: getattr(job.args, k) for k in resume_keys()}, "data": job.data,
              "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
@@ -462,7 +461,7 @@ def build_job(args, accelerator, out):
 
 
 def main(argv=None):
-    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (utils/core/preemption.py)
+    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (core/preemption.py)
     args = parse_args(argv, prog=PROG)
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)
@@ -473,7 +472,7 @@ def main(argv=None):
     try:
         out = output_dir_for(args, accelerator)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
-        resume_from = resume_folder(args, accelerator, out)
+        resume_from = resume_folder(args, accelerator, out, resume_keys())
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
         set_seed(args.seed)

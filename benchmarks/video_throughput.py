@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from utils.config.options import parse_args  # noqa: E402
-from utils.data.loaders import build_datasets  # noqa: E402
 from utils.core.preemption import worker_init_fn  # noqa: E402
 from utils.core.threads import cores_per_process  # noqa: E402
+from utils.data.loaders import build_datasets  # noqa: E402
 from utils.data.video import PathFrames, write_video  # noqa: E402
 
 

@@ -194,8 +194,8 @@ def reference(images, tmp_path_factory):
 
 
 def assert_same_weights(a, b):
-    from safetensors.torch import load_file
     import torch
+    from safetensors.torch import load_file
 
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert wa.keys() == wb.keys()

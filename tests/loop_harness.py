@@ -6,14 +6,14 @@ train_one_epoch returns may change: adapt make_job and run_epoch here, in one pl
 
 import math
 
+import conftest  # noqa: F401  (puts the repo root on sys.path)
 import torch
 from torch.utils.data import Dataset
 
-import conftest  # noqa: F401  (puts the repo root on sys.path)
 from train_classification import Job, train_one_epoch
+from utils.core.preemption import StopRequest
 from utils.data.loaders import BadImages, EpochSeeded, build_dataloaders
 from utils.data.on_device import BatchInput
-from utils.core.preemption import StopRequest
 from utils.reporting.progress import StepLogger
 from utils.training.schedule import build_lr_scheduler, build_optimizer
 

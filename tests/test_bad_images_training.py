@@ -5,9 +5,9 @@ import copy
 
 import pytest
 import torch
+from loop_harness import make_job
 from torch.utils.data import Dataset
 
-from loop_harness import make_job
 from train_classification import build_accelerator, train_one_epoch
 from utils.config.options import parse_args
 

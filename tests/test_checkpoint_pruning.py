@@ -4,9 +4,9 @@ import json
 import os
 from pathlib import Path
 
+import conftest  # noqa: F401  (puts the repo root on sys.path)
 import pytest
 
-import conftest  # noqa: F401  (puts the repo root on sys.path)
 from utils.training import checkpoints
 
 

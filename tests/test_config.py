@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import ROOT, main_fails
+
 from utils.config.options import get_args_parser, parse_args, save_config
 
 

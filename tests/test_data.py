@@ -5,10 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import main_fails, make_folder, read_json, run_main, runs_in_one_process
+from PIL import Image
 from ranks import ranks_ok
+
 from utils.config.options import parse_args
 from utils.data.sources import DataError, load_splits
 

@@ -4,12 +4,12 @@ import pytest
 
 from utils.config.options import ConfigError
 from utils.core.errors import UserError, report
-from utils.inference import RunError
-from utils.evaluation.metrics import MetricError
-from utils.reporting.model_folder import PushError
-from utils.models.torchvision_models import ModelError
-from utils.training.run_folder import FolderError
 from utils.data.sources import DataError
+from utils.evaluation.metrics import MetricError
+from utils.inference import RunError
+from utils.models.torchvision_models import ModelError
+from utils.reporting.model_folder import PushError
+from utils.training.run_folder import FolderError
 
 
 @pytest.mark.parametrize("error, builtin", [(DataError, ValueError), (ModelError, ValueError), (ConfigError, ValueError),
@@ -29,8 +29,9 @@ def test_report_is_one_line_on_stderr_and_exit_2(capsys):
 
 def test_a_user_error_from_any_subsystem_stops_main_in_one_line(tmp_path, capsys, monkeypatch):
     """main() catches the base class: an error class it was never told about still exits 2 in one line."""
-    import train_classification
     from conftest import TINY, main_fails
+
+    import train_classification
 
     class NewSubsystemError(UserError):
         pass

@@ -5,12 +5,12 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
-
 from conftest import TINY, read_json, read_jsonl, runs_in_one_process
 from ranks import run_ranks
+from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
+
 from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
-                           result_figures, summarize, sums, topk_for, validation_row)
+                                      result_figures, summarize, sums, topk_for, validation_row)
 
 
 @pytest.fixture(scope="module")

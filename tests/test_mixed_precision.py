@@ -11,9 +11,9 @@ initial scale overflows fp16 in the first backward, so the scaler skips optimize
 
 import pytest
 import torch
-
 from conftest import read_jsonl
 from loop_harness import Points, assert_bitwise_equal, make_job, run_epoch, snapshot, train_until
+
 from train_classification import build_accelerator
 from utils.config.options import parse_args
 from utils.training.schedule import build_lr_scheduler

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT, TINY, environment, read_json
 from ranks import ranks_killed, ranks_ok
+
 from utils.config.options import parse_args
-from utils.models.libraries import build_model, check_model_name, classifier_parameters, data_config, initialise
 from utils.data.presets import crop_pct, image_size, input_notes, interpolation, mean_std, val_resize_size
+from utils.models.libraries import build_model, check_model_name, classifier_parameters, data_config, initialise
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 

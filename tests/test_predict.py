@@ -7,7 +7,6 @@ import os
 
 import pytest
 import torch
-
 from conftest import ROOT
 from ranks import ranks_ok
 
@@ -93,10 +92,11 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     """predict.py on a folder run (crop_pct 0.8: resize the short side to 20, centre crop 16) gives each file the
     pixels its validation set gives it, bit for bit; a train transform (random crop, flip) would not."""
     from conftest import make_folder
+
     from utils.config.options import parse_args
     from utils.data.loaders import build_datasets
-    from utils.inference import eval_dataset
     from utils.data.sources import load_splits
+    from utils.inference import eval_dataset
 
     for split in ("tr", "va"):
         make_folder(tmp_path / split, {"cat": 3, "dog": 3}, size=(40, 30), noise=60)
@@ -195,8 +195,9 @@ def test_push_to_hub_offline_is_one_line_and_keeps_every_local_file(tmp_path, ca
 def video_run(videos, tmp_path_factory):
     """A tiny transformers VideoMAE (a config-only folder: no download) trained 2 epochs on the `videos`
     fixture's 4-frame 16x16 clips, tested with 3 clips x 2 crops."""
-    import train_classification
     from transformers import VideoMAEConfig, VideoMAEForVideoClassification
+
+    import train_classification
 
     root = tmp_path_factory.mktemp("predict_video")
     config = VideoMAEConfig(image_size=16, patch_size=8, num_frames=4, tubelet_size=2, hidden_size=32,

@@ -14,10 +14,10 @@ import re
 import subprocess
 
 import pytest
-
 from conftest import (ROOT, TINY, assert_same_weights, command, environment, read_json, read_jsonl, resume_job,
                       resumed_from)
 from ranks import ranks_ok, run_ranks
+
 from utils.training.run_folder import RunLock
 
 pytestmark = pytest.mark.slow

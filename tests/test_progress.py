@@ -4,8 +4,8 @@ import io
 
 import pytest
 import torch
-
 from conftest import read_jsonl
+
 from utils.reporting import progress
 
 

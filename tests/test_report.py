@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from utils.reporting import plots
-from utils.reporting import report
+from utils.reporting import plots, report
 
 
 def rows():

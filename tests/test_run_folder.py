@@ -5,9 +5,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
 from ranks import ranks_ok, run_ranks
+
 from utils.training import checkpoints
 from utils.training.run_folder import RunLock
 
@@ -62,32 +62,54 @@ def test_resuming_from_an_older_checkpoint_sets_the_newer_history_aside(tmp_path
     assert_same_weights(out, whole)
 
 
-def test_every_option_is_checked_on_resume_or_listed_as_free_to_change():
-    """An option missing from both lists fails here: a new one, or one dropped from RESUME_KEYS, which a resume
-    with a changed value would then pass silently."""
-    from utils.config.options import get_args_parser
-    from utils.training.run_folder import RESUME_FREE, RESUME_KEYS
+AUGMENTATION = ("no_hflip", "auto_augment", "rand_augment", "random_erase", "mixup_alpha", "cutmix_alpha",
+                "mix_prob", "train_crop_size", "progressive_resize", "progressive_resize_step")
 
-    options = {action.dest for action in get_args_parser()._actions if action.dest != "help"}
-    assert len(set(RESUME_KEYS)) == len(RESUME_KEYS) and len(set(RESUME_FREE)) == len(RESUME_FREE)
-    assert not set(RESUME_KEYS) & set(RESUME_FREE)
-    assert set(RESUME_KEYS) | set(RESUME_FREE) == options, sorted(options ^ (set(RESUME_KEYS) | set(RESUME_FREE)))
+
+def test_every_option_declares_whether_a_resumed_run_must_keep_it():
+    """Declared where the option is defined: one without a declaration cannot be added, so a new option
+    cannot be forgotten (a resume with a changed value of it would otherwise pass silently)."""
+    import argparse
+
+    from utils.config.options import _Declared, get_args_parser, resume_keys
+
+    actions = [action for action in get_args_parser()._actions if action.dest != "help"]
+    assert all(isinstance(getattr(action, "resume_key", None), bool) for action in actions), \
+        [action.dest for action in actions if not isinstance(getattr(action, "resume_key", None), bool)]
+    with pytest.raises(TypeError, match="resume_key"):
+        _Declared(argparse.ArgumentParser()).add_argument_group("new").add_argument("--new_option", type=int)
+    keys = resume_keys()
+    # what the schedule, the sample stream and the optimizer state are made of must be kept...
+    kept = AUGMENTATION + ("seed", "epochs", "batch_size", "grad_accum_steps", "lr", "optimizer", "model")
+    assert set(kept) <= set(keys), sorted(set(kept) - set(keys))
+    # ...and where the run reports, evaluates and checkpoints may change
+    assert not {"output_dir", "resume", "log_every", "val_every", "keep_last", "report_to", "num_workers"} & set(keys)
 
 
 def test_a_changed_value_of_any_resume_key_is_refused_naming_it():
-    from utils.config.options import parse_args
-    from utils.training.run_folder import RESUME_KEYS, FolderError, _check_options
+    from utils.config.options import parse_args, resume_keys
+    from utils.training.run_folder import FolderError, _check_options
 
-    args = parse_args([])
-    state = {"options": {key: getattr(args, key) for key in RESUME_KEYS}, "world_size": 1}
-    _check_options(args, state, 1)  # the same values: accepted
-    for key in RESUME_KEYS:
+    args, keys = parse_args([]), resume_keys()
+    state = {"options": {key: getattr(args, key) for key in keys}, "world_size": 1}
+    _check_options(args, state, 1, keys)  # the same values: accepted
+    for key in keys:
         changed = parse_args([])
         setattr(changed, key, ("another value", getattr(args, key)))
         with pytest.raises(FolderError, match=rf"other values of: {key} \("):
-            _check_options(changed, state, 1)
+            _check_options(changed, state, 1, keys)
     with pytest.raises(FolderError, match=r"other values of: world size \(1 -> 2\)"):
-        _check_options(args, state, 2)
+        _check_options(args, state, 2, keys)
+
+
+def test_a_checkpoint_written_before_an_option_became_a_resume_key_still_resumes():
+    """Checkpoints written before the augmentation switches were resume keys recorded none of them."""
+    from utils.config.options import parse_args, resume_keys
+    from utils.training.run_folder import _check_options
+
+    old = {"options": {key: getattr(parse_args([]), key) for key in resume_keys() if key not in AUGMENTATION},
+           "world_size": 1}
+    _check_options(parse_args(["--mixup_alpha", "0.2", "--no_hflip"]), old, 1, resume_keys())
 
 
 class FakeAccelerator:

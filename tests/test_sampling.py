@@ -2,7 +2,6 @@
 augmentation sampler's layout."""
 
 import pytest
-
 from conftest import read_json
 from ranks import ranks_ok
 

@@ -7,9 +7,8 @@ import tarfile
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from conftest import TINY, assert_same_weights, read_json, resumed_from
+from PIL import Image
 from ranks import ranks_killed, ranks_ok
 
 TRAIN_SHARDS, ROWS_PER_SHARD, VAL_ROWS = 4, 24, 16
@@ -54,8 +53,8 @@ def loader_for(args, rank, world):
     """This rank's StreamLoader, as the script builds it (CPU)."""
     from functools import partial
 
-    from utils.data import presets
     from utils.core.preemption import worker_init_fn
+    from utils.data import presets
     from utils.data.streaming import StreamLoader, build_stream
 
     rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args), args))

@@ -1,8 +1,8 @@
 """`accelerate launch` on a CPU-only machine pins OMP_NUM_THREADS=1; we use the cores unless told otherwise."""
 
 import pytest
-
 from conftest import launch
+
 from utils.core.threads import cores_per_process
 
 

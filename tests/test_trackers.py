@@ -1,9 +1,9 @@
 """Dashboards: TensorBoard and wandb (offline) get the metrics.jsonl numbers; one wandb run per job."""
 
 import pytest
-
 from conftest import TINY, main_fails, read_json, read_jsonl
 from ranks import ranks_ok
+
 from utils.data.loaders import SyntheticDataset
 
 FAST = [*TINY, "--warmup_epochs", "0", "--log_every", "2"]

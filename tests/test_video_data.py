@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch
+from conftest import make_video
 from torchvision import tv_tensors
 
-from conftest import make_video
 from utils.config.options import parse_args
-from utils.data.presets import video_eval, video_test
 from utils.core.seeding import EpochSeeded
+from utils.data.presets import video_eval, video_test
 from utils.data.sources import DataError
 from utils.data.video import ArrayFrames, VideoClips, frame_indices, read_video_file
 from utils.data.video_sources import build_video_datasets, parse_list

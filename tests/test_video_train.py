@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-
 from conftest import assert_same_weights, main_fails, read_json, reset_accelerate_state, resumed_from, run_main
 from ranks import ranks_killed, ranks_ok
+
 from utils.models.torchvision_models import build_model
 
 pytestmark = pytest.mark.slow

@@ -8,14 +8,14 @@ from pathlib import Path
 import torch
 from torchvision.transforms import v2
 
-from utils.data import presets
 from utils.config.options import parse_args
-from utils.data.loaders import _with_transform
 from utils.core.errors import UserError
-from utils.models.libraries import build_model
-from utils.models.torchvision_models import ModelError, read_state_dict
+from utils.data import presets
+from utils.data.loaders import _with_transform
 from utils.data.sources import IMAGE_SUFFIXES
 from utils.data.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
+from utils.models.libraries import build_model
+from utils.models.torchvision_models import ModelError, read_state_dict
 
 
 class RunError(UserError, ValueError):

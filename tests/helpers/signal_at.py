@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import train_classification  # noqa: E402
-from utils.training import checkpoints  # noqa: E402
 from utils.reporting import progress  # noqa: E402
+from utils.training import checkpoints  # noqa: E402
 
 
 def fire(signame, target):

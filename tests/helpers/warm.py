@@ -9,13 +9,12 @@ import matplotlib
 matplotlib.use("Agg")
 import torch  # noqa: E402,F401
 import torchvision  # noqa: E402,F401
+from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E402,F401
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import train_classification  # noqa: E402,F401  (accelerate, datasets and every utils module)
 from utils.evaluation.metrics import load_metrics  # noqa: E402
-
-from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E402,F401
 
 load_metrics()  # evaluate, and the shipped modules it copies and imports
 _figure = Figure(figsize=(2, 2), layout="constrained")  # matplotlib's fonts, read at the first text drawn

@@ -7,15 +7,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from utils.data import presets
 from utils.core.preemption import worker_init_fn
+from utils.core.seeding import EpochSeeded, spread
+from utils.data import presets
 from utils.data.images import decode_rgb, load_item
 from utils.data.sampling import RepeatedAugmentationSampler
-from utils.core.seeding import EpochSeeded, spread
 from utils.data.sources import SPLIT_SEED, DataError, load_splits, subset
 from utils.data.streaming import StreamLoader, StreamRows, build_stream
 from utils.data.video import VideoClips
 from utils.data.video_sources import build_video_datasets
+
 
 def load_digits_dataset():
     """scikit-learn's 1,797 handwritten 8x8 digit scans as a `datasets.DatasetDict`.

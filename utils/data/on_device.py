@@ -12,8 +12,8 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from utils.data.presets import mean_std
 from utils.core.seeding import batch_rng
+from utils.data.presets import mean_std
 
 
 def mixing(args, num_classes):

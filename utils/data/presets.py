@@ -10,9 +10,9 @@ import os
 import torch
 from torchvision.transforms import v2
 
-from utils.models.libraries import data_config
 from utils.data.moving_digits import CANVAS as MOVING_DIGITS_CANVAS
 from utils.data.sources import folder_holds_videos
+from utils.models.libraries import data_config
 
 # Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
 DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3

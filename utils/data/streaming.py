@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from utils.data.images import decode_rgb, load_item
 from utils.core.seeding import spread
+from utils.data.images import decode_rgb, load_item
 from utils.data.sources import VAL_SPLITS, DataError, image_and_label, normalise
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
@@ -98,9 +98,10 @@ def _files(builder, split):
 def _count_rows(path):
     """Rows of one local data file, from its metadata (parquet), its record batches (arrow) or its
     members (webdataset tar: one sample per key); None when not known without reading it all."""
+    import tarfile
+
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import tarfile
 
     suffix = Path(path).suffix.lower()
     if not Path(path).is_file():

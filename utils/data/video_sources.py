@@ -6,11 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from utils.data import moving_digits
-from utils.data import presets
 from utils.core.seeding import EpochSeeded
+from utils.data import moving_digits, presets
 from utils.data.sources import SPLIT_SEED, DataError, folder_files
-from utils.data.video import ArrayFrames, PathFrames, VideoClips, VIDEO_SUFFIXES
+from utils.data.video import VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips
 
 
 def _fail(message):

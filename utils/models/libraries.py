@@ -10,7 +10,6 @@ import functools
 import os
 from pathlib import Path
 
-
 from utils.models import torchvision_models as models
 from utils.models.torchvision_models import ModelError
 

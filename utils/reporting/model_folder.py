@@ -13,9 +13,9 @@ The weights are the EMA's when --model_ema is on (the ones validation follows), 
 
 import json
 
-from utils.data import presets
 from utils.core.errors import UserError
 from utils.core.io import write_text_atomic
+from utils.data import presets
 from utils.models.libraries import HF, quiet_transformers, source
 from utils.models.torchvision_models import build_options
 

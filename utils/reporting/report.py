@@ -4,8 +4,8 @@ import csv
 import io
 import json
 
-from utils.reporting import plots
 from utils.core.io import write_json_atomic, write_text_atomic
+from utils.reporting import plots
 
 TABLE_ROWS = 30  # more classes than this: the table shows the worst ones (results.json has them all)
 

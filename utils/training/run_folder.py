@@ -15,47 +15,14 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list, gather_object
 
-from utils.training import checkpoints
 from utils.core.errors import UserError
 from utils.core.io import first_free
 from utils.data.presets import source_name
+from utils.training import checkpoints
 
 
 class FolderError(UserError):
     """A --resume or --output_dir that cannot be used as asked."""
-
-
-# What a resumed run must share with its checkpoint: the LR schedule is laid out in steps of these
-# (epochs, batch, accumulation, LR options), the sample order and augmentation come from the seed,
-# and the optimizer state only fits the optimizer (and the model) it was made with.
-RESUME_KEYS = ("epochs", "batch_size", "grad_accum_steps", "lr", "lr_schedule", "warmup_epochs",
-               "warmup_start_factor", "min_lr", "lr_milestones", "lr_gamma", "seed", "optimizer", "momentum",
-               "nesterov", "weight_decay", "norm_weight_decay", "bias_weight_decay", "lr_scale_batch", "model",
-               "clip_len", "frame_interval", "num_segments", "model_ema", "model_ema_decay", "model_ema_steps",
-               "model_ema_warmup", "ra_reps", "sync_bn", "streaming", "steps_per_epoch", "shuffle_buffer")
-# Every other option may differ on resume (tests/test_run_folder.py holds every option to one list or the
-# other, so a new one cannot be forgotten): the data is compared by its signature instead (check_data); the
-# rest changes how later steps read, augment, evaluate, report or checkpoint, not whether the state fits.
-RESUME_FREE = (
-    # the data and its reading (check_data compares what was read)
-    "config", "dataset", "dataset_config", "train_split", "val_split", "val_fraction", "image_column",
-    "label_column", "train_dir", "val_dir", "data_dir", "max_train_samples", "max_val_samples", "num_classes",
-    "synthetic_train_samples", "synthetic_val_samples", "train_list", "val_list", "data_root", "class_names",
-    "skip_bad_images", "num_workers",
-    # input and augmentation of later steps
-    "image_size", "no_hflip", "auto_augment", "rand_augment", "random_erase", "interpolation", "crop_pct",
-    "train_crop_size", "progressive_resize", "progressive_resize_step", "mixup_alpha", "cutmix_alpha", "mix_prob",
-    "mean", "std", "label_smoothing",
-    # how the model is built (a resumed run loads its weights over it), its speed and numerics
-    "pretrained", "weights", "init_from", "freeze_backbone", "drop_path", "dropout", "zero_init_residual",
-    "channels_last", "compile", "compile_mode", "mixed_precision", "clip_grad_norm",
-    # evaluation
-    "eval_only", "val_every", "val_crop_size", "val_resize_size", "test_clips", "test_crops", "metrics",
-    "dump_rank_metrics",
-    # where and how often the run reports, checkpoints and stops
-    "output_dir", "resume", "checkpoint_every_steps", "keep_last", "keep_best", "skip_nonfinite_steps",
-    "dist_timeout_s", "max_train_steps", "save_every", "log_every", "report_to", "project_name", "push_to_hub",
-    "run_name", "wandb_entity", "wandb_tags", "wandb_run_id")
 
 
 def _decided(accelerator, decide):
@@ -182,9 +149,11 @@ def lock_run_folder(accelerator, out):
     return held[0] if held else None
 
 
-def _check_options(args, state, world_size):
+def _check_options(args, state, world_size, keys):
+    """`keys`: the options a resumed run must keep (config.options.resume_keys); one a checkpoint did not
+    record (written before the option was a resume key) is not compared."""
     recorded = state.get("options") or state["schedule"]  # "schedule": checkpoints of earlier versions
-    changed = [f"{k} ({recorded[k]} -> {getattr(args, k)})" for k in RESUME_KEYS
+    changed = [f"{k} ({recorded[k]} -> {getattr(args, k)})" for k in keys
                if k in recorded and recorded[k] != getattr(args, k)]
     if state["world_size"] != world_size:
         changed.append(f"world size ({state['world_size']} -> {world_size})")
@@ -222,7 +191,7 @@ def abandon_newer(accelerator, args, out, resume_from):
     accelerator.wait_for_everyone()
 
 
-def _choose(args, out, world_size):
+def _choose(args, out, world_size, keys):
     """The main process's choice of checkpoint; moves a newer, abandoned history out of the way."""
     folder = None
     checkpoints.recover(out)
@@ -233,19 +202,20 @@ def _choose(args, out, world_size):
     elif args.resume is not None:
         folder = Path(args.resume)  # complete: output_dir_for checked
     if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
-        _check_options(args, checkpoints.read_state(folder), world_size)
+        _check_options(args, checkpoints.read_state(folder), world_size, keys)
     same_run = folder is not None and folder.resolve().parent.parent == out.resolve()
     if (out / "config.yaml").exists() and not same_run and args.resume != "latest":
         raise FolderError(f"output_dir: {out} already holds a run; pick another folder or --resume its checkpoint")
     return None if folder is None else str(folder)
 
 
-def resume_folder(args, accelerator, out):
+def resume_folder(args, accelerator, out, keys):
     """The checkpoint to continue from (None: a fresh start), decided once and readable on every rank.
 
-    Refuses one that cannot continue exactly, and a folder that holds another run.
+    Refuses one that cannot continue exactly (`keys`: the options it must share, resume_keys()), and a
+    folder that holds another run.
     """
-    chosen = _decided(accelerator, lambda: _choose(args, out, accelerator.num_processes))
+    chosen = _decided(accelerator, lambda: _choose(args, out, accelerator.num_processes, keys))
     if chosen is None:
         return None
     folder = Path(chosen)
