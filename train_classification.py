@@ -63,10 +63,9 @@ from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, fo
 from utils.core.seeding import spread
 from utils.core.threads import cores_per_process, use_all_cores
 from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
-                                epoch_batches, sample_count)
+                                sample_count)
 from utils.data.on_device import BatchInput
 from utils.data.presets import input_notes, is_video, sample_unit, source_name
-from utils.data.streaming import StreamLoader, load_position, save_position
 from utils.data.video_sources import test_views
 from utils.evaluation.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
                                       validation_row)
@@ -118,11 +117,6 @@ class Job:
     ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
 
-    def streaming(self):
-        """--streaming: the train loader is ours, with a stream position that checkpoints keep
-        (utils/data/streaming.py)."""
-        return isinstance(self.train_loader, StreamLoader)
-
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
         the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
@@ -172,7 +166,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     model.train()
     batches = len(job.train_loader)
     skipped = done_steps * args.grad_accum_steps
-    loader = epoch_batches(accelerator, job.train_loader, epoch, skipped)
+    loader = job.train_loader.batches(epoch, skipped)
     job.logger.start_epoch(epoch, first_step=done_steps)
     # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
@@ -345,7 +339,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
              "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
-    own = partial(save_position, job.train_loader, rank=job.accelerator.process_index) if job.streaming() else None
+    own = partial(job.train_loader.save_position, rank=job.accelerator.process_index)  # a stream's position
     folder = checkpoints.save(job.accelerator, job.out, name, state, own_files=own)
     if job.accelerator.is_main_process:
         checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
@@ -485,8 +479,8 @@ def main(argv=None):
             abandon_newer(accelerator, args, out, resume_from)
             accelerator.load_state(str(resume_from))
             position = resume_position(state)
-            if job.streaming() and position[1] and not args.eval_only:  # mid-epoch: where this rank's workers stood
-                load_position(job.train_loader, resume_from, accelerator.process_index)
+            if position[1] and not args.eval_only:  # mid-epoch: where this rank's (stream) workers stood
+                job.train_loader.load_position(resume_from, accelerator.process_index)
             accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
         job.stop.install()
         if accelerator.is_main_process:

@@ -62,9 +62,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
 def epoch_order(loader, epoch):
     """The sample indices of each micro-batch of `epoch`, in order: the seedable sampler draws them from
     (seed, epoch) alone, so iterating once here gives the order train_one_epoch will see."""
-    loader.set_epoch(epoch)
-    loader.dataset.set_epoch(epoch)
-    return [batch["index"].tolist() for batch in loader]
+    return [batch["index"].tolist() for batch in loader.batches(epoch)]
 
 
 def snapshot(job):

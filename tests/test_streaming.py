@@ -113,8 +113,6 @@ def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_
 def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, tmp_path):
     """5 batches into epoch 1, the position saved as a checkpoint does; a new loader continues from it with
     the same samples, augmented alike, and then starts epoch 2 from its beginning."""
-    from utils.data.streaming import load_position, save_position
-
     args = stream_args(parquet_shards, "--label_column", "id")
     whole = loader_for(args, 0, 2)
     epoch1, epoch2 = list(whole.batches(1)), list(whole.batches(2))
@@ -124,16 +122,16 @@ def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, t
         head.append(batch)
         if len(head) == 5:
             break
-    save_position(first, tmp_path, rank=0)
+    first.save_position(tmp_path, rank=0)
     again = loader_for(args, 0, 2)
-    load_position(again, tmp_path, rank=0)
+    again.load_position(tmp_path, rank=0)
     resumed = head + list(again.batches(1, skipped=5))
     assert ids_of(resumed) == ids_of(epoch1)
     assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(resumed, epoch1))
     assert ids_of(again.batches(2)) == ids_of(epoch2)
     with pytest.raises(Exception, match="resume with --num_workers 2"):
-        load_position(loader_for(stream_args(parquet_shards, "--label_column", "id", "--num_workers", "1"), 0, 2),
-                      tmp_path, rank=0)
+        loader_for(stream_args(parquet_shards, "--label_column", "id", "--num_workers", "1"), 0, 2).load_position(
+            tmp_path, rank=0)
 
 
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):

@@ -33,6 +33,9 @@ class IndexDataset(Dataset):
     def __getitem__(self, i):
         return {"pixel_values": torch.zeros(1), "labels": i}
 
+    def set_epoch(self, epoch):
+        """No augmentation to seed."""
+
 
 def main(argv=None):
     out, seed, n, batch, *rest = sys.argv[1:] if argv is None else argv
@@ -44,11 +47,9 @@ def main(argv=None):
                                         ra_reps=int(options.get("ra", 1)), seed=spread(args.seed))
     orders = {}
     for epoch in epochs:
-        train_loader.set_epoch(epoch)  # exactly what train_one_epoch does
-        orders[epoch] = [i for b in train_loader for i in b["labels"].tolist()]
+        orders[epoch] = [i for b in train_loader.batches(epoch) for i in b["labels"].tolist()]  # as training reads
         if "skip" in options:
-            resumed = accelerator.skip_first_batches(train_loader, int(options["skip"]))
-            resumed.set_epoch(epoch)
+            resumed = train_loader.batches(epoch, int(options["skip"]))
             orders[f"{epoch}:resumed"] = [i for b in resumed for i in b["labels"].tolist()]
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank_{accelerator.process_index}.json").write_text(json.dumps(orders))

@@ -178,7 +178,7 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
     """Plain DataLoaders, prepared: Accelerate shards them and seeds the shuffle with (seed, epoch).
 
     No DistributedSampler here: `prepare` already shards, and would shard it a second time. Call
-    `train_loader.set_epoch(epoch)` before each epoch so the permutation depends on the epoch alone.
+    `train_loader.batches(epoch)` for each epoch's: the permutation depends on (seed, epoch) alone.
     With ra_reps > 1 the train order comes from the repeated augmentation sampler, built for that
     sharding (utils/data/sampling.py).
     """
@@ -203,7 +203,8 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
     # The val loader too: its first iterator would otherwise draw from the global RNG, at the first
     # validation of each process (persistent workers), which a resumed run meets at another point.
     val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)
-    return accelerator.prepare(train, val)
+    train, val = accelerator.prepare(train, val)
+    return MapLoader(accelerator, train), val
 
 
 def sample_count(train_ds):
@@ -211,20 +212,36 @@ def sample_count(train_ds):
     return train_ds.rows if isinstance(train_ds, StreamRows) else len(train_ds)
 
 
-def epoch_batches(accelerator, loader, epoch, skipped=0):
-    """The training batches of `epoch` after the first `skipped` (a resumed run)."""
-    if isinstance(loader, StreamLoader):  # skipped: its checkpoint's position is loaded (utils/data/streaming.py)
-        return loader.batches(epoch, skipped)
-    # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
-    # rank, different every epoch, and independent of which epochs ran before in this process.
-    loader.set_epoch(epoch)
-    loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
-    if skipped:
-        # Skips indices, not loaded batches. The new loader counts its own epochs from 0 and would
-        # draw epoch 0's permutation: give it this epoch.
-        loader = accelerator.skip_first_batches(loader, skipped)
+class MapLoader:
+    """The training loader of a map-style dataset (a DataLoader prepared by Accelerate), with what every
+    training loader has (a StreamLoader too), so that the loop never asks which one it holds: len() micro-
+    batches an epoch, `batches(epoch, skipped)`, and `save_position` / `load_position` of a checkpoint."""
+
+    def __init__(self, accelerator, loader):
+        self.accelerator, self.loader = accelerator, loader
+
+    def __len__(self):
+        return len(self.loader)
+
+    def batches(self, epoch, skipped=0):
+        """The training batches of `epoch` after the first `skipped` (a resumed run)."""
+        # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
+        # rank, different every epoch, and independent of which epochs ran before in this process.
+        loader = self.loader
         loader.set_epoch(epoch)
-    return loader
+        loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
+        if skipped:
+            # Skips indices, not loaded batches. The new loader counts its own epochs from 0 and would
+            # draw epoch 0's permutation: give it this epoch.
+            loader = self.accelerator.skip_first_batches(loader, skipped)
+            loader.set_epoch(epoch)
+        return loader
+
+    def save_position(self, folder, rank):
+        """Nothing of its own: the checkpoint's step count and the sampler's (seed, epoch) say where it stood."""
+
+    def load_position(self, folder, rank):
+        """Nothing to load: `batches(epoch, skipped)` skips to the checkpoint's step."""
 
 
 def build_test_loader(accelerator, test_ds, views_per_batch, num_workers):

@@ -318,17 +318,16 @@ class StreamLoader:
                             f"{state['num_workers']}")
         self.position = {key: state[key] for key in ("epoch", "taken", "exhausted", "loader")}
 
+    def save_position(self, folder, rank):
+        """This rank's stream position into a checkpoint folder (every rank writes its own)."""
+        with open(Path(folder) / STATE_FILE.format(rank=rank), "wb") as f:
+            pickle.dump(self.state_dict(), f)
 
-def save_position(loader, folder, rank):
-    """This rank's stream position into a checkpoint folder (every rank writes its own)."""
-    with open(Path(folder) / STATE_FILE.format(rank=rank), "wb") as f:
-        pickle.dump(loader.state_dict(), f)
-
-
-def load_position(loader, folder, rank):
-    path = Path(folder) / STATE_FILE.format(rank=rank)
-    if not path.is_file():
-        raise DataError(f"resume: {path} is missing: the checkpoint was not written by a --streaming run "
-                        f"(or by fewer processes)")
-    with open(path, "rb") as f:
-        loader.load_state_dict(pickle.load(f))
+    def load_position(self, folder, rank):
+        """The position `save_position` wrote, read back before `batches(epoch, skipped)` continues."""
+        path = Path(folder) / STATE_FILE.format(rank=rank)
+        if not path.is_file():
+            raise DataError(f"resume: {path} is missing: the checkpoint was not written by a --streaming run "
+                            f"(or by fewer processes)")
+        with open(path, "rb") as f:
+            self.load_state_dict(pickle.load(f))
