@@ -1,0 +1,180 @@
+"""`hf/<Hub repo or local folder>`: transformers' image and video classifiers, their image processors
+and their own folder format. transformers is imported only when an `hf/` name is used."""
+
+import difflib
+import functools
+import os
+from pathlib import Path
+
+from utils.models.library import Library
+from utils.models.timm_library import offline_weights_error
+from utils.models.torchvision_models import ModelError
+
+# transformers' config attributes that --drop_path and --dropout set, first present wins
+_DROP_PATH = ("drop_path_rate",)
+_DROPOUT = ("classifier_dropout_prob", "classifier_dropout", "hidden_dropout_prob")
+_PIL_RESAMPLE = {2: "bilinear", 3: "bicubic"}
+
+
+def quiet_transformers():
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()  # load reports and "newly initialised" notices
+    transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+@functools.lru_cache(maxsize=None)
+def _config(ref):
+    return quiet_transformers().AutoConfig.from_pretrained(ref)
+
+
+def _video_config(ref):
+    """The config of a transformers video classifier, None for anything else (or a config not found:
+    building the model says why)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES as VIDEO
+
+    try:
+        config = _config(ref)
+    except (OSError, ValueError):
+        return None
+    return config if config.model_type in VIDEO else None
+
+
+class Transformers(Library):
+    name, prefix, card_header = "hf", "hf/", "library_name: transformers\n"
+    load_snippet = ("from transformers import AutoModelForImageClassification\n"
+                    "model = AutoModelForImageClassification.from_pretrained('{repo}')")
+
+    def is_video(self, arch):
+        """transformers' video classifiers (VideoMAE, TimeSformer, ViViT...); its image classifiers score frames."""
+        return _video_config(arch) is not None
+
+    def check_name(self, ref):
+        if not ref:
+            raise ValueError("hf/ needs a Hub repository (hf/google/vit-base-patch16-224) or a local folder")
+        folder = Path(ref)
+        if folder.is_dir():
+            if not (folder / "config.json").is_file():
+                raise ValueError(f"hf/{ref}: the folder has no config.json (write one with the model's "
+                                 f"save_pretrained)")
+            return
+        if "/" not in ref or ref.startswith((".", "/")) or ref.count("/") > 1:  # not a repo id: a folder not found
+            raise ValueError(f"hf/{ref}: no such folder")
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") and not _cached(ref):
+            close = difflib.get_close_matches(ref, _cached_models(), n=3, cutoff=0.5)
+            hint = f"; cached: {', '.join('hf/' + c for c in close)}" if close else ""
+            raise ValueError(f"hf/{ref}: not in the Hugging Face cache and HF_HUB_OFFLINE is set; download it where "
+                             f"there is network (hf download {ref}) and copy the cache (HF_HOME), or give a local "
+                             f"folder{hint}")
+
+    def build_image_or_video(self, ref, num_classes, *, drop_path, dropout, pretrained, class_names):
+        transformers = quiet_transformers()
+        names = class_names or [str(i) for i in range(num_classes)]
+        labels = dict(num_labels=num_classes, id2label=dict(enumerate(names)),
+                      label2id={n: i for i, n in enumerate(names)})
+        try:
+            config = transformers.AutoConfig.from_pretrained(ref, **labels)
+        except OSError as e:
+            raise offline_weights_error("hf/" + ref, e, f"hf download {ref}") from None
+        for flag, value, keys in (("--drop_path", drop_path, _DROP_PATH), ("--dropout", dropout, _DROPOUT)):
+            if value is None:
+                continue
+            key = next((k for k in keys if hasattr(config, k)), None)
+            if key is None:
+                raise ModelError(f"{flag}: {config.model_type} models have none of the config fields "
+                                 f"{', '.join(keys)}; drop the option")
+            setattr(config, key, value)
+        video = self.is_video(ref)
+        auto = transformers.AutoModelForVideoClassification if video else transformers.AutoModelForImageClassification
+        try:
+            model = (auto.from_pretrained(ref, config=config, ignore_mismatched_sizes=True) if pretrained
+                     else auto.from_config(config))
+        except OSError as e:
+            raise offline_weights_error("hf/" + ref, e, f"hf download {ref}") from None
+        except ValueError as e:  # not an image classifier (a text model, say)
+            raise ModelError(f"hf/{ref}: not an image or video classification model for transformers "
+                             f"({str(e).splitlines()[0]})") from None
+        if video:  # our clips are (B, C, T, H, W), as torchvision's video models take them; transformers'
+            # are (B, T, C, H, W)
+            model.register_forward_pre_hook(_frames_first)
+        model.register_forward_hook(_logits)  # the loop wants logits; the state dict keeps transformers' names
+        return model
+
+    def data_config(self, ref):
+        transformers = quiet_transformers()
+        try:
+            processor = transformers.AutoImageProcessor.from_pretrained(ref)
+        except (OSError, ValueError):  # a config-only folder: fall back to the config's image size
+            size = getattr(_config(ref), "image_size", None)
+            return dict(image_size=size, origin=f"{ref}'s config.json") if isinstance(size, int) else {}
+        size, crop = dict(getattr(processor, "size", None) or {}), dict(getattr(processor, "crop_size", None) or {})
+        side = crop.get("height") if getattr(processor, "do_center_crop", False) and crop else None
+        side = side or size.get("height") or size.get("shortest_edge")
+        out = dict(origin=f"{ref}'s image processor ({type(processor).__name__})")
+        if side:
+            out["image_size"] = int(side)
+        if getattr(processor, "image_mean", None) is not None:
+            out["mean"], out["std"] = tuple(processor.image_mean), tuple(processor.image_std)
+        if getattr(processor, "crop_pct", None):
+            out["crop_pct"] = float(processor.crop_pct)
+        elif size.get("height") and not getattr(processor, "do_center_crop", False):
+            out["crop_pct"] = 1.0  # resized to the input size whole, nothing cut
+        elif side and size.get("shortest_edge"):
+            out["crop_pct"] = side / size["shortest_edge"]
+        if _PIL_RESAMPLE.get(getattr(processor, "resample", None)):
+            out["interpolation"] = _PIL_RESAMPLE[processor.resample]
+        return out
+
+    def check_image_size(self, ref, size, frames=None):
+        """A model that cuts images into patches (ViT-like): its position embeddings are laid out for its
+        config's image_size."""
+        config = _config(ref)
+        fixed = getattr(config, "image_size", None)
+        if hasattr(config, "patch_size") and isinstance(fixed, int) and size != fixed:
+            raise ModelError(f"hf/{ref} takes --image_size {fixed} only (its position embeddings are laid out for "
+                             f"it), got {size}")
+
+    def check_clip_frames(self, ref, frames):
+        """A video model's position embeddings are laid out for its config's num_frames."""
+        if not self.is_video(ref):
+            return
+        clip = getattr(_config(ref), "num_frames", None)
+        if isinstance(clip, int) and frames != clip:
+            raise ModelError(f"hf/{ref} takes clips of {clip} frames only (--clip_len x --num_segments), got {frames}")
+
+    def classifier_parameters(self, model):
+        """Everything outside the base model."""
+        prefix = model.base_model_prefix + "."
+        return [p for n, p in model.named_parameters() if not n.startswith(prefix)]
+
+    def save(self, model, ref, folder, inputs, class_names):
+        model.save_pretrained(str(folder))
+        try:
+            processor = quiet_transformers().AutoImageProcessor.from_pretrained(ref)
+        except (OSError, ValueError):  # the model came without one
+            return
+        processor.save_pretrained(str(folder))
+
+
+def _frames_first(module, inputs):
+    return (inputs[0].transpose(1, 2),)
+
+
+def _logits(module, inputs, output):
+    return output.logits
+
+
+def _cached(repo):
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo, "config.json"), str)
+
+
+def _cached_models():
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        return sorted(r.repo_id for r in scan_cache_dir().repos if r.repo_type == "model")
+    except Exception:  # no cache yet
+        return []

@@ -1,0 +1,54 @@
+"""The questions the script asks of a model library, answered by one class per library (torchvision,
+`timm/`, `hf/`; utils/models/libraries.py picks it by the name's prefix). A new library is one new
+module with one subclass; nothing outside utils/models/ asks which library a model came from.
+
+`arch` is the model name without its prefix (`resnet50`, `vit_base_patch16_224.augreg_in21k`,
+`google/vit-base-patch16-224` or a local folder).
+"""
+
+from utils.models.torchvision_models import frame_averaged
+
+
+class Library:
+    name = ""  # written into model cards and config files: torchvision, timm, hf
+    prefix = ""  # what --model starts with
+    card_header = ""  # the model card's front matter line naming the library on the Hub
+    load_snippet = ""  # how the pushed model folder loads, with {repo}
+    builds_pretrained = True  # whether build(pretrained=True) loads the weights itself (torchvision's come later)
+
+    def check_name(self, arch):
+        """Raise ValueError, with close matches, when `arch` names no model of the library."""
+        raise NotImplementedError
+
+    def is_video(self, arch):
+        """Whether the model takes clips (B, C, T, H, W) itself; an image model on video scores frames."""
+        return False
+
+    def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names):
+        """A model with a `num_classes`-way classifier (an image model on video data: frame_averaged)."""
+        model = self.build_image_or_video(arch, num_classes, drop_path=drop_path, dropout=dropout,
+                                          pretrained=pretrained, class_names=class_names)
+        return frame_averaged(model) if video and not self.is_video(arch) else model
+
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names):
+        raise NotImplementedError
+
+    def data_config(self, arch):
+        """The input the library recommends: some of image_size, mean, std, interpolation, crop_pct, and
+        `origin` (where they came from); {} when it recommends nothing."""
+        return {}
+
+    def check_image_size(self, arch, size, frames=None):
+        """ModelError when the model cannot take size x size input (of `frames` frames)."""
+
+    def check_clip_frames(self, arch, frames):
+        """ModelError when a video model cannot take clips of `frames` frames."""
+
+    def classifier_parameters(self, model):
+        """The parameters of the model's classifier head, found the way the library defines it."""
+        raise NotImplementedError
+
+    def save(self, model, arch, folder, inputs, class_names):
+        """`model` written to `folder` in the form the library itself loads; `inputs`: the eval input
+        (image_size, resize, interpolation, mean, std)."""
+        raise NotImplementedError

@@ -1,0 +1,86 @@
+"""`timm/<name>`: timm's models, their pretrained configs and its own Hub format. timm is imported only
+when a `timm/` name is used."""
+
+import difflib
+
+from utils.models.library import Library
+from utils.models.torchvision_models import ModelError
+
+
+def offline_weights_error(name, e, fetch):
+    return ModelError(f"pretrained: the weights of {name} are not in the Hugging Face cache and could not be "
+                      f"downloaded ({type(e).__name__}); run `{fetch}` where there is network and copy the "
+                      f"cache (HF_HOME), or point HF_HUB_CACHE at one; set HF_HUB_OFFLINE=1 to skip the retries")
+
+
+class Timm(Library):
+    name, prefix, card_header = "timm", "timm/", "library_name: timm\n"
+    load_snippet = "import timm\nmodel = timm.create_model('hf-hub:{repo}', pretrained=True)"
+
+    def check_name(self, arch):
+        import timm
+
+        known = timm.list_pretrained() if "." in arch else timm.list_models()  # name.tag names pretrained weights
+        if arch in known:
+            return
+        close = difflib.get_close_matches(arch, known, n=3, cutoff=0.6)
+        hint = (f"; did you mean {', '.join(self.prefix + c for c in close)}?" if close
+                else "; see timm.list_models() (architectures) and timm.list_pretrained() (name.tag weights)")
+        raise ValueError(f"'{self.prefix}{arch}' is not a timm {'pretrained model' if '.' in arch else 'model'}{hint}")
+
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names):
+        import timm
+
+        asked = {key: value for key, value in (("drop_path_rate", drop_path), ("drop_rate", dropout))
+                 if value is not None}
+        try:
+            return timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **asked)
+        except TypeError as e:
+            if not asked or not any(key in str(e) for key in asked):
+                raise
+            raise ModelError(f"--drop_path/--dropout: timm's {arch} takes no {', '.join(asked)} argument ({e}); "
+                             f"drop the option") from None
+        except (OSError, RuntimeError) as e:  # huggingface_hub's LocalEntryNotFoundError is an OSError
+            if not pretrained or isinstance(e, RuntimeError) and "download" not in str(e).lower():
+                raise
+            raise offline_weights_error(self.prefix + arch, e, f"hf download {_hub_id(arch)}") from None
+
+    def data_config(self, arch):
+        from timm.data import resolve_data_config
+        from timm.models import get_pretrained_cfg
+
+        cfg = get_pretrained_cfg(arch)
+        if cfg is None:
+            return {}
+        data = resolve_data_config(pretrained_cfg=cfg.to_dict())
+        out = dict(image_size=data["input_size"][-1], mean=tuple(data["mean"]), std=tuple(data["std"]),
+                   crop_pct=data["crop_pct"], origin=f"timm's pretrained_cfg of {cfg.architecture}.{cfg.tag}")
+        if data["interpolation"] in ("bilinear", "bicubic"):
+            out["interpolation"] = data["interpolation"]
+        return out
+
+    def check_image_size(self, arch, size, frames=None):
+        from timm.models import get_pretrained_cfg
+
+        cfg = get_pretrained_cfg(arch)
+        if cfg is not None and cfg.fixed_input_size and size != cfg.input_size[-1]:
+            raise ModelError(f"{self.prefix}{arch} takes --image_size {cfg.input_size[-1]} only, got {size}")
+
+    def classifier_parameters(self, model):
+        return list(model.get_classifier().parameters())
+
+    def save(self, model, arch, folder, inputs, class_names):
+        from timm.models import save_for_hf
+
+        data = dict(input_size=(3, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
+                    std=tuple(inputs["std"]), interpolation=inputs["interpolation"],
+                    crop_pct=inputs["image_size"] / inputs["resize"])
+        save_for_hf(model, str(folder), model_config={"label_names": list(class_names)}, safe_serialization=True,
+                    data_config=data)
+
+
+def _hub_id(arch):
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(arch)
+    return (cfg.hf_hub_id if cfg is not None and cfg.hf_hub_id else f"timm/{arch}").split("@")[0]
