@@ -40,45 +40,31 @@ import os
 
 PARENT_AT_START = os.getppid()  # before the slow imports: a launcher that dies meanwhile is still noticed
 
-import copy
-import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
-from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin, gather_object, set_seed
+from accelerate.utils import gather_object, set_seed
 
 from utils.config.options import parse_args, resume_keys, save_config
-from utils.core.elastic import join_restarted_group
 from utils.core.errors import UserError, report as report_error
 from utils.core.io import write_json_atomic
-from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, StopRequest, follow_launcher
-from utils.core.seeding import spread
-from utils.core.threads import cores_per_process, use_all_cores
-from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
-                                sample_count)
-from utils.data.on_device import BatchInput
-from utils.data.presets import input_notes, is_video, sample_unit, source_name
-from utils.data.video_sources import test_views
-from utils.evaluation.metrics import (dump_rank_sums, load_metrics, rank_sums, result_figures, summarize, topk_for,
-                                      validation_row)
+from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
+from utils.core.threads import use_all_cores
+from utils.data.presets import sample_unit, source_name
+from utils.evaluation.metrics import dump_rank_sums, rank_sums, result_figures, summarize, validation_row
 from utils.evaluation.multiview import test_row, test_videos
-from utils.models.ema import build_ema, save_ema, update_ema
-from utils.models.libraries import build_model, initialise
-from utils.models.torchvision_models import for_device
+from utils.models.ema import save_ema, update_ema
 from utils.reporting import report, trackers
 from utils.reporting.model_folder import push_model_folder, save_model_folder
-from utils.reporting.progress import StepLogger
+from utils.run.job import Position, build_accelerator, build_job, check_fsdp, resume_position
 from utils.training import checkpoints
 from utils.training.run_folder import abandon_newer, check_data, lock_run_folder, output_dir_for, resume_folder
-from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
+from utils.training.schedule import lr_notes
 
 PROG = "train_classification.py"
 
@@ -88,80 +74,16 @@ def fail(message):
     report_error(PROG, message)
 
 
-@dataclass
-class Job:
-    """What a run is made of, built once in main(). The loop reads it; it only appends to the two
-    records at the end (skipped non-finite steps, best val top-1)."""
 
-    args: object
-    accelerator: Accelerator
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: object
-    criterion: torch.nn.Module
-    train_loader: object
-    val_loader: object
-    steps_per_epoch: int
-    metrics: object  # the evaluate modules (utils/evaluation/metrics.py)
-    k: int
-    class_names: list
-    out: Path
-    logger: StepLogger
-    bad_images: BadImages
-    stop: StopRequest
-    nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
-    best_top1: list  # the best val top-1 so far, last (--keep_best)
-    data: dict = None  # the training data's signature (utils/data/loaders.py), kept in checkpoints
-    tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
-    test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
-    ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
-    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
 
-    def bare_model(self):
-        """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
-        the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
-        return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
-
-    def share_buffers(self, only=None):
-        """Rank 0's buffers (BatchNorm's running statistics) to every rank, before scoring and saving, so that
-        every rank scores what is saved (rank 0's), and a resumed run scores what the uninterrupted one did.
-
-        DDP does this for the trained model at each forward. FSDP shards parameters, not buffers: each rank's
-        statistics follow its own batches. The EMA copy is no DDP module: each rank averages its own model's
-        statistics into it, while a checkpoint keeps rank 0's. `only`: the one module about to be scored."""
-        modules = [self.model] if self.accelerator.distributed_type == DistributedType.FSDP else []
-        if self.ema is not None and self.accelerator.num_processes > 1:
-            modules.append(self.ema.module)
-        for module in modules if only is None else [m for m in modules if m is only]:
-            for buffer in module.buffers():
-                torch.distributed.broadcast(buffer, src=0)
-
-    def plain_copy(self):
-        """A CPU copy of the weights validation follows (the EMA's with --model_ema) on the main process,
-        None elsewhere. Every rank calls it: under FSDP the full weights are gathered from the shards
-        into a fresh, unsharded module (a sharded one cannot be copied)."""
-        accelerator = self.accelerator
-        if accelerator.distributed_type == DistributedType.FSDP:
-            state = accelerator.get_state_dict(self.model)  # collective; the full dict on the main process
-            if not accelerator.is_main_process:
-                return None
-            model = new_model(self.args, self.class_names, pretrained=False)
-            model.load_state_dict(state)
-            return model
-        if not accelerator.is_main_process:
-            return None
-        # The default memory format: --channels_last tensors are not contiguous, and safetensors stores
-        # contiguous ones only.
-        source = self.ema.module if self.ema else self.bare_model()
-        return copy.deepcopy(source).to("cpu", memory_format=torch.contiguous_format)
+class EpochOutcome(NamedTuple):
+    global_step: int  # reached
+    completed: bool  # the epoch ran to its end (not cut by --max_train_steps or a stop)
+    stop: bool  # a stop signal on any rank: the caller checkpoints and exits
 
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
-    """This process's shard of one epoch, after `done_steps` optimizer steps of it (a resumed run).
-
-    Returns the global step reached, whether the epoch ran to its end, and whether a stop signal
-    (on any rank) ended it: then the caller checkpoints and exits.
-    """
+    """This process's shard of one epoch, after `done_steps` optimizer steps of it (a resumed run)."""
     args, accelerator, model = job.args, job.accelerator, job.model
     model.train()
     batches = len(job.train_loader)
@@ -172,7 +94,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
     short_group = batches % args.grad_accum_steps
     nonfinite = torch.zeros((), device=accelerator.device)  # micro-batches of this group with a NaN/inf loss
-    group_images, stop = 0, False  # valid images in this group
+    group_images, stop, completed, limit = 0, False, False, False  # valid images in this group; how it ended
     fetch_start = time.perf_counter()
     for index, batch in enumerate(loader, start=skipped):
         data_time = time.perf_counter() - fetch_start
@@ -204,16 +126,17 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             update_ema(job.ema, job.bare_model(), global_step, args.model_ema_steps)
             job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
             mid_epoch = index + 1 < batches
-            if args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch:
-                job.logger.end_epoch(global_step)
-                return global_step, False, stop
-            if stop and mid_epoch:
-                return global_step, False, True
-            if mid_epoch and args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0:
+            limit = args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch
+            if limit or stop and mid_epoch:
+                break
+            if mid_epoch and checkpoint_due(args, epoch, global_step, epoch_end=False):
                 save_checkpoint(job, epoch, global_step, epoch_end=False)
         fetch_start = time.perf_counter()
-    job.logger.end_epoch(global_step)
-    return global_step, True, stop
+    else:
+        completed = True
+    if completed or limit:  # a stopped epoch is not over: the resumed run's line will close it
+        job.logger.end_epoch(global_step)
+    return EpochOutcome(global_step, completed, stop)
 
 
 def training_loss(job, batch, valid_images, epoch, index):
@@ -346,112 +269,12 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
     job.accelerator.print(f"checkpoint: {folder}")
 
 
-def build_accelerator(args):
-    # A rank that dies leaves the others blocked in a collective; the process-group timeout bounds
-    # that wait (torchrun also tears a job down when one of its local processes exits).
-    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
-    # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
-    # it, an accelerate config's dynamo settings still apply.
-    compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
-    cpu = not torch.accelerator.is_available()
-    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/core/elastic.py
-    return Accelerator(
-        **compiling,
-        kwargs_handlers=[timeout],
-        log_with=trackers.TRACKERS[args.report_to] or None,
-        project_dir="runs",  # TensorBoard insists on a folder now; trackers.start points it at the run's
-        # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
-        # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
-        # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
-        cpu=cpu,
-        mixed_precision=args.mixed_precision,
-        gradient_accumulation_steps=args.grad_accum_steps,
-        # By default a prepared scheduler steps once per *process* at every call, assuming a schedule
-        # counted in single-process batches. Ours is laid out in epochs of this process's steps.
-        step_scheduler_with_optimizer=False,
-        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s,
-        # epoch e+1 is not the permutation of seed s+1, epoch e.
-        # non_blocking: host-to-GPU copies of pinned batches overlap with compute.
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=spread(args.seed),
-                                                  non_blocking=True),
-    )
 
 
-def new_model(args, class_names, pretrained):
-    """The model the options name, for our classes, on the CPU; not yet prepared or moved."""
-    return build_model(args.model, num_classes=len(class_names), video=is_video(args),
-                       zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
-                       pretrained=pretrained, class_names=class_names)
 
 
-def check_fsdp(args, accelerator):
-    """A launcher config that asks for FSDP: say when Accelerate did not give it; what it cannot do (a problem)."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
-        return None
-    if accelerator.distributed_type != DistributedType.FSDP:  # Accelerate 1.15 shards on accelerators only
-        accelerator.print(f"fsdp: not on {accelerator.device.type} (Accelerate runs FSDP on GPUs and other "
-                          f"accelerators); these processes train as plain data parallel")
-        return None
-    if accelerator.state.fsdp_plugin.fsdp_version != 2:  # the export and buffer sharing rely on FSDP2's state dicts
-        return "fsdp: the script runs FSDP2 (fsdp_version: 2, as in accel_configs/fsdp.yaml); set it in your config"
-    if args.model_ema:
-        return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
-    return None
 
 
-def build_job(args, accelerator, out):
-    """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
-    # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
-    # main_process_first the main process would fail alone and leave the others at its barrier).
-    metrics = load_metrics(args.metrics)
-    with accelerator.main_process_first():  # one rank builds caches, the others reuse them
-        train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
-                                                              world=accelerator.num_processes)
-    for note in notes:
-        accelerator.print(f"data: {note}")
-    for note in input_notes(args):
-        accelerator.print(note)
-    accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
-    num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
-    train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
-                                                 ra_reps=args.ra_reps, seed=spread(args.seed))
-    # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = new_model(args, class_names, args.pretrained)
-    initialise(model, args, accelerator.print)
-    model = for_device(model, args, accelerator)
-    # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
-    # with one seed for all, every rank would crop and flip alike at the same batch position.
-    set_seed(args.seed, device_specific=True)
-    optimizer = build_optimizer(model, args, accelerator.num_processes)
-    for note in lr_notes(args, accelerator.num_processes):
-        accelerator.print(note)
-    steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
-    scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
-    if args.warmup_epochs is None and warmup_epochs(args) < DEFAULT_WARMUP_EPOCHS:
-        accelerator.print(f"warmup: {warmup_epochs(args):g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened "
-                          f"to a fifth of --epochs {args.epochs})")
-    ema = build_ema(model, args, accelerator.device)  # from the initial weights, on every rank alike
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    if ema is not None:
-        accelerator.register_for_checkpointing(ema)  # saved and restored by save_state / load_state
-    # Per-sample losses: batches may hold skipped images, which the loop masks out.
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
-    total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
-    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
-                        unit="clip" if is_video(args) else "img")
-    job = Job(args, accelerator, model, optimizer, scheduler, criterion, train_loader, val_loader, steps_per_epoch,
-              metrics, topk_for(len(class_names)), class_names, out, logger, BadImages(args.skip_bad_images),
-              StopRequest(), [], [], data_signature(train_ds, len(class_names)))
-    job.ema = ema
-    job.inputs = BatchInput(args, len(class_names), accelerator.process_index)
-    if args.test_clips or args.test_crops:
-        job.test_loader = build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
-    accelerator.print(f"{args.model} on {source_name(args)}: {sample_count(train_ds) or '?'} train / "
-                      f"{len(val_ds)} val {sample_unit(args)}, "
-                      f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
-                      f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
-                      f"{steps_per_epoch} steps/epoch -> {out}")
-    return job, class_names, sample_count(train_ds), num_workers
 
 
 def main(argv=None):
@@ -471,7 +294,7 @@ def main(argv=None):
         use_all_cores(accelerator.device)
         set_seed(args.seed)
         job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
-        position = (0, 0, 0, None)  # epoch, optimizer steps done in it, global step, epoch owing its validation
+        position = Position()
         if resume_from is not None:
             state = checkpoints.read_state(resume_from)
             if not args.eval_only:
@@ -479,20 +302,21 @@ def main(argv=None):
             abandon_newer(accelerator, args, out, resume_from)
             accelerator.load_state(str(resume_from))
             position = resume_position(state)
-            if position[1] and not args.eval_only:  # mid-epoch: where this rank's (stream) workers stood
+            if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
                 job.train_loader.load_position(resume_from, accelerator.process_index)
-            accelerator.print(f"resumed from {resume_from}: epoch {position[0]}, step {position[2]}")
+            accelerator.print(f"resumed from {resume_from}: epoch {position.epoch}, step {position.global_step}")
         job.stop.install()
         if accelerator.is_main_process:
             if not (out / "config.yaml").exists():  # a resumed run keeps the config it started with
                 save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
-                            mixed_precision=accelerator.mixed_precision, notes=lr_notes(args, accelerator.num_processes))
+                            mixed_precision=accelerator.mixed_precision,
+                            notes=lr_notes(args, accelerator.num_processes))
             write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
         previous_run = state.get("tracker_run_id") if resume_from else None
         config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
                   accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
         job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
-        results, figures = evaluate_only(job, position) if args.eval_only else train(job, *position)
+        results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
         if job.test_loader is not None:
             results.update(multiview_test(job, results["global_step"]))
         results = report_results(job, results, figures, train_samples)
@@ -554,26 +378,17 @@ def report_results(job, results, figures, train_samples):
     return results
 
 
-def resume_position(state):
-    """(epoch to start, its optimizer steps already done, global step, the epoch whose validation is
-    still owed or None) from a checkpoint's training_state.json."""
-    owed = state["epoch"] if state.get("validation_pending") else None
-    if state["epoch_end"]:
-        return state["epoch"] + 1, 0, state["global_step"], owed
-    return state["epoch"], state["step_in_epoch"], state["global_step"], owed
-
-
 def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
-    epoch, _, global_step, _ = position
-    figures = validate(job, epoch - 1, global_step)
-    return {**result_figures(figures, job.class_names), "epochs_completed": epoch, "global_step": global_step,
+    figures = validate(job, position.epoch - 1, position.global_step)
+    return {**result_figures(figures, job.class_names), "epochs_completed": position.epoch,
+            "global_step": position.global_step,
             "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
             "dataset": source_name(job.args)}, figures
 
 
-def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
-    """The epoch loop: train, validate every val_every epochs and at the end, checkpoint.
+def train(job, start):
+    """The epoch loop from Position `start`: train, validate every val_every epochs and at the end, checkpoint.
 
     Returns the results and the last validation's full figures. A stop signal ends it with a
     checkpoint and Interrupted; when it came at an epoch's last step (or training's), that epoch's
@@ -581,6 +396,7 @@ def train(job, start_epoch, done_steps, global_step, owed_epoch=None):
     would have (same RNG stream).
     """
     args, accelerator = job.args, job.accelerator
+    start_epoch, done_steps, global_step, owed_epoch = start
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
     epoch_end = done_steps == 0
     if owed_epoch is not None:
@@ -633,11 +449,20 @@ def after_epoch(job, epoch, global_step, finished):
         checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_top1, {
             "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)},
             key="val_ema_top1" if job.ema else "val_top1")
-    every_steps = args.checkpoint_every_steps and global_step % args.checkpoint_every_steps == 0
-    after_val = args.keep_best and figures is not None
-    if (args.save_every and (epoch + 1) % args.save_every == 0 or every_steps or after_val) and not finished:
+    if checkpoint_due(args, epoch, global_step, epoch_end=True, finished=finished, validated=figures is not None):
         save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and tracked_top1(figures))
     return figures
+
+
+def checkpoint_due(args, epoch, global_step, epoch_end, finished=False, validated=False):
+    """The checkpoint cadence: every --checkpoint_every_steps optimizer steps, and at an epoch's end every
+    --save_every epochs or after a validation that --keep_best may keep; never at training's end, which
+    saves its own (as does a stop)."""
+    every_steps = bool(args.checkpoint_every_steps) and global_step % args.checkpoint_every_steps == 0
+    if not epoch_end:
+        return every_steps
+    every_epochs = bool(args.save_every) and (epoch + 1) % args.save_every == 0
+    return (every_epochs or every_steps or bool(args.keep_best) and validated) and not finished
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     """The project's train loader and what the training loop does to each batch before the model."""
     from torchvision.transforms import v2
 
-    from train_classification import build_accelerator
+    from utils.run.job import build_accelerator
     from utils.config.options import parse_args
     from utils.data.loaders import build_dataloaders, build_datasets
     from utils.data.on_device import BatchInput
@@ -102,7 +102,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
                                         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]), size)
         prepare = None
     loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
-    return loader, prepare
+    return Epochs(loader), prepare
 
 
 def write_shards(folder, root, shards=8):
@@ -121,8 +121,9 @@ def write_shards(folder, root, shards=8):
     return root
 
 
-class StreamEpochs:
-    """A StreamLoader seen as a loader whose every iteration is the next epoch."""
+class Epochs:
+    """A training loader (map-style or streamed) seen as a loader whose every iteration is the next epoch,
+    read as training reads it (`batches(epoch)`)."""
 
     def __init__(self, loader):
         self.loader, self.epoch = loader, 0
@@ -133,7 +134,7 @@ class StreamEpochs:
 
 
 def stream_loader(shards, batch_size, workers):
-    from train_classification import build_accelerator
+    from utils.run.job import build_accelerator
     from utils.config.options import parse_args
     from utils.data.loaders import build_dataloaders, build_datasets
     from utils.data.on_device import BatchInput
@@ -142,7 +143,7 @@ def stream_loader(shards, batch_size, workers):
                        str(batch_size), "--num_workers", str(workers)])
     train, val, names, _ = build_datasets(args)
     loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
-    return StreamEpochs(loader), BatchInput(args, len(names), rank=0)
+    return Epochs(loader), BatchInput(args, len(names), rank=0)
 
 
 def main(argv=None):

@@ -10,11 +10,12 @@ import conftest  # noqa: F401  (puts the repo root on sys.path)
 import torch
 from torch.utils.data import Dataset
 
-from train_classification import Job, train_one_epoch
+from train_classification import train_one_epoch
 from utils.core.preemption import StopRequest
 from utils.data.loaders import BadImages, EpochSeeded, build_dataloaders
 from utils.data.on_device import BatchInput
 from utils.reporting.progress import StepLogger
+from utils.run.job import Job
 from utils.training.schedule import build_lr_scheduler, build_optimizer
 
 SAMPLES = 64

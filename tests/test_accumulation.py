@@ -4,12 +4,13 @@ import conftest  # noqa: F401  (puts the repo root on sys.path)
 import torch
 from torch.utils.data import Dataset
 
-from train_classification import Job, build_accelerator, train_one_epoch
+from train_classification import train_one_epoch
 from utils.config.options import parse_args
 from utils.core.preemption import StopRequest
 from utils.data.loaders import BadImages, EpochSeeded, build_dataloaders
 from utils.data.on_device import BatchInput
 from utils.reporting.progress import StepLogger
+from utils.run.job import Job, build_accelerator
 from utils.training.schedule import build_lr_scheduler
 
 

@@ -8,8 +8,9 @@ import torch
 from loop_harness import make_job
 from torch.utils.data import Dataset
 
-from train_classification import build_accelerator, train_one_epoch
+from train_classification import train_one_epoch
 from utils.config.options import parse_args
+from utils.run.job import build_accelerator
 
 
 class HalfBroken(Dataset):

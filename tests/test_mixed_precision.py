@@ -14,8 +14,8 @@ import torch
 from conftest import read_jsonl
 from loop_harness import Points, assert_bitwise_equal, make_job, run_epoch, snapshot, train_until
 
-from train_classification import build_accelerator
 from utils.config.options import parse_args
+from utils.run.job import build_accelerator
 from utils.training.schedule import build_lr_scheduler
 
 INIT_SCALE = 2.0 ** 40  # fp16 tops out at 65504: the scaled gradients of step 1 overflow

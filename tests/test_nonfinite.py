@@ -10,8 +10,9 @@ import torch
 from conftest import read_jsonl
 from loop_harness import Points, assert_bitwise_equal, epoch_order, make_job, run_epoch, snapshot, train_until
 
-from train_classification import NonFiniteLoss, build_accelerator, train_one_epoch
+from train_classification import NonFiniteLoss, train_one_epoch
 from utils.config.options import parse_args
+from utils.run.job import build_accelerator
 
 BATCH = 8
 

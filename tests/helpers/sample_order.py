@@ -17,10 +17,10 @@ import torch
 from torch.utils.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from train_classification import build_accelerator  # noqa: E402
 from utils.config.options import parse_args  # noqa: E402
 from utils.core.seeding import spread  # noqa: E402
 from utils.data.loaders import build_dataloaders  # noqa: E402
+from utils.run.job import build_accelerator  # noqa: E402
 
 
 class IndexDataset(Dataset):

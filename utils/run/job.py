@@ -1,0 +1,227 @@
+"""What a run is made of (Job), and how it is built from the options: the accelerator, the data and
+its loaders, the model, optimizer and schedule, prepared by Accelerate, and the run's records."""
+
+import copy
+import math
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin, set_seed
+
+from utils.core.elastic import join_restarted_group
+from utils.core.preemption import StopRequest
+from utils.core.seeding import spread
+from utils.core.threads import cores_per_process
+from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
+                                sample_count)
+from utils.data.on_device import BatchInput
+from utils.data.presets import input_notes, is_video, sample_unit, source_name
+from utils.data.video_sources import test_views
+from utils.evaluation.metrics import load_metrics, topk_for
+from utils.models.ema import build_ema
+from utils.models.libraries import build_model, initialise
+from utils.models.torchvision_models import for_device
+from utils.reporting import trackers
+from utils.reporting.progress import StepLogger
+from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
+
+
+
+@dataclass
+class Job:
+    """What a run is made of, built once in main(). The loop reads it; it only appends to the two
+    records at the end (skipped non-finite steps, best val top-1)."""
+
+    args: object
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    criterion: torch.nn.Module
+    train_loader: object
+    val_loader: object
+    steps_per_epoch: int
+    metrics: object  # the evaluate modules (utils/evaluation/metrics.py)
+    k: int
+    class_names: list
+    out: Path
+    logger: StepLogger
+    bad_images: BadImages
+    stop: StopRequest
+    nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
+    best_top1: list  # the best val top-1 so far, last (--keep_best)
+    data: dict = None  # the training data's signature (utils/data/loaders.py), kept in checkpoints
+    tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
+    test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
+    ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
+    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
+
+    def bare_model(self):
+        """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
+        the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
+        return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+
+    def share_buffers(self, only=None):
+        """Rank 0's buffers (BatchNorm's running statistics) to every rank, before scoring and saving, so that
+        every rank scores what is saved (rank 0's), and a resumed run scores what the uninterrupted one did.
+
+        DDP does this for the trained model at each forward. FSDP shards parameters, not buffers: each rank's
+        statistics follow its own batches. The EMA copy is no DDP module: each rank averages its own model's
+        statistics into it, while a checkpoint keeps rank 0's. `only`: the one module about to be scored."""
+        modules = [self.model] if self.accelerator.distributed_type == DistributedType.FSDP else []
+        if self.ema is not None and self.accelerator.num_processes > 1:
+            modules.append(self.ema.module)
+        for module in modules if only is None else [m for m in modules if m is only]:
+            for buffer in module.buffers():
+                torch.distributed.broadcast(buffer, src=0)
+
+    def plain_copy(self):
+        """A CPU copy of the weights validation follows (the EMA's with --model_ema) on the main process,
+        None elsewhere. Every rank calls it: under FSDP the full weights are gathered from the shards
+        into a fresh, unsharded module (a sharded one cannot be copied)."""
+        accelerator = self.accelerator
+        if accelerator.distributed_type == DistributedType.FSDP:
+            state = accelerator.get_state_dict(self.model)  # collective; the full dict on the main process
+            if not accelerator.is_main_process:
+                return None
+            model = new_model(self.args, self.class_names, pretrained=False)
+            model.load_state_dict(state)
+            return model
+        if not accelerator.is_main_process:
+            return None
+        # The default memory format: --channels_last tensors are not contiguous, and safetensors stores
+        # contiguous ones only.
+        source = self.ema.module if self.ema else self.bare_model()
+        return copy.deepcopy(source).to("cpu", memory_format=torch.contiguous_format)
+
+
+def build_accelerator(args):
+    # A rank that dies leaves the others blocked in a collective; the process-group timeout bounds
+    # that wait (torchrun also tears a job down when one of its local processes exits).
+    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
+    # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
+    # it, an accelerate config's dynamo settings still apply.
+    compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
+    cpu = not torch.accelerator.is_available()
+    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/core/elastic.py
+    return Accelerator(
+        **compiling,
+        kwargs_handlers=[timeout],
+        log_with=trackers.TRACKERS[args.report_to] or None,
+        project_dir="runs",  # TensorBoard insists on a folder now; trackers.start points it at the run's
+        # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
+        # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
+        # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
+        cpu=cpu,
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.grad_accum_steps,
+        # By default a prepared scheduler steps once per *process* at every call, assuming a schedule
+        # counted in single-process batches. Ours is laid out in epochs of this process's steps.
+        step_scheduler_with_optimizer=False,
+        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s,
+        # epoch e+1 is not the permutation of seed s+1, epoch e.
+        # non_blocking: host-to-GPU copies of pinned batches overlap with compute.
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=spread(args.seed),
+                                                  non_blocking=True),
+    )
+
+
+def new_model(args, class_names, pretrained):
+    """The model the options name, for our classes, on the CPU; not yet prepared or moved."""
+    return build_model(args.model, num_classes=len(class_names), video=is_video(args),
+                       zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
+                       pretrained=pretrained, class_names=class_names)
+
+
+def check_fsdp(args, accelerator):
+    """A launcher config that asks for FSDP: say when Accelerate did not give it; what it cannot do (a problem)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return None
+    if accelerator.distributed_type != DistributedType.FSDP:  # Accelerate 1.15 shards on accelerators only
+        accelerator.print(f"fsdp: not on {accelerator.device.type} (Accelerate runs FSDP on GPUs and other "
+                          f"accelerators); these processes train as plain data parallel")
+        return None
+    if accelerator.state.fsdp_plugin.fsdp_version != 2:  # the export and buffer sharing rely on FSDP2's state dicts
+        return "fsdp: the script runs FSDP2 (fsdp_version: 2, as in accel_configs/fsdp.yaml); set it in your config"
+    if args.model_ema:
+        return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
+    return None
+
+
+def build_job(args, accelerator, out):
+    """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
+    # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
+    # main_process_first the main process would fail alone and leave the others at its barrier).
+    metrics = load_metrics(args.metrics)
+    with accelerator.main_process_first():  # one rank builds caches, the others reuse them
+        train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
+                                                              world=accelerator.num_processes)
+    for note in notes:
+        accelerator.print(f"data: {note}")
+    for note in input_notes(args):
+        accelerator.print(note)
+    accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
+    num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
+    train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
+                                                 ra_reps=args.ra_reps, seed=spread(args.seed))
+    # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
+    model = new_model(args, class_names, args.pretrained)
+    initialise(model, args, accelerator.print)
+    model = for_device(model, args, accelerator)
+    # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
+    # with one seed for all, every rank would crop and flip alike at the same batch position.
+    set_seed(args.seed, device_specific=True)
+    optimizer = build_optimizer(model, args, accelerator.num_processes)
+    for note in lr_notes(args, accelerator.num_processes):
+        accelerator.print(note)
+    steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
+    scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
+    if args.warmup_epochs is None and warmup_epochs(args) < DEFAULT_WARMUP_EPOCHS:
+        accelerator.print(f"warmup: {warmup_epochs(args):g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened "
+                          f"to a fifth of --epochs {args.epochs})")
+    ema = build_ema(model, args, accelerator.device)  # from the initial weights, on every rank alike
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if ema is not None:
+        accelerator.register_for_checkpointing(ema)  # saved and restored by save_state / load_state
+    # Per-sample losses: batches may hold skipped images, which the loop masks out.
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
+    total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
+    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
+                        unit="clip" if is_video(args) else "img")
+    data = data_signature(train_ds, len(class_names))
+    inputs = BatchInput(args, len(class_names), accelerator.process_index)
+    test_loader = (build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
+                   if args.test_clips or args.test_crops else None)
+    job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
+              criterion=criterion, train_loader=train_loader, val_loader=val_loader, steps_per_epoch=steps_per_epoch,
+              metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
+              bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
+              data=data, test_loader=test_loader, ema=ema, inputs=inputs)
+    accelerator.print(f"{args.model} on {source_name(args)}: {sample_count(train_ds) or '?'} train / "
+                      f"{len(val_ds)} val {sample_unit(args)}, "
+                      f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
+                      f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
+                      f"{steps_per_epoch} steps/epoch -> {out}")
+    return job, class_names, sample_count(train_ds), num_workers
+
+
+class Position(NamedTuple):
+    """Where training stands: the epoch to run, its optimizer steps already done, the global step, and the
+    epoch whose validation is still owed (an interrupt at an epoch's end) or None."""
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    owed_epoch: int = None
+
+
+def resume_position(state):
+    """The Position a checkpoint's training_state.json continues from."""
+    owed = state["epoch"] if state.get("validation_pending") else None
+    if state["epoch_end"]:
+        return Position(state["epoch"] + 1, 0, state["global_step"], owed)
+    return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed)
