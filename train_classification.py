@@ -50,7 +50,8 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import gather_object, set_seed
 
-from utils.config.options import parse_args, resume_keys, save_config
+from utils.config.options import parse_args, resume_keys
+from utils.config.recipes import save_config
 from utils.core.errors import UserError, report as report_error
 from utils.core.io import write_json_atomic
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher

@@ -7,7 +7,8 @@ import pytest
 import yaml
 from conftest import ROOT, main_fails
 
-from utils.config.options import get_args_parser, parse_args, save_config
+from utils.config.options import get_args_parser, parse_args
+from utils.config.recipes import save_config
 
 
 def reject(argv, capsys):

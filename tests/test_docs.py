@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 import predict  # predict.get_args: predict.py's parser and its checks
-from utils.config.options import get_args_parser, load_recipe, parse_args  # the training options: one line if they move
+from utils.config.options import get_args_parser, parse_args  # the training options
+from utils.config.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

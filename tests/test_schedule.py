@@ -98,7 +98,8 @@ def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsy
 def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
     import torchvision
 
-    from utils.config.options import parse_args, save_config
+    from utils.config.options import parse_args
+    from utils.config.recipes import save_config
     from utils.training.schedule import build_optimizer, lr_notes, parameter_groups
 
     model = torchvision.models.resnet18(num_classes=3)

@@ -1,26 +1,13 @@
-"""Command-line options, YAML recipes that set their defaults, and validation: the one source of config."""
+"""Every command-line option, declared once with its default, help and whether a resume must keep it
+(the one source of config); parse_args applies the YAML recipes (recipes.py) and the checks (checks.py)."""
 
 import argparse
-import difflib
 import functools
 import sys
-from pathlib import Path
 
-import yaml
-
-from utils.core.errors import UserError
-from utils.core.io import write_text_atomic
-from utils.data.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
-from utils.evaluation.metrics import MetricError, parse_metric_spec
-from utils.models.libraries import check_clip_frames, check_image_size, check_model_name, is_video_model, source
-from utils.training.schedule import warmup_epochs
-
-# Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
-DATA_RECIPES = {"moving_digits": Path(__file__).parents[2] / "configs" / "moving_digits_mc3_18.yaml"}
-
-
-class ConfigError(UserError, ValueError):
-    """A bad option value; the message names the option."""
+from utils.config.checks import ConfigError, check_args
+from utils.config.recipes import DATA_RECIPES, load_recipe
+from utils.data.presets import is_video
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -299,199 +286,6 @@ def get_args_parser(prog="train_classification.py"):
     return parser
 
 
-def _check_yaml_value(action, value):
-    """Return `value` if it fits `action`'s type and choices; raise ConfigError otherwise."""
-    def one(v):
-        if action.type is int:
-            ok = isinstance(v, int) and not isinstance(v, bool)
-        elif action.type is float:
-            if isinstance(v, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
-                try:
-                    v = float(v)
-                except ValueError:
-                    pass
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-            v = float(v) if ok else v
-        elif action.type is str:
-            ok = isinstance(v, str)
-        else:  # flags: store_true / --x/--no-x
-            ok = isinstance(v, bool)
-        if not ok:
-            want = {int: "an integer", float: "a number", str: "a string"}.get(action.type, "true or false")
-            hint = " (YAML reads no/yes/off/on as booleans: quote the word)" if isinstance(v, bool) else ""
-            raise ConfigError(f"{action.dest}: expected {want}, got {v!r}{hint}")
-        if action.choices is not None and v not in action.choices:
-            raise ConfigError(f"{action.dest}: {v!r} is not one of {', '.join(map(str, action.choices))}")
-        return v
-
-    if value is None:
-        return None
-    fixed = isinstance(action.nargs, int) and action.nargs > 0  # e.g. --mean R G B
-    if action.nargs in ("+", "*") or fixed:
-        if not isinstance(value, list) or (action.nargs == "+" and not value):
-            raise ConfigError(f"{action.dest}: expected a list, got {value!r}")
-        if fixed and len(value) != action.nargs:
-            raise ConfigError(f"{action.dest}: expected {action.nargs} values, got {value!r}")
-        return [one(v) for v in value]
-    return one(value)
-
-
-def load_recipe(path, parser):
-    """Read a YAML recipe into {dest: value}, rejecting unknown keys and wrong types."""
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError(f"config: cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    data = data or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config: {path} must hold a mapping of option: value")
-    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
-    for key in data:
-        if key not in actions:
-            close = difflib.get_close_matches(str(key), actions, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{key}: unknown key in {path}{hint}")
-    return {key: _check_yaml_value(actions[key], value) for key, value in data.items()}
-
-
-def check_args(args):
-    """Reject impossible combinations before anything is built."""
-    def need(ok, key, problem):
-        if not ok:
-            raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
-
-    for key in ("epochs", "batch_size", "grad_accum_steps", "val_every", "log_every",
-                "synthetic_train_samples", "synthetic_val_samples"):
-        need(getattr(args, key) >= 1, key, "must be >= 1")
-    for key in ("clip_len", "frame_interval", "num_segments"):
-        need(getattr(args, key) >= 1, key, "must be >= 1")
-    for key in ("train_crop_size", "val_crop_size", "val_resize_size"):
-        need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
-    if args.progressive_resize:
-        low, high, start, end = args.progressive_resize
-        need(args.progressive_resize_step >= 1, "progressive_resize_step", "must be >= 1")
-        need(1 <= low <= high and 0 <= start <= end, "progressive_resize",
-             "must be LOW HIGH START END with 1 <= LOW <= HIGH and 0 <= START <= END")
-        need(low % args.progressive_resize_step == 0 and high % args.progressive_resize_step == 0,
-             "progressive_resize", f"LOW and HIGH must be multiples of --progressive_resize_step "
-             f"{args.progressive_resize_step}")
-        need(args.train_crop_size is None, "train_crop_size", "leave it out with --progressive_resize, which sets "
-             "the train crop of each epoch")
-        need(source_kind(args) != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
-             "(it is generated at --image_size)")
-    need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args)),
-         "val_resize_size", "must be at least the val crop size")
-    for key in ("mixup_alpha", "cutmix_alpha"):
-        need(getattr(args, key) >= 0, key, "must be >= 0")
-    need(0 <= args.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
-    need(args.ra_reps >= 1, "ra_reps", "must be >= 1")
-    for key in ("image_size", "max_train_samples", "max_val_samples", "test_clips", "test_crops"):
-        need(getattr(args, key) is None or getattr(args, key) >= 1, key, "must be >= 1")
-    for key in ("max_train_samples", "max_val_samples"):  # else silently ignored
-        need(getattr(args, key) is None or source_kind(args) not in ("synthetic", "moving_digits"), key,
-             "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
-             "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
-    if args.streaming:
-        need(source_kind(args) == "images" and not (args.train_dir or args.data_dir), "streaming",
-             "reads a Hub dataset or local shard files named by --dataset, not the embedded data or folders of images")
-        need(args.max_train_samples is None, "max_train_samples", "cannot subset a stream: set its length with "
-             "--steps_per_epoch")
-        need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
-             "to processes): not with --streaming")
-        need(not args.sync_bn, "sync_bn", "not with --streaming: a process past the end of its shards takes padding "
-             "steps, without SyncBatchNorm's collective, and the others would wait for it")
-    need(args.steps_per_epoch is None or args.streaming, "steps_per_epoch",
-         "sets the epoch of --streaming data (map-style epochs are a pass over the data)")
-    need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
-    need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")
-    need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
-    need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
-    need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
-    need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
-    need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
-    need(0 < args.model_ema_decay < 1, "model_ema_decay", "must be in (0, 1)")
-    need(args.model_ema_steps >= 1, "model_ema_steps", "must be >= 1")
-    for key in ("drop_path", "dropout"):
-        need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
-    need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
-         "must be >= 1")
-    need(args.keep_last >= 0, "keep_last", "must be >= 0")
-    need(args.keep_best >= 0, "keep_best", "must be >= 0")
-    need(args.skip_nonfinite_steps >= 0, "skip_nonfinite_steps", "must be >= 0")
-    need(not (args.push_to_hub and args.eval_only), "push_to_hub", "uploads a trained model folder: not with --eval_only")
-    need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
-    need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
-         "needs weights to score: --resume, --init_from or --pretrained")
-    need(args.dist_timeout_s >= 1, "dist_timeout_s", "must be >= 1")
-    need(args.resume != "latest" or args.output_dir, "resume", "'latest' needs --output_dir, the run to continue")
-    need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
-    need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")
-    need(not (args.train_list and (args.train_dir or args.data_dir)), "train_list",
-         "give list files or folders, not both")
-    need(args.val_list is None or args.train_list, "val_list", "needs --train_list")
-    need(args.train_list is None or args.val_list, "train_list", "needs --val_list too")
-    need(not args.train_list or args.dataset == "digits", "dataset",
-         "reads no list file: drop it when giving --train_list")
-    video = is_video(args)
-    need(video or not (args.test_clips or args.test_crops), "test_clips", "multi-view test is for video data")
-    folders = args.train_dir or args.data_dir
-    need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
-         "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
-    need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")
-    need(args.lr_scale_batch is None or args.lr_scale_batch >= 1, "lr_scale_batch", "must be >= 1")
-    for key in ("save_every", "weight_decay", "norm_weight_decay", "bias_weight_decay", "min_lr"):
-        need(getattr(args, key) >= 0, key, "must be >= 0")
-    need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")
-    need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
-    need(args.num_classes >= 2, "num_classes", "must be >= 2")
-    need(args.lr > 0, "lr", "must be > 0")
-    need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
-    need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
-    need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
-    need(0 < args.warmup_start_factor <= 1, "warmup_start_factor", "must be in (0, 1] (0 would waste the first step)")
-    need(args.warmup_epochs is None or 0 <= args.warmup_epochs < args.epochs, "warmup_epochs",
-         f"must be in [0, epochs={args.epochs})")
-    warmup = warmup_epochs(args)
-    need(args.min_lr <= args.lr, "min_lr", f"must not exceed lr={args.lr}")
-    need(args.lr_gamma > 0, "lr_gamma", "must be > 0")
-    if args.lr_schedule == "step":
-        need(args.lr_milestones is not None, "lr_milestones", "required with lr_schedule step")
-        ms = args.lr_milestones
-        need(all(warmup < m < args.epochs for m in ms), "lr_milestones",
-             f"each must lie after warmup ({warmup}) and before the end of training ({args.epochs})")
-        need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
-    for spec in args.metrics or ():
-        try:
-            parse_metric_spec(spec)
-        except MetricError as e:
-            raise ConfigError(str(e)) from None
-    try:
-        check_model_name(args.model)
-    except ValueError as e:
-        raise ConfigError(f"model: {e}") from None
-    need(args.weights is None or source(args.model) == "torchvision", "weights", "names torchvision weights; for "
-         "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
-    need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
-         "a folder of videos, --dataset moving_digits)")
-    sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
-    given = [key for key in sizes if getattr(args, key) is not None]
-    need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
-    try:
-        check_image_size(args.model, min(train_crop_size(args), val_crop_size(args)),
-                         args.clip_len * args.num_segments if video else None)
-    except ValueError as e:
-        default = " (the default for this data)" if args.image_size is None else ""
-        raise ConfigError(f"image_size: {e}{default}") from None
-    if video:
-        try:
-            check_clip_frames(args.model, args.clip_len * args.num_segments)
-        except ValueError as e:
-            raise ConfigError(f"clip_len: {e}") from None
-
-
 def parse_args(argv=None, prog="train_classification.py"):
     """Parse `argv` (default sys.argv[1:]) over the recipe's defaults; exit 2 with one line on bad input."""
     parser = get_args_parser(prog)
@@ -520,12 +314,3 @@ def _find_config_arg(argv, parser):
     return known.config, known.dataset
 
 
-def save_config(args, path, notes=(), **resolved):
-    """Write the options in force (with `resolved` values, e.g. the real output_dir) as a recipe;
-    `notes` become comment lines at its top (values derived from options, not options themselves).
-
-    `--config <that file>` reproduces the run; the recipe it came from is not a key of its own.
-    """
-    options = {key: value for key, value in vars(args).items() if key not in ("config", "resume")}
-    comments = "".join(f"# {note}\n" for note in notes)
-    write_text_atomic(path, comments + yaml.safe_dump({**options, **resolved}, sort_keys=False))
