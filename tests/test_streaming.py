@@ -55,7 +55,8 @@ def loader_for(args, rank, world):
 
     from utils.core.preemption import worker_init_fn
     from utils.data import presets
-    from utils.data.streaming import StreamLoader, build_stream
+    from utils.data.stream_loader import StreamLoader
+    from utils.data.streaming import build_stream
 
     rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args), args))
     return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
@@ -137,7 +138,7 @@ def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, t
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
     """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
     from utils.data.loaders import BadImages
-    from utils.data.streaming import PADDING
+    from utils.data.stream_loader import PADDING
 
     args = stream_args(parquet_shards, "--steps_per_epoch", "14")
     batches = list(loader_for(args, 1, 2).batches(0))

@@ -8,6 +8,11 @@ class UserError(Exception):
     the scripts' main() prints it with `report`. Each subsystem has its subclass (DataError, ModelError,
     FolderError, MetricError, PushError, ConfigError, RunError), so a caller can tell them apart."""
 
+    @classmethod
+    def fail(cls, message):
+        """Raise this kind of error: `DataError.fail("train_dir: ...; pass ...")`."""
+        raise cls(message)
+
 
 def report(prog, message):
     """`prog: error: message` on stderr, exit code 2. One write: lines of several ranks do not interleave."""

@@ -13,7 +13,8 @@ from utils.data import presets
 from utils.data.images import decode_rgb, load_item
 from utils.data.sampling import RepeatedAugmentationSampler
 from utils.data.sources import SPLIT_SEED, DataError, load_splits, subset
-from utils.data.streaming import StreamLoader, StreamRows, build_stream
+from utils.data.stream_loader import StreamLoader
+from utils.data.streaming import StreamRows, build_stream
 from utils.data.video import VideoClips
 from utils.data.video_sources import build_video_datasets
 

@@ -20,8 +20,8 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
   as with map-style data.
 - The position in the stream (`datasets`' IterableDataset.state_dict at the block's start, the
   block, the samples taken, for each DataLoader worker) goes into every checkpoint through
-  torchdata's StatefulDataLoader, one file per rank; --resume continues from there, not from
-  the start of the data.
+  torchdata's StatefulDataLoader (utils/data/stream_loader.py), one file per rank; --resume
+  continues from there, not from the start of the data.
 - The validation split is not streamed: it is read whole (map-style, cached by `datasets`), so
   that evaluation stays exact on any number of processes (gather_for_metrics). The class names come
   from the training split's ClassLabel; with plain integer labels (webdataset's .cls), the classes
@@ -30,8 +30,6 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
 
 import contextlib
 import hashlib
-import pickle
-import warnings
 from itertools import islice
 from pathlib import Path
 
@@ -43,15 +41,9 @@ from utils.core.seeding import spread
 from utils.data.images import decode_rgb, load_item
 from utils.data.sources import VAL_SPLITS, DataError, image_and_label, normalise
 
-# torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
-warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
-
-PADDING = "padding: this process's shards ran out before the epoch's steps"
-STATE_FILE = "stream_state_{rank}.pkl"  # in each checkpoint folder, one per rank
 
 
-def _fail(message):
-    raise DataError(message)
+_fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
 
 def _builder(args):
@@ -253,81 +245,3 @@ def build_stream(args, rank, world, train_preset):
     train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
                        steps * args.grad_accum_steps, signature)
     return train, val, names, notes
-
-
-class StreamLoader:
-    """The training loader of --streaming: exactly len(self) batches an epoch on every process, on the device.
-
-    A torchdata StatefulDataLoader underneath, which asks each worker's StreamRows where it stands
-    after every batch, so that state_dict() is the position after the last batch handed out (not
-    the ones prefetched). Past the end of this process's shards it hands out padding batches: one
-    blank image marked not valid (the loop trains on none, and still joins the all-reduce).
-    """
-
-    def __init__(self, rows, batch_size, num_workers, micro_batches, device, worker_init_fn):
-        from torchdata.stateful_dataloader import StatefulDataLoader
-
-        self.dataset, self.micro_batches, self.device, self.num_workers = rows, micro_batches, device, num_workers
-        self.loader = StatefulDataLoader(rows, batch_size=batch_size, num_workers=num_workers,
-                                         worker_init_fn=worker_init_fn, pin_memory=device.type == "cuda",
-                                         snapshot_every_n_steps=1,
-                                         # Own generator: an epoch's iterator draws nothing from the global RNG,
-                                         # which a checkpoint restores (as build_dataloaders does).
-                                         generator=torch.Generator())
-        self.position = {"epoch": None, "taken": 0, "exhausted": False, "loader": None}
-
-    def __len__(self):
-        return self.micro_batches
-
-    def batches(self, epoch, skipped=0):
-        """This epoch's batches after the first `skipped` (a resumed run: from the state loaded)."""
-        from accelerate.utils import send_to_device
-
-        if skipped and (self.position["epoch"] != epoch or self.position["taken"] != skipped):
-            raise DataError(f"resume: the checkpoint's stream position ({self.position['taken']} batches into epoch "
-                            f"{self.position['epoch']}) is not where training resumes ({skipped} into {epoch})")
-        self.dataset.set_epoch(epoch)
-        exhausted = self.position["exhausted"] if skipped else False
-        if skipped and not exhausted:
-            self.loader.load_state_dict(self.position["loader"])
-        self.position = {"epoch": epoch, "taken": skipped, "exhausted": exhausted, "loader": None}
-        stream = iter(()) if exhausted else iter(self.loader)
-        _, size = self.dataset.preset(epoch)
-        for taken in range(skipped, self.micro_batches):
-            batch = next(stream, None)
-            if batch is None:
-                self.position["exhausted"] = True
-                batch = {"pixel_values": torch.zeros(1, 3, size, size, dtype=torch.uint8),
-                         "labels": torch.zeros(1, dtype=torch.int64), "valid": torch.zeros(1, dtype=torch.bool),
-                         "source": [""], "error": [PADDING]}
-            self.position["taken"] = taken + 1
-            yield send_to_device(batch, self.device, non_blocking=True)
-
-    def state_dict(self):
-        # Only mid-epoch, from the live iterator: without one, StatefulDataLoader.state_dict() would start
-        # workers reading ahead with whatever epoch StreamRows holds then (and the next epoch would reuse them).
-        position = self.position
-        live = (position["epoch"] is not None and 0 < position["taken"] < self.micro_batches
-                and not position["exhausted"])
-        return {**position, "loader": self.loader.state_dict() if live else None, "num_workers": self.num_workers}
-
-    def load_state_dict(self, state):
-        if state["num_workers"] != self.num_workers:
-            raise DataError(f"num_workers: the checkpoint's stream was read by {state['num_workers']} workers per "
-                            f"process, and its position is each worker's own: resume with --num_workers "
-                            f"{state['num_workers']}")
-        self.position = {key: state[key] for key in ("epoch", "taken", "exhausted", "loader")}
-
-    def save_position(self, folder, rank):
-        """This rank's stream position into a checkpoint folder (every rank writes its own)."""
-        with open(Path(folder) / STATE_FILE.format(rank=rank), "wb") as f:
-            pickle.dump(self.state_dict(), f)
-
-    def load_position(self, folder, rank):
-        """The position `save_position` wrote, read back before `batches(epoch, skipped)` continues."""
-        path = Path(folder) / STATE_FILE.format(rank=rank)
-        if not path.is_file():
-            raise DataError(f"resume: {path} is missing: the checkpoint was not written by a --streaming run "
-                            f"(or by fewer processes)")
-        with open(path, "rb") as f:
-            self.load_state_dict(pickle.load(f))

@@ -12,8 +12,7 @@ from utils.data.sources import SPLIT_SEED, DataError, folder_files
 from utils.data.video import VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips
 
 
-def _fail(message):
-    raise DataError(message)
+_fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
 
 def parse_list(list_file, data_root=None):
