@@ -48,24 +48,22 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from accelerate.utils import gather_object, set_seed
+from accelerate.utils import set_seed
 
 from utils.config.options import parse_args, resume_keys
-from utils.config.recipes import save_config
 from utils.core.errors import UserError, report as report_error
-from utils.core.io import write_json_atomic
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
 from utils.data.presets import sample_unit, source_name
 from utils.evaluation.metrics import dump_rank_sums, rank_sums, result_figures, summarize, validation_row
 from utils.evaluation.multiview import test_row, test_videos
 from utils.models.ema import save_ema, update_ema
-from utils.reporting import report, trackers
+from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder, save_model_folder
-from utils.run.job import Position, build_accelerator, build_job, check_fsdp, resume_position
+from utils.run.job import Position, build_accelerator, build_job, check_fsdp, resume
+from utils.run.records import report_results, start_records
 from utils.training import checkpoints
-from utils.training.run_folder import abandon_newer, check_data, lock_run_folder, output_dir_for, resume_folder
-from utils.training.schedule import lr_notes
+from utils.training.run_folder import lock_run_folder, output_dir_for, resume_folder
 
 PROG = "train_classification.py"
 
@@ -73,8 +71,6 @@ PROG = "train_classification.py"
 def fail(message):
     """Bad input: one line, exit code 2, nothing written."""
     report_error(PROG, message)
-
-
 
 
 class EpochOutcome(NamedTuple):
@@ -111,13 +107,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
                 skip, stop = agree_on_step(job, nonfinite, group_images, global_step + 1)
                 nonfinite.zero_()
                 group_images = 0
-            if skip:
-                job.optimizer.zero_grad(set_to_none=True)  # nothing to learn from, or poisoned: drop it
-            else:
-                if args.clip_grad_norm is not None and accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-                job.optimizer.step()  # a no-op on micro-batches that only accumulate
-                job.optimizer.zero_grad(set_to_none=True)
+            update(job, skip)
         job.logger.micro_batch(loss, len(batch["source"]), data_time)
         if accelerator.sync_gradients:
             # Stepped once per optimizer step on every rank (see build_accelerator), so the LR
@@ -138,6 +128,16 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     if completed or limit:  # a stopped epoch is not over: the resumed run's line will close it
         job.logger.end_epoch(global_step)
     return EpochOutcome(global_step, completed, stop)
+
+
+def update(job, skip):
+    """The optimizer step (a no-op on micro-batches that only accumulate), or, when every rank agreed to
+    `skip` it (nothing to learn from, or a poisoned loss), the gradient dropped."""
+    if not skip:
+        if job.args.clip_grad_norm is not None and job.accelerator.sync_gradients:
+            job.accelerator.clip_grad_norm_(job.model.parameters(), job.args.clip_grad_norm)
+        job.optimizer.step()
+    job.optimizer.zero_grad(set_to_none=True)
 
 
 def training_loss(job, batch, valid_images, epoch, index):
@@ -270,14 +270,6 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
     job.accelerator.print(f"checkpoint: {folder}")
 
 
-
-
-
-
-
-
-
-
 def main(argv=None):
     follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (core/preemption.py)
     args = parse_args(argv, prog=PROG)
@@ -294,29 +286,10 @@ def main(argv=None):
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
         set_seed(args.seed)
-        job, class_names, train_samples, num_workers = build_job(args, accelerator, out)
-        position = Position()
-        if resume_from is not None:
-            state = checkpoints.read_state(resume_from)
-            if not args.eval_only:
-                check_data(accelerator, state, job.data)
-            abandon_newer(accelerator, args, out, resume_from)
-            accelerator.load_state(str(resume_from))
-            position = resume_position(state)
-            if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
-                job.train_loader.load_position(resume_from, accelerator.process_index)
-            accelerator.print(f"resumed from {resume_from}: epoch {position.epoch}, step {position.global_step}")
+        job, train_samples, num_workers = build_job(args, accelerator, out)
+        position, state = resume(job, resume_from) if resume_from is not None else (Position(), {})
         job.stop.install()
-        if accelerator.is_main_process:
-            if not (out / "config.yaml").exists():  # a resumed run keeps the config it started with
-                save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
-                            mixed_precision=accelerator.mixed_precision,
-                            notes=lr_notes(args, accelerator.num_processes))
-            write_json_atomic(out / "labels.json", dict(enumerate(class_names)))
-        previous_run = state.get("tracker_run_id") if resume_from else None
-        config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
-                  accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
-        job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
+        start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
         results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
         if job.test_loader is not None:
             results.update(multiview_test(job, results["global_step"]))
@@ -356,27 +329,6 @@ def multiview_test(job, global_step):
     if args.dump_rank_metrics:
         dump_rank_sums(job.out / "eval" / "test", figures, own, job.accelerator)
     return row
-
-
-def report_results(job, results, figures, train_samples):
-    """results.json, the pictures and the per-class table (main process), and the closing line."""
-    accelerator, out, class_names = job.accelerator, job.out, job.class_names
-    # Every rank met its own broken files; the report holds all of them, once each.
-    errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
-    skipped = sorted(errors)
-    results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped,
-                   nonfinite_steps_skipped=job.nonfinite_steps)
-    if accelerator.is_main_process:
-        pictures = report.write(out, results, figures, errors)
-        trackers.log_pictures(accelerator, results["global_step"], pictures)
-        print(report.per_class_table(figures, class_names))
-    accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
-                      f"macro F1 {results['macro_f1']:.4f}, "
-                      f"loss {results['val_loss']:.4f} on {results['val_samples']} {sample_unit(job.args)}"
-                      f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
-                      f"train {results['train_time_s']:.1f} s -> {out}")
-    accelerator.end_training()
-    return results
 
 
 def evaluate_only(job, position):

@@ -28,8 +28,9 @@ from utils.models.libraries import build_model, initialise
 from utils.models.torchvision_models import for_device
 from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
+from utils.training import checkpoints
+from utils.training.run_folder import abandon_newer, check_data
 from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
-
 
 
 @dataclass
@@ -154,18 +155,12 @@ def check_fsdp(args, accelerator):
 
 
 def build_job(args, accelerator, out):
-    """Data, model, optimizer and schedule, prepared by Accelerate; also returns the class names."""
+    """Data, model, optimizer and schedule, prepared by Accelerate, as a Job; also returns the training
+    sample count (None for a stream of unknown size) and the loader workers per process."""
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
-    with accelerator.main_process_first():  # one rank builds caches, the others reuse them
-        train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
-                                                              world=accelerator.num_processes)
-    for note in notes:
-        accelerator.print(f"data: {note}")
-    for note in input_notes(args):
-        accelerator.print(note)
-    accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
+    train_ds, val_ds, class_names = datasets(args, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=spread(args.seed))
@@ -207,7 +202,21 @@ def build_job(args, accelerator, out):
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
-    return job, class_names, sample_count(train_ds), num_workers
+    return job, sample_count(train_ds), num_workers
+
+
+def datasets(args, accelerator):
+    """The train and val datasets and the class names, built by the main process first (one rank builds
+    caches, the others reuse them), with what the data and input notes say."""
+    with accelerator.main_process_first():
+        train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
+                                                              world=accelerator.num_processes)
+    for note in notes:
+        accelerator.print(f"data: {note}")
+    for note in input_notes(args):
+        accelerator.print(note)
+    accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
+    return train_ds, val_ds, class_names
 
 
 class Position(NamedTuple):
@@ -225,3 +234,19 @@ def resume_position(state):
     if state["epoch_end"]:
         return Position(state["epoch"] + 1, 0, state["global_step"], owed)
     return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed)
+
+
+def resume(job, folder):
+    """Load checkpoint `folder` into the job, once it is known to fit (its data, a newer history set
+    aside); returns the Position it continues from and its state."""
+    args, accelerator = job.args, job.accelerator
+    state = checkpoints.read_state(folder)
+    if not args.eval_only:
+        check_data(accelerator, state, job.data)
+    abandon_newer(accelerator, args, job.out, folder)
+    accelerator.load_state(str(folder))
+    position = resume_position(state)
+    if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
+        job.train_loader.load_position(folder, accelerator.process_index)
+    accelerator.print(f"resumed from {folder}: epoch {position.epoch}, step {position.global_step}")
+    return position, state

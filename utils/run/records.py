@@ -1,0 +1,45 @@
+"""What a run writes beside its loop: config.yaml, labels.json and the dashboards' run at the start;
+results.json, the plots, the per-class table and the closing line at the end."""
+
+from accelerate.utils import gather_object
+
+from utils.config.recipes import save_config
+from utils.core.io import write_json_atomic
+from utils.data.presets import sample_unit
+from utils.reporting import report, trackers
+from utils.training.schedule import lr_notes
+
+
+def start_records(job, num_workers, previous_run=None):
+    """config.yaml (a resumed run keeps the one it started with) and labels.json, then the dashboards'
+    run (the checkpoint's, continued, when resuming)."""
+    args, accelerator, out = job.args, job.accelerator, job.out
+    if accelerator.is_main_process:
+        if not (out / "config.yaml").exists():
+            save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
+                        mixed_precision=accelerator.mixed_precision, notes=lr_notes(args, accelerator.num_processes))
+        write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
+    config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
+              accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
+    job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
+
+
+def report_results(job, results, figures, train_samples):
+    """results.json, the pictures and the per-class table (main process), and the closing line."""
+    accelerator, out, class_names = job.accelerator, job.out, job.class_names
+    # Every rank met its own broken files; the report holds all of them, once each.
+    errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
+    skipped = sorted(errors)
+    results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped,
+                   nonfinite_steps_skipped=job.nonfinite_steps)
+    if accelerator.is_main_process:
+        pictures = report.write(out, results, figures, errors)
+        trackers.log_pictures(accelerator, results["global_step"], pictures)
+        print(report.per_class_table(figures, class_names))
+    accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
+                      f"macro F1 {results['macro_f1']:.4f}, "
+                      f"loss {results['val_loss']:.4f} on {results['val_samples']} {sample_unit(job.args)}"
+                      f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
+                      f"train {results['train_time_s']:.1f} s -> {out}")
+    accelerator.end_training()
+    return results
