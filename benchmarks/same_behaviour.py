@@ -1,8 +1,11 @@
-"""Does a change keep behaviour? Fingerprints of four runs, bit for bit, on this checkout or another commit.
+"""Does a change keep behaviour? Fingerprints of five runs, bit for bit, on this checkout or another commit.
 
     python benchmarks/same_behaviour.py --ref HEAD~3 --out /tmp/before.json    # a commit (a git worktree of it)
     python benchmarks/same_behaviour.py --out /tmp/after.json --compare /tmp/before.json    # this checkout
     python benchmarks/same_behaviour.py --runs two_proc video stream --out /tmp/quick.json  # skip the 18 epochs
+    # do checkpoints written by an older commit resume here as they resume there?
+    python benchmarks/same_behaviour.py --runs resumed --written_by HEAD~3 --out /tmp/cross.json \
+        --compare /tmp/before.json
 
 A fingerprint is the SHA-256 of every .safetensors file a run saved (final weights, EMA, best/, model/),
 every figure of its results.json, and each logged step's loss and LR from metrics.jsonl; times and
@@ -13,12 +16,16 @@ commit with the same options runs them unchanged:
     two_proc  2 processes, synthetic 16 px, 2 DataLoader workers each, EMA, MixUp/CutMix, erasing, RA, 2 epochs
     video     moving digits, mc3_18 at 16 px, 12 steps, multi-view test (2 clips x 3 crops)
     stream    4 generated parquet shards, --streaming, 2 processes x 2 workers, 2 epochs
+    resumed   synthetic 16 px, EMA, MixUp/CutMix, erasing, 2 epochs: stopped at step 5 (mid-epoch, a checkpoint),
+              then the same command with --resume latest; with --written_by COMMIT, that commit's script
+              writes the checkpoint and the one under test resumes it
 
 Compare fingerprints made on the same machine: other CPU kernels round differently. With --compare,
 every difference is printed and the exit code is 1 if there is any.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -42,7 +49,11 @@ RUNS = {  # name: (processes, arguments); "{shards}" is the folder of generated 
                   "--log_every", "1"]),
     "stream": (2, ["--dataset", "{shards}", "--streaming", "--image_size", "16", "--batch_size", "4",
                    "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0.5", "--log_every", "1"]),
+    "resumed": (1, [*SYNTHETIC, "--num_workers", "0", "--epochs", "2", "--warmup_epochs", "0.5", "--model_ema",
+                    "--model_ema_steps", "2", "--mixup_alpha", "0.2", "--cutmix_alpha", "1.0", "--random_erase",
+                    "0.5", "--log_every", "1"]),
 }
+STOP_AT = ["--max_train_steps", "5"]  # the resumed run's first half ends mid-epoch 0 (8 steps an epoch)
 def is_clock(key):
     """train_time_s, img_per_s_per_device, data_time_frac...: how fast, not what was computed."""
     return "time" in key or "per_s" in key or key.endswith("_s")
@@ -95,7 +106,9 @@ def fingerprint(out, tmp):
     return {"weights": weights, "results": behaviour(json.loads(read(out / "results.json"))), "metrics": rows}
 
 
-def run_all(root, names):
+def run_all(root, names, written_by=None):
+    """Fingerprints of the runs `names` of the script under `root`; the resumed run's checkpoint is
+    written by the script under `written_by` (default: the same)."""
     prints = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -105,7 +118,11 @@ def run_all(root, names):
         for name in names:
             nproc, args = RUNS[name]
             print(f"{name}: {nproc} process(es) ...", flush=True)
-            launch(root, nproc, [a.replace("{shards}", str(tmp / "shards")) for a in args], tmp / name)
+            args = [a.replace("{shards}", str(tmp / "shards")) for a in args]
+            if name == "resumed":
+                launch(written_by or root, nproc, args + STOP_AT, tmp / name)
+                args = args + ["--resume", "latest"]
+            launch(root, nproc, args, tmp / name)
             prints[name] = fingerprint(tmp / name, tmp)
     return prints
 
@@ -128,22 +145,29 @@ def differences(before, after):
     return lines
 
 
+@contextlib.contextmanager
+def worktree(commit):
+    """A git worktree of `commit`, removed afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["git", "worktree", "add", "--detach", tmp, commit], cwd=HERE, check=True)
+        try:
+            yield Path(tmp)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", tmp], cwd=HERE, check=False)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
     p.add_argument("--ref", default=None, help="run the script of this commit (checked out in a git worktree)")
     p.add_argument("--out", type=Path, required=True, help="write the fingerprints here (JSON)")
     p.add_argument("--compare", type=Path, default=None, help="fingerprints to compare with (JSON)")
+    p.add_argument("--written_by", default=None, help="the resumed run's checkpoint written by this commit's script")
     args = p.parse_args(argv)
-    if args.ref is None:
-        prints = run_all(HERE, args.runs)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(["git", "worktree", "add", "--detach", tmp, args.ref], cwd=HERE, check=True)
-            try:
-                prints = run_all(Path(tmp), args.runs)
-            finally:
-                subprocess.run(["git", "worktree", "remove", "--force", tmp], cwd=HERE, check=False)
+    with contextlib.ExitStack() as stack:
+        root = HERE if args.ref is None else stack.enter_context(worktree(args.ref))
+        written_by = None if args.written_by is None else stack.enter_context(worktree(args.written_by))
+        prints = run_all(root, args.runs, written_by)
     args.out.write_text(json.dumps(prints, indent=1))
     print(f"fingerprints of {', '.join(prints)} -> {args.out}")
     if args.compare is not None:
