@@ -6,10 +6,20 @@ import torch
 from utils.config.options import parse_args
 from utils.data.loaders import decode_rgb
 from utils.data.on_device import BatchInput
-from utils.data.presets import eval_preset, train_crop_size, train_preset
+from utils.data import presets
+from utils.data.presets import resolve_input, train_crop_size
 
 # torchvision 0.29 deprecates its decoders; utils/data/loaders.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
+
+
+def train_preset(args):
+    """The train preset of the run `args` describes (its Input resolved as the run resolves it)."""
+    return presets.train_preset(resolve_input(args))
+
+
+def eval_preset(args):
+    return presets.eval_preset(resolve_input(args))
 
 
 @pytest.mark.parametrize("extra", [[], ["--no_hflip"], ["--auto_augment", "imagenet"], ["--rand_augment", "9"]])

@@ -58,7 +58,8 @@ def loader_for(args, rank, world):
     from utils.data.stream_loader import StreamLoader
     from utils.data.streaming import build_stream
 
-    rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args), args))
+    inp = presets.resolve_input(args)
+    rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, inp), inp))
     return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
                         worker_init_fn())
 
@@ -90,7 +91,8 @@ def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_
     from utils.data.streaming import build_stream
 
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0")
-    rows, _, _, _ = build_stream(args, 0, 1, presets.ByEpoch(partial(presets.train_preset, args), args))
+    inp = presets.resolve_input(args)
+    rows, _, _, _ = build_stream(args, 0, 1, presets.ByEpoch(partial(presets.train_preset, inp), inp))
 
     def shard_order(epoch):
         ids = [row["label"] for row in rows.share(epoch)]

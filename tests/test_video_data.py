@@ -8,7 +8,7 @@ from torchvision import tv_tensors
 
 from utils.config.options import parse_args
 from utils.core.seeding import EpochSeeded
-from utils.data.presets import video_eval, video_test
+from utils.data.presets import resolve_input, video_eval, video_test
 from utils.data.sources import DataError
 from utils.data.video import ArrayFrames, VideoClips, frame_indices, read_video_file
 from utils.data.video_sources import build_video_datasets, parse_list
@@ -132,7 +132,7 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--image_size", "16",
                        "--clip_len", "4", "--frame_interval", "2"])
     assert args.model == "r2plus1d_18"  # the default for video data
-    train, val, names, _ = build_video_datasets(args)
+    train, val, names, _ = build_video_datasets(args, resolve_input(args))
     assert names == ["left", "right"] and len(train) == 8 and len(val) == 5
     item = val[0]
     assert item["pixel_values"].shape == (3, 4, 16, 16) and item["valid"] and item["labels"] == 0
@@ -147,24 +147,24 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_list", str(tmp_path / "list.txt"), "--val_list", str(tmp_path / "list.txt"),
                        "--class_names", str(tmp_path / "names.txt"), "--image_size", "16", "--clip_len", "3",
                        "--frame_interval", "2", "--model", "r3d_18"])
-    train, val, names, _ = build_video_datasets(args)
+    train, val, names, _ = build_video_datasets(args, resolve_input(args))
     assert names == ["left", "right"] and val.labels == [1, 0]
     grey = val[0]["pixel_values"][0, :, 8, 8]  # the frame folder's centre clip: frames 2, 4, 6
     assert (grey.float() / 8).round().tolist() == [2, 4, 6]
 
 
 def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
-    args = parse_args(["--dataset", "moving_digits", "--image_size", "8", "--crop_pct", "1"])
+    inp = resolve_input(parse_args(["--dataset", "moving_digits", "--image_size", "8", "--crop_pct", "1"]))
     # A 2-frame clip, 8 high and 16 wide, whose pixel values are their column numbers.
     frames = tv_tensors.Video(torch.arange(16, dtype=torch.uint8).expand(2, 3, 8, 16).clone())
-    views = video_test(args, 3)(frames)  # (crops, T, C, H, W)
+    views = video_test(inp, 3)(frames)  # (crops, T, C, H, W)
     assert views.shape == (3, 2, 3, 8, 8)
     left_columns = [int(v[0, 0, 0, 0]) for v in views]
     assert left_columns == [0, 4, 8]
-    assert torch.equal(video_test(args, 1)(frames)[0], video_eval(args)(frames))
+    assert torch.equal(video_test(inp, 1)(frames)[0], video_eval(inp)(frames))
     # A portrait clip (16 high, 8 wide), pixel values its row numbers: top, centre, bottom.
     portrait = tv_tensors.Video(torch.arange(16, dtype=torch.uint8)[:, None].expand(2, 3, 16, 8).clone())
-    views = video_test(args, 3)(portrait)
+    views = video_test(inp, 3)(portrait)
     assert views.shape == (3, 2, 3, 8, 8)
     assert [int(v[0, 0, 0, 0]) for v in views] == [0, 4, 8] and all(int(v[0, 0, 0, -1]) == int(v[0, 0, 0, 0])
                                                                      for v in views)

@@ -83,27 +83,28 @@ def eval_dataset(args, files, multi_view=False):
     error. Video: the run's val clip of each file, or with `multi_view` its test views (--test_clips
     clips of each video, item i = clip i % clips of video i // clips, each (--test_crops, C, T, H, W)).
     Returns (dataset, items per file)."""
-    if presets.is_video(args):
-        return _video_dataset(args, files, multi_view)
+    inp = presets.resolve_input(args)
+    if inp.video:
+        return _video_dataset(args, inp, files, multi_view)
     import datasets
 
     rows = datasets.Dataset.from_dict(
         {"image": [str(f) for f in files], "label": [0] * len(files)},
         features=datasets.Features(image=datasets.Image(), label=datasets.Value("int64")))
-    size = presets.val_crop_size(args)
-    if presets.source_kind(args) == "digits":  # its eval resize works on PIL images: lossless files give the same
+    size = inp.val_crop_size
+    if inp.kind == "digits":  # its eval resize works on PIL images: lossless files give the same
         transform = v2.Compose([v2.ToPILImage(), presets.digits_eval(size)])
     else:
-        transform = presets.eval_preset(args)
+        transform = presets.eval_preset(inp)
     # Undecoded rows: our decoder reads each file, and one that fails becomes a row marked invalid.
     return _with_transform(rows, presets.Fixed(transform, size), decoded=False), 1
 
 
-def _video_dataset(args, files, multi_view):
-    size, paths = presets.image_size(args), [str(f) for f in files]
+def _video_dataset(args, inp, files, multi_view):
+    size, paths = inp.image_size, [str(f) for f in files]
     shape = (3, args.clip_len * args.num_segments, size, size)
     clips, crops = (args.test_clips or 1, args.test_crops or 1) if multi_view else (1, None)
-    transform = presets.video_test(args, crops) if multi_view else presets.video_eval(args)
+    transform = presets.video_test(inp, crops) if multi_view else presets.video_eval(inp)
     dataset = VideoClips(PathFrames(paths), [0] * len(paths), clip_len=args.clip_len, interval=args.frame_interval,
                          segments=args.num_segments, transform=transform, clips=clips, names=paths,
                          shape=(crops, *shape) if multi_view else shape)

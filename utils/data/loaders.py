@@ -105,39 +105,40 @@ class SyntheticDataset(Dataset):
                 "error": ""}
 
 
-def build_datasets(args, rank=0, world=1):
-    """(train, val, class_names, notes) for the source `args` names, transforms attached; with
-    --streaming the train set is this process's share of the stream (rank of world).
+def build_datasets(args, rank=0, world=1, inp=None):
+    """(train, val, class_names, notes) for the source `args` names, transforms attached for the run's
+    Input `inp` (presets.resolve_input(args) when not given); with --streaming the train set is this
+    process's share of the stream (rank of world).
 
     The train set's augmentation is seeded per sample: call its set_epoch before each epoch.
     """
-    if presets.is_video(args):
-        return build_video_datasets(args)
-    size, val_size = presets.image_size(args), presets.val_crop_size(args)
-    if presets.source_kind(args) == "synthetic":
+    inp = presets.resolve_input(args) if inp is None else inp
+    if inp.video:
+        return build_video_datasets(args, inp)
+    size, val_size = inp.image_size, inp.val_crop_size
+    if inp.kind == "synthetic":
         names = [f"class_{i}" for i in range(args.num_classes)]
         epoch = torch.zeros((), dtype=torch.int64)  # synthetic data has no augmentation to seed
         return (EpochSeeded(SyntheticDataset(args.synthetic_train_samples, size, args.num_classes, seed=1), epoch),
                 SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
-    if presets.source_kind(args) == "digits":
+    progressive = presets.progressive_notes(inp, args.epochs)
+    if inp.kind == "digits":
         splits = load_digits_dataset()
         train = subset(splits["train"], args.max_train_samples)
         val = subset(splits["validation"], args.max_val_samples)
         names = train.features["label"].names
-        notes = presets.progressive_notes(args)
-        return (_with_transform(train, presets.ByEpoch(presets.digits_train, args), decoded=True, seed=args.seed),
-                _with_transform(val, presets.Fixed(presets.digits_eval(val_size), val_size), decoded=True), names, notes)
-    val_preset = presets.Fixed(presets.eval_preset(args), val_size)
+        return (_with_transform(train, presets.ByEpoch(presets.digits_train, inp), decoded=True, seed=args.seed),
+                _with_transform(val, presets.Fixed(presets.digits_eval(val_size), val_size), decoded=True), names,
+                progressive)
+    val_preset = presets.Fixed(presets.eval_preset(inp), val_size)
+    train_preset = presets.ByEpoch(partial(presets.train_preset, inp), inp)
     if args.streaming:
-        train, val, names, notes = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, args),
-                                                                                  args))
+        train, val, names, notes = build_stream(args, rank, world, train_preset)
         val = subset(val, args.max_val_samples)
-        return train, _with_transform(val, val_preset, decoded=False), names, notes + presets.progressive_notes(args)
+        return train, _with_transform(val, val_preset, decoded=False), names, notes + progressive
     train, val, names, notes = load_splits(args)
-    notes += presets.progressive_notes(args)
-    return (_with_transform(train, presets.ByEpoch(partial(presets.train_preset, args), args), decoded=False,
-                            seed=args.seed),
-            _with_transform(val, val_preset, decoded=False), names, notes)
+    return (_with_transform(train, train_preset, decoded=False, seed=args.seed),
+            _with_transform(val, val_preset, decoded=False), names, notes + progressive)
 
 
 class BadImages:

@@ -6,6 +6,7 @@ MixUp/CutMix run on whole batches on the device (utils/data/on_device.py), as ti
 """
 
 import os
+from dataclasses import dataclass
 
 import torch
 from torchvision.transforms import v2
@@ -135,6 +136,47 @@ def mean_std(args):
     return args.mean or model.get("mean") or IMAGENET_MEAN, args.std or model.get("std") or IMAGENET_STD
 
 
+@dataclass(frozen=True)
+class Input:
+    """The model's input, resolved once from the options, the data and the model's library (resolve_input):
+    what the transforms, the on-device normalisation, the model folder and predict.py read. The fields
+    that are options keep their option's name."""
+
+    kind: str  # source_kind: digits, synthetic, moving_digits, video, images
+    image_size: int
+    crop_pct: float
+    interpolation: str
+    mean_std: tuple  # ((R, G, B), (R, G, B)), None for synthetic input (not normalised)
+    train_crop_size: int  # the train crop of every epoch, or of epoch 0 with progressive_resize
+    val_crop_size: int
+    val_resize_size: int
+    progressive_resize: tuple  # (LOW, HIGH, START, END) or None
+    progressive_resize_step: int
+    no_hflip: bool
+    auto_augment: str
+    rand_augment: int
+    notes: tuple  # which values a timm/hf model's input uses, and where they came from
+
+    @property
+    def video(self):
+        return self.kind in VIDEO_KINDS
+
+    def train_crop(self, epoch):
+        """The train crop's side in `epoch`: progressive_size with --progressive_resize."""
+        return progressive_size(self, epoch) if self.progressive_resize else self.train_crop_size
+
+
+def resolve_input(args):
+    """The Input of the run `args` describes; every value derived here once (the model's recommendation
+    read from its library once)."""
+    return Input(kind=source_kind(args), image_size=image_size(args), crop_pct=crop_pct(args),
+                 interpolation=interpolation(args), mean_std=mean_std(args), train_crop_size=train_crop_size(args),
+                 val_crop_size=val_crop_size(args), val_resize_size=val_resize_size(args),
+                 progressive_resize=tuple(args.progressive_resize) if args.progressive_resize else None,
+                 progressive_resize_step=args.progressive_resize_step, no_hflip=args.no_hflip,
+                 auto_augment=args.auto_augment, rand_augment=args.rand_augment, notes=tuple(input_notes(args)))
+
+
 def digits_train(size):
     # Digits must not be flipped; a small random affine (on the PIL image, ~2x faster than on tensors)
     # is what lifts val top-1 from ~0.989 to ~0.995 in the default 18 epochs.
@@ -149,40 +191,38 @@ def digits_eval(size):
     return v2.Compose([v2.Resize(size), v2.PILToTensor()])
 
 
-def _interpolation(args):
-    return v2.InterpolationMode(interpolation(args))
-
-
-def train_preset(args, size=None):
+def train_preset(inp, size=None):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
-    Random crops of side `size` (default: train_crop_size)."""
-    steps = [v2.RandomResizedCrop(size or train_crop_size(args), interpolation=_interpolation(args), antialias=True)]
-    if not args.no_hflip:
+    Random crops of side `size` (default: the Input's train crop)."""
+    mode = v2.InterpolationMode(inp.interpolation)
+    steps = [v2.RandomResizedCrop(size or inp.train_crop(0), interpolation=mode, antialias=True)]
+    if not inp.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
-    if args.auto_augment == "ta_wide":
-        steps.append(v2.TrivialAugmentWide(interpolation=_interpolation(args)))
-    elif args.auto_augment:
-        steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(args.auto_augment)))
-    if args.rand_augment is not None:
-        steps.append(v2.RandAugment(magnitude=args.rand_augment))
+    if inp.auto_augment == "ta_wide":
+        steps.append(v2.TrivialAugmentWide(interpolation=mode))
+    elif inp.auto_augment:
+        steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(inp.auto_augment)))
+    if inp.rand_augment is not None:
+        steps.append(v2.RandAugment(magnitude=inp.rand_augment))
     return v2.Compose(steps)
 
 
-def eval_preset(args):
+def eval_preset(inp):
     """Resize the shorter side to val_resize_size (default: val crop / crop_pct, 224 / 0.875 = 256),
     then centre-crop the val crop size."""
-    return v2.Compose([v2.Resize(val_resize_size(args), interpolation=_interpolation(args), antialias=True),
-                       v2.CenterCrop(val_crop_size(args))])
+    return v2.Compose([v2.Resize(inp.val_resize_size, interpolation=v2.InterpolationMode(inp.interpolation),
+                                 antialias=True),
+                       v2.CenterCrop(inp.val_crop_size)])
 
 
-def progressive_notes(args):
-    """What --progressive_resize does over this run, e.g. ["progressive resizing: train crops 160 px in
+def progressive_notes(inp, epochs):
+    """What --progressive_resize does over `epochs`, e.g. ["progressive resizing: train crops 160 px in
     epochs 0-11, 192 px in epochs 12-15"] (0-based, as --progressive_resize counts); [] without it."""
-    if not args.progressive_resize:
+    if not inp.progressive_resize:
         return []
     runs = []  # [side, first epoch, last epoch]
-    for epoch in range(args.epochs):
-        size = progressive_size(args, epoch)
+    for epoch in range(epochs):
+        size = progressive_size(inp, epoch)
         if runs and runs[-1][0] == size:
             runs[-1][2] = epoch
         else:
@@ -202,15 +242,15 @@ class Fixed:
 
 
 class ByEpoch:
-    """The train transform of each epoch with its side, train_crop_size(args, epoch): `build(size)`
+    """The train transform of each epoch with its side, the Input's train_crop(epoch): `build(size)`
     made once per size in each process (a class, not a closure: DataLoader workers started by spawn,
     as on macOS, receive it pickled)."""
 
-    def __init__(self, build, args):
-        self.build, self.args, self.built = build, args, {}
+    def __init__(self, build, inp):
+        self.build, self.inp, self.built = build, inp, {}
 
     def __call__(self, epoch):
-        size = train_crop_size(self.args, epoch)
+        size = self.inp.train_crop(epoch)
         if size not in self.built:
             self.built[size] = self.build(size)
         return self.built[size], size
@@ -218,37 +258,37 @@ class ByEpoch:
 
 # Video presets: for (T, C, H, W) uint8 tv_tensors.Video frames; one random draw for all frames of a clip.
 
-def video_train(args):
+def video_train(inp):
     """Short side resized to a random 8/7..10/7 of the crop (PySlowFast's 256..320 for 224), random
     crop, horizontal flip unless --no_hflip. Moving digits: as generated (a flip, or a crop that moves
     the canvas, would change or hide the direction that is the label)."""
-    size = image_size(args)
-    if source_kind(args) == "moving_digits":
-        return video_eval(args)
+    size = inp.image_size
+    if inp.kind == "moving_digits":
+        return video_eval(inp)
     steps = [v2.RandomResize(round(size * 8 / 7), round(size * 10 / 7) + 1, antialias=True), v2.RandomCrop(size)]
-    if not args.no_hflip:
+    if not inp.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
     return v2.Compose(steps)
 
 
-def _video_resize(args):
-    size = image_size(args)
-    if source_kind(args) == "moving_digits":
+def _video_resize(inp):
+    size = inp.image_size
+    if inp.kind == "moving_digits":
         return [v2.Identity()] if size == MOVING_DIGITS_CANVAS else [v2.Resize(size, antialias=True)]
-    return [v2.Resize(int(size / crop_pct(args)), antialias=True)]
+    return [v2.Resize(int(size / inp.crop_pct), antialias=True)]
 
 
-def video_eval(args):
+def video_eval(inp):
     """Short side to image_size / crop_pct, centre crop: the val view, and the 1-crop test view."""
-    return v2.Compose(_video_resize(args) + [v2.CenterCrop(image_size(args))])
+    return v2.Compose(_video_resize(inp) + [v2.CenterCrop(inp.image_size)])
 
 
-def video_test(args, crops):
+def video_test(inp, crops):
     """The eval resize, then `crops` squares spread evenly along the longer side (3: left, centre,
     right, as GluonCV's and PySlowFast's tests take them; 1: the centre crop of video_eval):
     (crops, T, C, H, W)."""
-    resize = v2.Compose(_video_resize(args))
-    size = image_size(args)
+    resize = v2.Compose(_video_resize(inp))
+    size = inp.image_size
 
     def views(frames):
         frames = resize(frames)

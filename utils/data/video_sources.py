@@ -108,12 +108,13 @@ def _subset(paths, labels, n):
     return [paths[i] for i in rows], [labels[i] for i in rows]
 
 
-def build_video_datasets(args):
-    """(train, val, class_names, notes) for video data; the train set wrapped in EpochSeeded."""
-    size, frames_per_clip = presets.image_size(args), args.clip_len * args.num_segments
+def build_video_datasets(args, inp):
+    """(train, val, class_names, notes) for video data, for the run's Input `inp`; the train set wrapped in
+    EpochSeeded."""
+    size, frames_per_clip = inp.image_size, args.clip_len * args.num_segments
     common = dict(clip_len=args.clip_len, interval=args.frame_interval, segments=args.num_segments,
                   shape=(3, frames_per_clip, size, size))
-    if presets.source_kind(args) == "moving_digits":
+    if inp.kind == "moving_digits":
         splits = moving_digits.load()
         (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
         train_src, val_src, names = ArrayFrames(train_clips), ArrayFrames(val_clips), moving_digits.CLASS_NAMES
@@ -127,16 +128,16 @@ def build_video_datasets(args):
         val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
         train_src, val_src = PathFrames(train_names), PathFrames(val_names)
         notes = []
-    train = VideoClips(train_src, train_labels, transform=presets.video_train(args), seed=args.seed,
+    train = VideoClips(train_src, train_labels, transform=presets.video_train(inp), seed=args.seed,
                        names=train_names, **common)
-    val = VideoClips(val_src, val_labels, transform=presets.video_eval(args), names=val_names, **common)
+    val = VideoClips(val_src, val_labels, transform=presets.video_eval(inp), names=val_names, **common)
     return EpochSeeded(train, train.epoch), val, names, notes
 
 
-def test_views(args, val):
+def test_views(args, inp, val):
     """The multi-view test set over `val`'s videos: --test_clips clips of each, --test_crops crops of each
     clip; an item is one clip's crops, (crops, C, T, H, W)."""
     crops = args.test_crops or 1
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
-                      transform=presets.video_test(args, crops), shape=(crops, *val.shape),
+                      transform=presets.video_test(inp, crops), shape=(crops, *val.shape),
                       clips=args.test_clips or 1, names=val.names)

@@ -20,7 +20,7 @@ from utils.core.threads import cores_per_process
 from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
                                 sample_count)
 from utils.data.on_device import BatchInput
-from utils.data.presets import input_notes, is_video, sample_unit, source_name
+from utils.data.presets import is_video, resolve_input, sample_unit, source_name
 from utils.data.video_sources import test_views
 from utils.evaluation.metrics import load_metrics, topk_for
 from utils.models.ema import build_ema
@@ -160,7 +160,8 @@ def build_job(args, accelerator, out):
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
-    train_ds, val_ds, class_names = datasets(args, accelerator)
+    inp = resolve_input(args)  # the model's input, derived once: the transforms read it
+    train_ds, val_ds, class_names = datasets(args, inp, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=spread(args.seed))
@@ -190,7 +191,7 @@ def build_job(args, accelerator, out):
                         unit="clip" if is_video(args) else "img")
     data = data_signature(train_ds, len(class_names))
     inputs = BatchInput(args, len(class_names), accelerator.process_index)
-    test_loader = (build_test_loader(accelerator, test_views(args, val_ds), args.batch_size, num_workers)
+    test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
               criterion=criterion, train_loader=train_loader, val_loader=val_loader, steps_per_epoch=steps_per_epoch,
@@ -205,15 +206,15 @@ def build_job(args, accelerator, out):
     return job, sample_count(train_ds), num_workers
 
 
-def datasets(args, accelerator):
+def datasets(args, inp, accelerator):
     """The train and val datasets and the class names, built by the main process first (one rank builds
     caches, the others reuse them), with what the data and input notes say."""
     with accelerator.main_process_first():
         train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
-                                                              world=accelerator.num_processes)
+                                                              world=accelerator.num_processes, inp=inp)
     for note in notes:
         accelerator.print(f"data: {note}")
-    for note in input_notes(args):
+    for note in inp.notes:
         accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     return train_ds, val_ds, class_names
