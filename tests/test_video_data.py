@@ -8,7 +8,8 @@ from torchvision import tv_tensors
 
 from utils.config.options import parse_args
 from utils.core.seeding import EpochSeeded
-from utils.data.presets import resolve_input, video_eval, video_test
+from utils.data.presets import resolve_input
+from utils.data.video_presets import video_eval, video_test
 from utils.data.sources import DataError
 from utils.data.video import ArrayFrames, VideoClips, frame_indices, read_video_file
 from utils.data.video_sources import build_video_datasets, parse_list

@@ -10,7 +10,7 @@ from torchvision.transforms import v2
 
 from utils.config.options import parse_args
 from utils.core.errors import UserError
-from utils.data import presets
+from utils.data import presets, video_presets
 from utils.data.loaders import _with_transform
 from utils.data.sources import IMAGE_SUFFIXES
 from utils.data.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
@@ -104,7 +104,7 @@ def _video_dataset(args, inp, files, multi_view):
     size, paths = inp.image_size, [str(f) for f in files]
     shape = (3, args.clip_len * args.num_segments, size, size)
     clips, crops = (args.test_clips or 1, args.test_crops or 1) if multi_view else (1, None)
-    transform = presets.video_test(inp, crops) if multi_view else presets.video_eval(inp)
+    transform = video_presets.video_test(inp, crops) if multi_view else video_presets.video_eval(inp)
     dataset = VideoClips(PathFrames(paths), [0] * len(paths), clip_len=args.clip_len, interval=args.frame_interval,
                          segments=args.num_segments, transform=transform, clips=clips, names=paths,
                          shape=(crops, *shape) if multi_view else shape)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.core.seeding import EpochSeeded
-from utils.data import moving_digits, presets
+from utils.data import moving_digits, video_presets
 from utils.data.sources import SPLIT_SEED, DataError, folder_files
 from utils.data.video import VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips
 
@@ -128,9 +128,9 @@ def build_video_datasets(args, inp):
         val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
         train_src, val_src = PathFrames(train_names), PathFrames(val_names)
         notes = []
-    train = VideoClips(train_src, train_labels, transform=presets.video_train(inp), seed=args.seed,
+    train = VideoClips(train_src, train_labels, transform=video_presets.video_train(inp), seed=args.seed,
                        names=train_names, **common)
-    val = VideoClips(val_src, val_labels, transform=presets.video_eval(inp), names=val_names, **common)
+    val = VideoClips(val_src, val_labels, transform=video_presets.video_eval(inp), names=val_names, **common)
     return EpochSeeded(train, train.epoch), val, names, notes
 
 
@@ -139,5 +139,5 @@ def test_views(args, inp, val):
     clip; an item is one clip's crops, (crops, C, T, H, W)."""
     crops = args.test_crops or 1
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
-                      transform=presets.video_test(inp, crops), shape=(crops, *val.shape),
+                      transform=video_presets.video_test(inp, crops), shape=(crops, *val.shape),
                       clips=args.test_clips or 1, names=val.names)
