@@ -51,10 +51,10 @@ import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from utils.config.options import parse_args, resume_keys
+from utils.config.settings import resolve
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
-from utils.data.presets import sample_unit, source_name
 from utils.evaluation.metrics import dump_rank_sums, rank_sums, result_figures, summarize, validation_row
 from utils.evaluation.multiview import test_row, test_videos
 from utils.models.ema import save_ema, update_ema
@@ -235,7 +235,7 @@ def validate(job, epoch, global_step):
            **validation_row(figures, job.class_names)}
     job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
                           f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
-                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {sample_unit(job.args)})"
+                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {job.settings.sample_unit})"
                           f"{ema_line(figures)}")
     trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
     if job.args.dump_rank_metrics:  # init: scored before any epoch
@@ -286,7 +286,8 @@ def main(argv=None):
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
         set_seed(args.seed)
-        job, train_samples, num_workers = build_job(args, accelerator, out)
+        settings = resolve(args, accelerator.num_processes)
+        job, train_samples, num_workers = build_job(args, settings, accelerator, out)
         position, state = resume(job, resume_from) if resume_from is not None else (Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
@@ -337,7 +338,7 @@ def evaluate_only(job, position):
     return {**result_figures(figures, job.class_names), "epochs_completed": position.epoch,
             "global_step": position.global_step,
             "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
-            "dataset": source_name(job.args)}, figures
+            "dataset": job.settings.source_name}, figures
 
 
 def train(job, start):
@@ -381,7 +382,7 @@ def train(job, start):
         save_model_folder(model, args, job.class_names, job.out / "model")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
-            "train_time_s": round(train_time, 3), "model": args.model, "dataset": source_name(args)}, figures
+            "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name}, figures
 
 
 def reached_end(args, epoch, global_step):

@@ -20,7 +20,7 @@ from utils.core.threads import cores_per_process
 from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
                                 sample_count)
 from utils.data.on_device import BatchInput
-from utils.data.presets import is_video, resolve_input, sample_unit, source_name
+from utils.data.presets import is_video
 from utils.data.video_sources import test_views
 from utils.evaluation.metrics import load_metrics, topk_for
 from utils.models.ema import build_ema
@@ -30,7 +30,7 @@ from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
 from utils.training import checkpoints
 from utils.training.run_folder import abandon_newer, check_data
-from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, build_lr_scheduler, build_optimizer, lr_notes, warmup_epochs
+from utils.training.schedule import build_lr_scheduler, build_optimizer
 
 
 @dataclass
@@ -61,6 +61,7 @@ class Job:
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
     ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
+    settings: object = None  # what the run derived from its options once (utils/config/settings.py)
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -154,13 +155,14 @@ def check_fsdp(args, accelerator):
     return None
 
 
-def build_job(args, accelerator, out):
-    """Data, model, optimizer and schedule, prepared by Accelerate, as a Job; also returns the training
-    sample count (None for a stream of unknown size) and the loader workers per process."""
+def build_job(args, settings, accelerator, out):
+    """Data, model, optimizer and schedule for the options and their Settings (config/settings.py),
+    prepared by Accelerate, as a Job; also returns the training sample count (None for a stream of
+    unknown size) and the loader workers per process."""
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
-    inp = resolve_input(args)  # the model's input, derived once: the transforms read it
+    inp = settings.input
     train_ds, val_ds, class_names = datasets(args, inp, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
@@ -173,13 +175,12 @@ def build_job(args, accelerator, out):
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)
     optimizer = build_optimizer(model, args, accelerator.num_processes)
-    for note in lr_notes(args, accelerator.num_processes):
+    for note in settings.lr_notes:
         accelerator.print(note)
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
-    if args.warmup_epochs is None and warmup_epochs(args) < DEFAULT_WARMUP_EPOCHS:
-        accelerator.print(f"warmup: {warmup_epochs(args):g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened "
-                          f"to a fifth of --epochs {args.epochs})")
+    for note in settings.warmup_notes:
+        accelerator.print(note)
     ema = build_ema(model, args, accelerator.device)  # from the initial weights, on every rank alike
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ema is not None:
@@ -188,7 +189,7 @@ def build_job(args, accelerator, out):
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
-                        unit="clip" if is_video(args) else "img")
+                        unit="clip" if inp.video else "img")
     data = data_signature(train_ds, len(class_names))
     inputs = BatchInput(args, len(class_names), accelerator.process_index)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
@@ -197,9 +198,9 @@ def build_job(args, accelerator, out):
               criterion=criterion, train_loader=train_loader, val_loader=val_loader, steps_per_epoch=steps_per_epoch,
               metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
-              data=data, test_loader=test_loader, ema=ema, inputs=inputs)
-    accelerator.print(f"{args.model} on {source_name(args)}: {sample_count(train_ds) or '?'} train / "
-                      f"{len(val_ds)} val {sample_unit(args)}, "
+              data=data, test_loader=test_loader, ema=ema, inputs=inputs, settings=settings)
+    accelerator.print(f"{args.model} on {settings.source_name}: {sample_count(train_ds) or '?'} train / "
+                      f"{len(val_ds)} val {settings.sample_unit}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")

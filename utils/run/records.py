@@ -5,9 +5,7 @@ from accelerate.utils import gather_object
 
 from utils.config.recipes import save_config
 from utils.core.io import write_json_atomic
-from utils.data.presets import sample_unit
 from utils.reporting import report, trackers
-from utils.training.schedule import lr_notes
 
 
 def start_records(job, num_workers, previous_run=None):
@@ -17,7 +15,7 @@ def start_records(job, num_workers, previous_run=None):
     if accelerator.is_main_process:
         if not (out / "config.yaml").exists():
             save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
-                        mixed_precision=accelerator.mixed_precision, notes=lr_notes(args, accelerator.num_processes))
+                        mixed_precision=accelerator.mixed_precision, notes=job.settings.lr_notes)
         write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
@@ -38,7 +36,7 @@ def report_results(job, results, figures, train_samples):
         print(report.per_class_table(figures, class_names))
     accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
                       f"macro F1 {results['macro_f1']:.4f}, "
-                      f"loss {results['val_loss']:.4f} on {results['val_samples']} {sample_unit(job.args)}"
+                      f"loss {results['val_loss']:.4f} on {results['val_samples']} {job.settings.sample_unit}"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")
     accelerator.end_training()
