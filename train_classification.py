@@ -34,6 +34,11 @@ Every option: `python train_classification.py --help`. A YAML recipe (`--config`
 the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, results.json,
 model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with --dump_rank_metrics,
 eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
+
+Read top to bottom, a run in order: main (parse -> settings -> build the job -> train or evaluate ->
+report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
+training_loss, agree_on_step), validation (evaluate_only, validate, evaluate, multiview_test), and the
+checkpoint. What a run is made of and how it is built: utils/run/job.py.
 """
 
 import os
@@ -71,6 +76,131 @@ PROG = "train_classification.py"
 def fail(message):
     """Bad input: one line, exit code 2, nothing written."""
     report_error(PROG, message)
+
+
+def main(argv=None):
+    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (core/preemption.py)
+    args = parse_args(argv, prog=PROG)
+    if (problem := trackers.check_wandb_login(args.report_to)) is not None:
+        fail(problem)
+    accelerator = build_accelerator(args)
+    if (problem := check_fsdp(args, accelerator)) is not None:
+        fail(problem)
+    lock = None
+    try:
+        out = output_dir_for(args, accelerator)
+        lock = lock_run_folder(accelerator, out)  # one live run per folder
+        resume_from = resume_folder(args, accelerator, out, resume_keys())
+        accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
+        use_all_cores(accelerator.device)
+        set_seed(args.seed)
+        settings = resolve(args, accelerator.num_processes)
+        job, train_samples, num_workers = build_job(args, settings, accelerator, out)
+        position, state = resume(job, resume_from) if resume_from is not None else (Position(), {})
+        job.stop.install()
+        start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
+        results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
+        if job.test_loader is not None:
+            results.update(multiview_test(job, results["global_step"]))
+        results = report_results(job, results, figures, train_samples)
+        if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
+            options = argv if argv is not None else sys.argv[1:]
+            push_model_folder(out / "model", args.push_to_hub, args, results,
+                              f"accelerate launch train_classification.py {shlex.join(map(str, options))}")
+        return results
+    except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
+        if lock is not None:
+            lock.release(failed=True)
+        fail(str(e))
+    except Interrupted as e:
+        if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
+            print(f"{PROG}: {e}", file=sys.stderr, flush=True)
+        accelerator.end_training()  # close the dashboards' runs properly
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except NonFiniteLoss as e:
+        accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train(job, start):
+    """The epoch loop from Position `start`: train, validate every val_every epochs and at the end, checkpoint.
+
+    Returns the results and the last validation's full figures. A stop signal ends it with a
+    checkpoint and Interrupted; when it came at an epoch's last step (or training's), that epoch's
+    validation is owed (`owed_epoch`) and the resumed run does it first, where the uninterrupted run
+    would have (same RNG stream).
+    """
+    args, accelerator = job.args, job.accelerator
+    start_epoch, done_steps, global_step, owed_epoch = start
+    first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
+    epoch_end = done_steps == 0
+    if owed_epoch is not None:
+        figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step))
+    for epoch in range(start_epoch, args.epochs):
+        if args.max_train_steps is not None and global_step >= args.max_train_steps:
+            break
+        t0 = time.perf_counter()
+        global_step, epoch_end, stop = train_one_epoch(job, epoch, global_step,
+                                                       done_steps if epoch == start_epoch else 0)
+        train_time += time.perf_counter() - t0
+        epochs_completed = epoch + 1 if epoch_end else epoch
+        finished = reached_end(args, epoch, global_step)
+        if stop:  # at the epoch's end, or at the end of training, its validation is owed
+            owed = (epoch_end or finished) and validation_due(args, epoch, finished)
+            save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
+            raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
+                              f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
+        figures = after_epoch(job, epoch, global_step, finished) or figures
+    if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
+        figures = validate(job, epochs_completed - 1, global_step)
+    if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
+        save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
+                        val_top1=tracked_top1(figures))
+    accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
+    if job.ema is not None and accelerator.is_main_process:
+        save_ema(job.ema, job.out / "model_ema.safetensors")
+    if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
+        save_model_folder(model, args, job.class_names, job.out / "model")
+    return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
+            "global_step": global_step, "world_size": accelerator.num_processes,
+            "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name}, figures
+
+
+def after_epoch(job, epoch, global_step, finished):
+    """Validation when due (its figures, else None), the best weights, and the epoch's checkpoint."""
+    args = job.args
+    figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
+    if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
+        best_model = job.ema.module if job.ema else job.bare_model()
+        checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_top1, {
+            "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)},
+            key="val_ema_top1" if job.ema else "val_top1")
+    if checkpoint_due(args, epoch, global_step, epoch_end=True, finished=finished, validated=figures is not None):
+        save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and tracked_top1(figures))
+    return figures
+
+
+def checkpoint_due(args, epoch, global_step, epoch_end, finished=False, validated=False):
+    """The checkpoint cadence: every --checkpoint_every_steps optimizer steps, and at an epoch's end every
+    --save_every epochs or after a validation that --keep_best may keep; never at training's end, which
+    saves its own (as does a stop)."""
+    every_steps = bool(args.checkpoint_every_steps) and global_step % args.checkpoint_every_steps == 0
+    if not epoch_end:
+        return every_steps
+    every_epochs = bool(args.save_every) and (epoch + 1) % args.save_every == 0
+    return (every_epochs or every_steps or bool(args.keep_best) and validated) and not finished
+
+
+def reached_end(args, epoch, global_step):
+    """Whether training ends after this epoch: its last one, or --max_train_steps reached."""
+    return epoch + 1 == args.epochs or (args.max_train_steps is not None and global_step >= args.max_train_steps)
+
+
+def validation_due(args, epoch, finished):
+    return (epoch + 1) % args.val_every == 0 or finished
 
 
 class EpochOutcome(NamedTuple):
@@ -186,6 +316,34 @@ def agree_on_step(job, nonfinite, images, step):
     return bool(nonfinite_total or not images_total), bool(stops)
 
 
+def evaluate_only(job, position):
+    """--eval_only: score the loaded weights; the same figures on any number of processes."""
+    figures = validate(job, position.epoch - 1, position.global_step)
+    return {**result_figures(figures, job.class_names), "epochs_completed": position.epoch,
+            "global_step": position.global_step,
+            "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
+            "dataset": job.settings.source_name}, figures
+
+
+def validate(job, epoch, global_step):
+    """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked."""
+    figures, own, examples = evaluate(job)
+    if job.ema is not None:  # the averaged weights, scored the same exact way
+        ema_figures, _, _ = evaluate(job, job.ema.module)
+        figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in ("val_top1", "val_topk", "val_loss")})
+    row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
+           **validation_row(figures, job.class_names)}
+    job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
+                          f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
+                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {job.settings.sample_unit})"
+                          f"{ema_line(figures)}")
+    trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
+    if job.args.dump_rank_metrics:  # init: scored before any epoch
+        dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), figures, own,
+                       job.accelerator)
+    return figures
+
+
 @torch.no_grad()
 def evaluate(job, model=None):
     """Exact figures over the whole validation set for `model` (default: the trained one), this
@@ -225,33 +383,19 @@ def evaluate(job, model=None):
     return figures, own, examples
 
 
-def validate(job, epoch, global_step):
-    """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked."""
-    figures, own, examples = evaluate(job)
-    if job.ema is not None:  # the averaged weights, scored the same exact way
-        ema_figures, _, _ = evaluate(job, job.ema.module)
-        figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in ("val_top1", "val_topk", "val_loss")})
-    row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
-           **validation_row(figures, job.class_names)}
-    job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
-                          f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
-                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {job.settings.sample_unit})"
-                          f"{ema_line(figures)}")
-    trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
-    if job.args.dump_rank_metrics:  # init: scored before any epoch
-        dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), figures, own,
-                       job.accelerator)
-    return figures
-
-
-def ema_line(figures):
-    return f"; EMA top-1 {figures['val_ema_top1']:.4f} loss {figures['val_ema_loss']:.4f}" \
-        if "val_ema_top1" in figures else ""
-
-
-def tracked_top1(figures):
-    """The figure --keep_best follows: the EMA's with --model_ema."""
-    return figures.get("val_ema_top1", figures["val_top1"])
+def multiview_test(job, global_step):
+    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video; its row
+    (metrics.jsonl, dashboards) and, with --dump_rank_metrics, eval/test/rank_<R>.json sums."""
+    args = job.args
+    figures, own = test_videos(job, job.test_loader, len(job.test_loader.dataset.labels))
+    row = test_row(figures, args)
+    job.logger.write({"step": global_step, **row},
+                     f"test ({row['test_clips']} clips x {row['test_crops']} crops): video top-1 "
+                     f"{row['video_top1']:.4f} top-{job.k} {row['video_topk']:.4f}, clip top-1 {row['clip_top1']:.4f} "
+                     f"({row['test_videos']} videos)")
+    if args.dump_rank_metrics:
+        dump_rank_sums(job.out / "eval" / "test", figures, own, job.accelerator)
+    return row
 
 
 def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validation_pending=False):
@@ -270,153 +414,14 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
     job.accelerator.print(f"checkpoint: {folder}")
 
 
-def main(argv=None):
-    follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (core/preemption.py)
-    args = parse_args(argv, prog=PROG)
-    if (problem := trackers.check_wandb_login(args.report_to)) is not None:
-        fail(problem)
-    accelerator = build_accelerator(args)
-    if (problem := check_fsdp(args, accelerator)) is not None:
-        fail(problem)
-    lock = None
-    try:
-        out = output_dir_for(args, accelerator)
-        lock = lock_run_folder(accelerator, out)  # one live run per folder
-        resume_from = resume_folder(args, accelerator, out, resume_keys())
-        accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
-        use_all_cores(accelerator.device)
-        set_seed(args.seed)
-        settings = resolve(args, accelerator.num_processes)
-        job, train_samples, num_workers = build_job(args, settings, accelerator, out)
-        position, state = resume(job, resume_from) if resume_from is not None else (Position(), {})
-        job.stop.install()
-        start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
-        results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
-        if job.test_loader is not None:
-            results.update(multiview_test(job, results["global_step"]))
-        results = report_results(job, results, figures, train_samples)
-        if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
-            options = argv if argv is not None else sys.argv[1:]
-            push_model_folder(out / "model", args.push_to_hub, args, results,
-                              f"accelerate launch train_classification.py {shlex.join(map(str, options))}")
-        return results
-    except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
-        if lock is not None:
-            lock.release(failed=True)
-        fail(str(e))
-    except Interrupted as e:
-        if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
-            print(f"{PROG}: {e}", file=sys.stderr, flush=True)
-        accelerator.end_training()  # close the dashboards' runs properly
-        raise SystemExit(EXIT_INTERRUPTED) from None
-    except NonFiniteLoss as e:
-        accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
-    finally:
-        if lock is not None:
-            lock.release()
+def ema_line(figures):
+    return f"; EMA top-1 {figures['val_ema_top1']:.4f} loss {figures['val_ema_loss']:.4f}" \
+        if "val_ema_top1" in figures else ""
 
 
-def multiview_test(job, global_step):
-    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video; its row
-    (metrics.jsonl, dashboards) and, with --dump_rank_metrics, eval/test/rank_<R>.json sums."""
-    args = job.args
-    figures, own = test_videos(job, job.test_loader, len(job.test_loader.dataset.labels))
-    row = test_row(figures, args)
-    job.logger.write({"step": global_step, **row},
-                     f"test ({row['test_clips']} clips x {row['test_crops']} crops): video top-1 "
-                     f"{row['video_top1']:.4f} top-{job.k} {row['video_topk']:.4f}, clip top-1 {row['clip_top1']:.4f} "
-                     f"({row['test_videos']} videos)")
-    if args.dump_rank_metrics:
-        dump_rank_sums(job.out / "eval" / "test", figures, own, job.accelerator)
-    return row
-
-
-def evaluate_only(job, position):
-    """--eval_only: score the loaded weights; the same figures on any number of processes."""
-    figures = validate(job, position.epoch - 1, position.global_step)
-    return {**result_figures(figures, job.class_names), "epochs_completed": position.epoch,
-            "global_step": position.global_step,
-            "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
-            "dataset": job.settings.source_name}, figures
-
-
-def train(job, start):
-    """The epoch loop from Position `start`: train, validate every val_every epochs and at the end, checkpoint.
-
-    Returns the results and the last validation's full figures. A stop signal ends it with a
-    checkpoint and Interrupted; when it came at an epoch's last step (or training's), that epoch's
-    validation is owed (`owed_epoch`) and the resumed run does it first, where the uninterrupted run
-    would have (same RNG stream).
-    """
-    args, accelerator = job.args, job.accelerator
-    start_epoch, done_steps, global_step, owed_epoch = start
-    first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
-    epoch_end = done_steps == 0
-    if owed_epoch is not None:
-        figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step))
-    for epoch in range(start_epoch, args.epochs):
-        if args.max_train_steps is not None and global_step >= args.max_train_steps:
-            break
-        t0 = time.perf_counter()
-        global_step, epoch_end, stop = train_one_epoch(job, epoch, global_step,
-                                                       done_steps if epoch == start_epoch else 0)
-        train_time += time.perf_counter() - t0
-        epochs_completed = epoch + 1 if epoch_end else epoch
-        finished = reached_end(args, epoch, global_step)
-        if stop:  # at the epoch's end, or at the end of training, its validation is owed
-            owed = (epoch_end or finished) and validation_due(args, epoch, finished)
-            save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
-            raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
-                              f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
-        figures = after_epoch(job, epoch, global_step, finished) or figures
-    if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
-        figures = validate(job, epochs_completed - 1, global_step)
-    if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
-        save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
-                        val_top1=tracked_top1(figures))
-    accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
-    if job.ema is not None and accelerator.is_main_process:
-        save_ema(job.ema, job.out / "model_ema.safetensors")
-    if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
-        save_model_folder(model, args, job.class_names, job.out / "model")
-    return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
-            "global_step": global_step, "world_size": accelerator.num_processes,
-            "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name}, figures
-
-
-def reached_end(args, epoch, global_step):
-    """Whether training ends after this epoch: its last one, or --max_train_steps reached."""
-    return epoch + 1 == args.epochs or (args.max_train_steps is not None and global_step >= args.max_train_steps)
-
-
-def validation_due(args, epoch, finished):
-    return (epoch + 1) % args.val_every == 0 or finished
-
-
-def after_epoch(job, epoch, global_step, finished):
-    """Validation when due (its figures, else None), the best weights, and the epoch's checkpoint."""
-    args = job.args
-    figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
-    if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
-        best_model = job.ema.module if job.ema else job.bare_model()
-        checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_top1, {
-            "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)},
-            key="val_ema_top1" if job.ema else "val_top1")
-    if checkpoint_due(args, epoch, global_step, epoch_end=True, finished=finished, validated=figures is not None):
-        save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and tracked_top1(figures))
-    return figures
-
-
-def checkpoint_due(args, epoch, global_step, epoch_end, finished=False, validated=False):
-    """The checkpoint cadence: every --checkpoint_every_steps optimizer steps, and at an epoch's end every
-    --save_every epochs or after a validation that --keep_best may keep; never at training's end, which
-    saves its own (as does a stop)."""
-    every_steps = bool(args.checkpoint_every_steps) and global_step % args.checkpoint_every_steps == 0
-    if not epoch_end:
-        return every_steps
-    every_epochs = bool(args.save_every) and (epoch + 1) % args.save_every == 0
-    return (every_epochs or every_steps or bool(args.keep_best) and validated) and not finished
+def tracked_top1(figures):
+    """The figure --keep_best follows: the EMA's with --model_ema."""
+    return figures.get("val_ema_top1", figures["val_top1"])
 
 
 if __name__ == "__main__":
