@@ -4,7 +4,7 @@ built: each bad combination stops the run with one line naming the option (Confi
 from utils.core.errors import UserError
 from utils.data.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
 from utils.evaluation.metrics import MetricError, parse_metric_spec
-from utils.models.libraries import check_clip_frames, check_image_size, check_model_name, is_video_model, source
+from utils.models.libraries import check_clip_frames, check_image_size, check_model_name, is_video_model, named_weights
 from utils.training.schedule import warmup_epochs
 
 
@@ -162,7 +162,7 @@ def _model(args, need):
         check_model_name(args.model)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
-    need(args.weights is None or source(args.model) == "torchvision", "weights", "names torchvision weights; for "
+    need(args.weights is None or named_weights(args.model), "weights", "names torchvision weights; for "
          "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
     video = is_video(args)
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "

@@ -12,7 +12,7 @@ from torchvision.transforms import v2
 
 from utils.data.moving_digits import CANVAS as MOVING_DIGITS_CANVAS
 from utils.data.sources import folder_holds_videos
-from utils.models.libraries import data_config
+from utils.models.libraries import data_config, recommends_input
 
 # Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
 DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3
@@ -77,7 +77,7 @@ def interpolation(args):
 
 def input_notes(args):
     """For a timm/hf model: which input values are used and where they came from."""
-    if not args.model.startswith(("timm/", "hf/")):
+    if not recommends_input(args.model):
         return []
     kind, recommended = source_kind(args), model_input(args)
     if kind in OWN_INPUT:

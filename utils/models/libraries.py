@@ -27,9 +27,14 @@ def library(name):
     return TORCHVISION, name
 
 
-def source(name):
-    """'timm', 'hf' or 'torchvision'."""
-    return library(name)[0].name
+def named_weights(name):
+    """Whether --weights can name the model's weights (torchvision's weight enums)."""
+    return library(name)[0].named_weights
+
+
+def recommends_input(name):
+    """Whether the model's library recommends its input (timm's pretrained_cfg, a transformers processor)."""
+    return library(name)[0].recommends_input
 
 
 def is_video_model(name):

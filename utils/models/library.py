@@ -15,6 +15,8 @@ class Library:
     card_header = ""  # the model card's front matter line naming the library on the Hub
     load_snippet = ""  # how the pushed model folder loads, with {repo}
     builds_pretrained = True  # whether build(pretrained=True) loads the weights itself (torchvision's come later)
+    named_weights = False  # whether --weights names one of its weight sets (torchvision's enums)
+    recommends_input = True  # whether data_config is the library's own recommendation (start-up notes say so)
 
     def check_name(self, arch):
         """Raise ValueError, with close matches, when `arch` names no model of the library."""

@@ -15,6 +15,8 @@ class Torchvision(Library):
                     "model = torchvision.models.get_model(cfg['architecture'], num_classes=cfg['num_classes'], "
                     "**cfg['builder_options'])\nmodel.load_state_dict(load_file('model.safetensors'))")
     builds_pretrained = False  # initialise() loads torchvision's weights after the build
+    named_weights = True
+    recommends_input = False  # the data's defaults (ImageNet's, Kinetics') apply
 
     def check_name(self, arch):
         return tv.check_model_name(arch)
