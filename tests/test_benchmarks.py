@@ -195,3 +195,13 @@ def test_same_behaviour_fingerprints_ignore_clocks_and_the_folder_but_see_one_ch
         [f"run weights model.safetensors: {before['run']['weights']['model.safetensors']} -> "
          f"{run_folder('d', 1.0 + 2**-20, 10.0)['run']['weights']['model.safetensors']}"]
     assert same.differences(before, run_folder("e", 1.0, 10.0, top1=0.75)) == ["run results val_top1: 0.5 -> 0.75"]
+
+
+def test_startup_benchmark_finds_the_first_data_line_and_the_first_step():
+    """benchmarks/startup.py times a real run (seconds each: not run here); what it reads from the run's
+    stamped lines is checked on lines as the script prints them."""
+    startup = benchmark_module("startup.py")
+    stamped = [(0.5, "resumed from x"), (4.0, "data: validation split: 'validation'"), (4.1, "data: other"),
+               (7.5, "epoch 0.04 step 1 loss 2.3345 lr 0.01391 img/s 4.1"), (9.0, "epoch 0.09 step 2 loss 2.3")]
+    assert startup.first_times(stamped) == (4.0, 7.5)
+    assert startup.first_times([(1.0, "epoch 0.1 step 10 loss 1.0")]) == (None, None)

@@ -42,6 +42,21 @@ def test_names_are_checked_in_their_own_namespace(tmp_path):
             check_model_name(bad)
 
 
+@pytest.mark.parametrize("model, package", [("timm/resnet18", "timm"), ("hf/google/vit-base-patch16-224", "transformers")])
+def test_a_namespace_whose_library_is_not_installed_says_how_to_install_it_in_one_line(model, package, monkeypatch,
+                                                                                       capsys):
+    """requirements.txt leaves timm and transformers out (requirements-models.txt has them): the default job
+    and torchvision's models start without them, and a timm/ or hf/ name says what to install."""
+    monkeypatch.setitem(sys.modules, package, None)  # `import timm` now fails as it does where it is missing
+    check_model_name("resnet18")  # torchvision's names need neither
+    with pytest.raises(SystemExit) as exit_:
+        parse_args([*TINY, "--model", model], prog="train_classification.py")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"train_classification.py: error: model: {model.split('/')[0]}/<name> models need {package}, which is not "
+        f"installed: pip install -r requirements-models.txt (or pip install {package})"]
+
+
 def test_a_transformers_video_classifier_takes_clips_whole_and_its_frame_count_is_checked(tmp_path, capsys):
     """A VideoMAE folder: built as a video model (no frame averaging), our (B, C, T, H, W) clips handed
     over as its (B, T, C, H, W); a clip length its position embeddings do not fit, or image data, is one line."""

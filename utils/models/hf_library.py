@@ -6,7 +6,7 @@ import functools
 import os
 from pathlib import Path
 
-from utils.models.library import Library
+from utils.models.library import Library, missing_library
 from utils.models.timm_library import offline_weights_error
 from utils.models.torchvision_models import ModelError
 
@@ -17,7 +17,10 @@ _PIL_RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 
 def quiet_transformers():
-    import transformers
+    try:
+        import transformers
+    except ImportError:  # requirements-models.txt: torchvision's models need neither timm nor transformers
+        raise missing_library("hf/", "transformers") from None
 
     transformers.utils.logging.set_verbosity_error()  # load reports and "newly initialised" notices
     transformers.utils.logging.disable_progress_bar()
@@ -51,6 +54,7 @@ class Transformers(Library):
         return _video_config(arch) is not None
 
     def check_name(self, ref):
+        quiet_transformers()  # installed? (one line saying how to install it, else)
         if not ref:
             raise ValueError("hf/ needs a Hub repository (hf/google/vit-base-patch16-224) or a local folder")
         folder = Path(ref)

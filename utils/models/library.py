@@ -6,7 +6,13 @@ module with one subclass; nothing outside utils/models/ asks which library a mod
 `google/vit-base-patch16-224` or a local folder).
 """
 
-from utils.models.torchvision_models import frame_averaged
+from utils.models.torchvision_models import ModelError, frame_averaged
+
+
+def missing_library(prefix, package):
+    """The one-line error for a namespace whose library is not installed (requirements-models.txt)."""
+    return ModelError(f"{prefix}<name> models need {package}, which is not installed: pip install -r "
+                      f"requirements-models.txt (or pip install {package})")
 
 
 class Library:

@@ -3,7 +3,7 @@ when a `timm/` name is used."""
 
 import difflib
 
-from utils.models.library import Library
+from utils.models.library import Library, missing_library
 from utils.models.torchvision_models import ModelError
 
 
@@ -18,7 +18,10 @@ class Timm(Library):
     load_snippet = "import timm\nmodel = timm.create_model('hf-hub:{repo}', pretrained=True)"
 
     def check_name(self, arch):
-        import timm
+        try:
+            import timm
+        except ImportError:  # requirements-models.txt: torchvision's models need neither timm nor transformers
+            raise missing_library(self.prefix, "timm") from None
 
         known = timm.list_pretrained() if "." in arch else timm.list_models()  # name.tag names pretrained weights
         if arch in known:
