@@ -78,9 +78,10 @@ def main(argv=None):
         try:
             times = {(name, mode): [] for name in roots for mode in args.modes}
             for run in range(args.runs):
-                for name, root in roots.items():
+                for side, (name, root) in enumerate(roots.items()):
                     for mode in args.modes:
-                        times[name, mode].append(timed_run(root, mode, tmp / "digits", tmp / f"out{run}{mode}"))
+                        out = tmp / f"out_{side}_{mode}_{run}"
+                        times[name, mode].append(timed_run(root, mode, tmp / "digits", out))
         finally:
             if args.ref is not None:
                 subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "ref")], cwd=HERE, check=False)
