@@ -42,7 +42,8 @@ def test_names_are_checked_in_their_own_namespace(tmp_path):
             check_model_name(bad)
 
 
-@pytest.mark.parametrize("model, package", [("timm/resnet18", "timm"), ("hf/google/vit-base-patch16-224", "transformers")])
+@pytest.mark.parametrize("model, package", [("timm/resnet18", "timm"),
+                                            ("hf/google/vit-base-patch16-224", "transformers")])
 def test_a_namespace_whose_library_is_not_installed_says_how_to_install_it_in_one_line(model, package, monkeypatch,
                                                                                        capsys):
     """requirements.txt leaves timm and transformers out (requirements-models.txt has them): the default job

@@ -141,7 +141,8 @@ def _run(args, need):
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
     _at_least(args, need, ("keep_last", "keep_best", "skip_nonfinite_steps"), 0)
-    need(not (args.push_to_hub and args.eval_only), "push_to_hub", "uploads a trained model folder: not with --eval_only")
+    need(not (args.push_to_hub and args.eval_only), "push_to_hub",
+         "uploads a trained model folder: not with --eval_only")
     need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
     need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
          "needs weights to score: --resume, --init_from or --pretrained")
