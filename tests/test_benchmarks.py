@@ -1,7 +1,7 @@
 """Smoke tests of benchmarks/*.py at a tiny size: each runs to exit 0 and prints figures that parse.
 
 The figures themselves mean nothing at this size (and on a shared 2-core machine); what is checked is
-that the README's reproduce commands still run, and that every figure they print is a positive number
+that docs/benchmarks.md's reproduce commands still run, and that every figure they print is a positive number
 consistent with the others (a ratio is the quotient of the two rates it names).
 """
 

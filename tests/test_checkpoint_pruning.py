@@ -91,7 +91,7 @@ def test_checkpoints_without_val_top1_are_never_best(tmp_path):
 
 @pytest.mark.parametrize("keep_best", [0, 1, 3])
 def test_keep_last_0_keeps_every_checkpoint_whatever_keep_best(tmp_path, keep_best):
-    # --keep_last 0 means "all" (its help and the README's table): --keep_best alone must not turn it into
+    # --keep_last 0 means "all" (its help and docs/configuration.md): --keep_best alone must not turn it into
     # "the K best only", which would delete the checkpoint just written and leave --resume latest an old one.
     run_of_checkpoints(tmp_path)
     before = names(tmp_path)

@@ -1,5 +1,5 @@
-"""fp16: the scheduler steps on every optimizer step, also one that loss scaling skipped (README, "Mixed
-precision"), so the LR stays a function of epoch progress.
+"""fp16: the scheduler steps on every optimizer step, also one that loss scaling skipped (docs/distributed.md,
+"Mixed precision"), so the LR stays a function of epoch progress.
 
 Accelerate 1.15 accepts mixed_precision="fp16" on a CPU but makes neither a GradScaler nor an autocast
 there (Accelerator.native_amp stays False: it trains in fp32). torch itself has both on the CPU, so the

@@ -1,4 +1,4 @@
-"""README promises about resuming that no other test covered: --resume latest with nothing to resume, and a
+"""Promises of docs/resuming.md that no other test covered: --resume latest with nothing to resume, and a
 checkpoint refused on another world size without touching the run."""
 
 import pytest

@@ -92,7 +92,8 @@ def get_args_parser(prog="train_classification.py"):
                    dest="skip_bad_images", action="store_true",
                    help="skip images or videos that cannot be decoded (listed in bad_images.txt) instead of stopping")
     g.add_argument("--image_size", resume_key=False, type=int, default=None,
-                   help="side of the square input images (default: 32 for digits and synthetic, else 224)")
+                   help="side of the square input images (default: 32 for digits and synthetic, 24 for moving "
+                        "digits, a timm/hf model's own, 112 for video, else 224)")
     g.add_argument("--num_classes", resume_key=False, type=int, default=10, help="class count of --dataset synthetic")
     g.add_argument("--synthetic_train_samples", resume_key=False,
                    type=int, default=1024, help="train size of --dataset synthetic")
@@ -159,10 +160,10 @@ def get_args_parser(prog="train_classification.py"):
     g.add_argument("--ra_reps", resume_key=True, type=int, default=1,
                    help="repeated augmentation: each sample N times per epoch, differently augmented, its copies on "
                         "different processes; the epoch keeps its length (torchvision's recipe: 4)")
-    g.add_argument("--mean", resume_key=False,
-                   type=float, nargs=3, default=None, help="normalisation mean (default: ImageNet's)")
-    g.add_argument("--std", resume_key=False,
-                   type=float, nargs=3, default=None, help="normalisation std (default: ImageNet's)")
+    g.add_argument("--mean", resume_key=False, type=float, nargs=3, default=None,
+                   help="normalisation mean (default: a timm/hf model's, else Kinetics' for video, ImageNet's)")
+    g.add_argument("--std", resume_key=False, type=float, nargs=3, default=None,
+                   help="normalisation std (default: as --mean)")
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--model", resume_key=True, type=str, default=None,
                    help="a torchvision classification or video model name (default: resnet18 for images, "
