@@ -1,11 +1,11 @@
 """What a run needs beyond its options, derived from them once, after parsing, into one frozen object:
-the model's input, the names for files and dashboards, the warmup and the LR in force, each with the
-start-up note that says where it came from."""
+the model's input and the names for files and dashboards, and the start-up notes saying where the
+LR in force and the warmup came from."""
 
 from dataclasses import dataclass
 
 from utils.data.presets import Input, resolve_input, sample_unit, source_name
-from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, effective_lr, lr_notes, warmup_epochs
+from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, lr_notes, warmup_epochs
 
 
 @dataclass(frozen=True)
@@ -13,8 +13,6 @@ class Settings:
     input: Input  # modality, source kind, sizes per phase, mean/std, interpolation (utils/data/presets.py)
     source_name: str  # how results.json and the run folder name the data
     sample_unit: str  # what the console calls a sample: clips or images
-    warmup_epochs: float
-    lr: float  # in force: --lr, scaled to the global batch with --lr_scale_batch
     lr_notes: tuple  # where the LR came from (also at the top of config.yaml)
     warmup_notes: tuple  # where the warmup came from, when it is not what was asked
 
@@ -24,7 +22,6 @@ def resolve(args, num_processes):
     warmup = warmup_epochs(args)
     shortened = args.warmup_epochs is None and warmup < DEFAULT_WARMUP_EPOCHS
     return Settings(input=resolve_input(args), source_name=source_name(args), sample_unit=sample_unit(args),
-                    warmup_epochs=warmup, lr=effective_lr(args, num_processes),
                     lr_notes=tuple(lr_notes(args, num_processes)),
                     warmup_notes=(f"warmup: {warmup:g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened to a "
                                   f"fifth of --epochs {args.epochs})",) if shortened else ())

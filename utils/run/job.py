@@ -163,7 +163,7 @@ def build_job(args, settings, accelerator, out):
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
     inp = settings.input
-    train_ds, val_ds, class_names = datasets(args, inp, accelerator)
+    train_ds, val_ds, class_names = load_datasets(args, inp, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=spread(args.seed))
@@ -207,7 +207,7 @@ def build_job(args, settings, accelerator, out):
     return job, sample_count(train_ds), num_workers
 
 
-def datasets(args, inp, accelerator):
+def load_datasets(args, inp, accelerator):
     """The train and val datasets and the class names, built by the main process first (one rank builds
     caches, the others reuse them), with what the data and input notes say."""
     with accelerator.main_process_first():
