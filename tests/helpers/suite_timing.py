@@ -101,10 +101,29 @@ def pytest_runtest_protocol(item, nextitem):
     for counts in _clock.runs.values():
         counts[:] = [0, 0.0]
     base = item.config._tmp_path_factory.getbasetemp()
-    before = set(base.iterdir())
-    start_wall, start = time.time(), time.perf_counter()
+    item._suite_timing = (base, set(base.iterdir()), time.time(), 0.0)
+    start = time.perf_counter()
     yield
     total = time.perf_counter() - start
+    trained = item._suite_timing[3]
+    runs = {kind: {"n": n, "s": round(s, 2)} for kind, (n, s) in _clock.runs.items()}
+    out.write(json.dumps({"test": item.nodeid, "total_s": round(total, 2), "runs": runs,
+                          "train_s": round(trained, 2), "slow": item.get_closest_marker("slow") is not None}) + "\n")
+    out.flush()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Reads the training seconds before the fixtures are torn down: a passing test's tmp_path is removed then
+    (pytest.ini's tmp_path_retention_policy)."""
+    if getattr(item, "_suite_timing", None) is not None:
+        base, before, start_wall, _ = item._suite_timing
+        item._suite_timing = (base, before, start_wall, _trained(base, before, start_wall))
+    yield
+
+
+def _trained(base, before, start_wall):
+    """The train_time_s of the results.json files written since start_wall in the folders made since `before`."""
     trained = 0.0
     for folder in set(base.iterdir()) - before:  # the folders this test (or a fixture it set up) made
         if folder.is_symlink():  # pytest's <name>current links to the newest numbered folder
@@ -115,10 +134,7 @@ def pytest_runtest_protocol(item, nextitem):
                     trained += float(json.loads(results.read_text()).get("train_time_s", 0.0))
             except (OSError, ValueError):
                 pass
-    runs = {kind: {"n": n, "s": round(s, 2)} for kind, (n, s) in _clock.runs.items()}
-    out.write(json.dumps({"test": item.nodeid, "total_s": round(total, 2), "runs": runs,
-                          "train_s": round(trained, 2), "slow": item.get_closest_marker("slow") is not None}) + "\n")
-    out.flush()
+    return trained
 
 
 def table(path, top=40):
