@@ -66,7 +66,7 @@ def main(argv=None):
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
-    from utils.data.presets import is_video
+    from utils.data.catalog import resolve_input
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
@@ -77,18 +77,19 @@ def main(argv=None):
             if target and Path(target).exists() and not opts.overwrite:
                 raise RunError(f"{target} exists; pass --overwrite to replace it")
         train_args, names, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)
+        inp = resolve_input(train_args)  # the run's eval input: sizes, normalisation
         if opts.export_onnx and accelerator.is_main_process:
-            diff = export_onnx(model, train_args, opts.export_onnx, overwrite=opts.overwrite)
+            diff = export_onnx(model, train_args, inp, opts.export_onnx, overwrite=opts.overwrite)
             check = f"; onnxruntime vs PyTorch logits: max abs diff {diff:.2e}" if diff is not None else ""
-            shape = ", ".join(map(str, input_shape(train_args)))
+            shape = ", ".join(map(str, input_shape(train_args, inp)))
             print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output 'logits'){check}")
         if not opts.inputs:
             accelerator.end_training()
             return None
-        if opts.multi_view and not is_video(train_args):
+        if opts.multi_view and not inp.video:
             raise RunError("--multi_view: an image run has one view per file; drop the option")
-        files = list_inputs(opts.inputs, video=is_video(train_args))
-        rows = predict(accelerator, train_args, names, model, files, opts)
+        files = list_inputs(opts.inputs, video=inp.video)
+        rows = predict(accelerator, train_args, inp, names, model, files, opts)
     except (UserError, ValueError) as e:  # ours, or a library refusing a value
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
@@ -99,7 +100,7 @@ def main(argv=None):
     return rows
 
 
-def predict(accelerator, train_args, names, model, files, opts):
+def predict(accelerator, train_args, inp, names, model, files, opts):
     """One row per file, in input order, on the main process (None elsewhere)."""
     import torch
     from torch.utils.data import DataLoader
@@ -108,11 +109,11 @@ def predict(accelerator, train_args, names, model, files, opts):
     from utils.inference import RunError, eval_dataset
 
     top_k = min(opts.top_k, len(names))
-    dataset, per_file = eval_dataset(train_args, files, multi_view=opts.multi_view)
+    dataset, per_file = eval_dataset(train_args, inp, files, multi_view=opts.multi_view)
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, and the padding dropped below
     model = model.to(accelerator.device)
-    inputs = BatchInput(train_args, len(names), accelerator.process_index)
+    inputs = BatchInput(train_args, len(names), accelerator.process_index, inp.mean_std)
     pending = (torch.zeros(0, len(names), dtype=torch.float64), torch.zeros(0, dtype=torch.bool))
     probs, labels, valid, errors = [], [], [], {}
     with torch.no_grad():

@@ -163,7 +163,7 @@ def train(job, start):
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.ema, job.out / "model_ema.safetensors")
     if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
-        save_model_folder(model, args, job.class_names, job.out / "model")
+        save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name}, figures

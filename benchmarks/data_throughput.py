@@ -72,7 +72,7 @@ def baseline_loader(folder, batch_size, workers):
     import torchvision
     from torchvision.transforms import v2
 
-    from utils.data.presets import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
 
     transform = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.ToImage(),
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
@@ -85,16 +85,18 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     """The project's train loader and what the training loop does to each batch before the model."""
     from torchvision.transforms import v2
 
-    from utils.run.job import build_accelerator
     from utils.config.options import parse_args
     from utils.data.loaders import build_dataloaders, build_datasets
     from utils.data.on_device import BatchInput
-    from utils.data.presets import IMAGENET_MEAN, IMAGENET_STD, Fixed
+    from utils.data.catalog import resolve_input
+    from utils.data.presets import Fixed
+    from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
+    from utils.run.job import build_accelerator
 
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
                        "--num_workers", str(workers), "--val_fraction", "0.1"])
     train, val, _, _ = build_datasets(args)
-    prepare = BatchInput(args, 10, rank=0)
+    prepare = BatchInput(args, 10, 0, resolve_input(args).mean_std)
     if float_in_workers:  # the former pipeline: float32 normalised in the workers, nothing left to do after
         rows = train.dataset
         transform, size = rows.preset(0)
@@ -134,16 +136,17 @@ class Epochs:
 
 
 def stream_loader(shards, batch_size, workers):
-    from utils.run.job import build_accelerator
     from utils.config.options import parse_args
+    from utils.data.catalog import resolve_input
     from utils.data.loaders import build_dataloaders, build_datasets
     from utils.data.on_device import BatchInput
+    from utils.run.job import build_accelerator
 
     args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
                        str(batch_size), "--num_workers", str(workers)])
     train, val, names, _ = build_datasets(args)
     loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
-    return Epochs(loader), BatchInput(args, len(names), rank=0)
+    return Epochs(loader), BatchInput(args, len(names), 0, resolve_input(args).mean_std)
 
 
 def main(argv=None):

@@ -28,13 +28,14 @@ PROBE = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
 from utils.config.options import parse_args
-from utils.data.loaders import build_datasets, data_signature
+from utils.data.catalog import source_for
+from utils.data.loaders import build_datasets
 
 def build(root):
     args = parse_args(["--train_dir", root + "/train", "--val_dir", root + "/val", "--image_size", "16"], prog="p")
     start = time.perf_counter()
     train, val, names, _ = build_datasets(args)
-    data_signature(train, len(names))
+    source_for(args).signature(train, len(names))
     return len(train), len(val), len(names), time.perf_counter() - start
 
 build({tiny!r})  # every module the data path imports, loaded: the baseline

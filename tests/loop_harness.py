@@ -12,7 +12,9 @@ from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
 from utils.core.preemption import StopRequest
-from utils.data.loaders import BadImages, EpochSeeded, build_dataloaders
+from utils.core.seeding import EpochSeeded
+from utils.data.catalog import resolve_input
+from utils.data.loaders import BadImages, build_dataloaders
 from utils.data.on_device import BatchInput
 from utils.reporting.progress import StepLogger
 from utils.run.job import Job
@@ -57,7 +59,8 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                criterion=torch.nn.CrossEntropyLoss(reduction="none"), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_top1=[], inputs=BatchInput(args, 3, accelerator.process_index))
+               best_top1=[], inputs=BatchInput(args, 3, accelerator.process_index,
+                                                                     resolve_input(args).mean_std))
 
 
 def epoch_order(loader, epoch):

@@ -7,7 +7,9 @@ from torch.utils.data import Dataset
 from train_classification import train_one_epoch
 from utils.config.options import parse_args
 from utils.core.preemption import StopRequest
-from utils.data.loaders import BadImages, EpochSeeded, build_dataloaders
+from utils.core.seeding import EpochSeeded
+from utils.data.catalog import resolve_input
+from utils.data.loaders import BadImages, build_dataloaders
 from utils.data.on_device import BatchInput
 from utils.reporting.progress import StepLogger
 from utils.run.job import Job, build_accelerator
@@ -44,7 +46,7 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
     job = Job(args, accelerator, model, optimizer, scheduler, torch.nn.CrossEntropyLoss(reduction="none"),
               train_loader, None, 3, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
-              StopRequest(), [], [], inputs=BatchInput(args, 3, rank=0))
+              StopRequest(), [], [], inputs=BatchInput(args, 3, 0, resolve_input(args).mean_std))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

@@ -42,7 +42,7 @@ def nested_folder(root):
 def test_nested_image_folders_are_labelled_by_their_top_folder(tmp_path):
     import datasets
 
-    from utils.data.loaders import decode_rgb
+    from utils.data.images import decode_rgb
 
     tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
     (va / "cat" / "1.jpg").unlink()
@@ -83,15 +83,20 @@ def test_a_run_on_nested_image_folders(tmp_path):
 def test_a_file_moved_to_another_class_is_other_training_data_for_a_resume(tmp_path, fresh_accelerate_state):
     """The same count of images in the same classes, one of them relabelled: a resume must refuse it (the
     labels in order are part of the data's signature, not only the counts)."""
-    from utils.data.loaders import build_datasets, data_signature
+    from utils.data.catalog import source_for
+    from utils.data.loaders import build_datasets
     from utils.training.run_folder import FolderError, check_data
 
     make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
     make_folder(tmp_path / "va", {"cat": 1, "dog": 1})
     argv = ["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va")]
-    before = data_signature(build_datasets(parse_args(argv))[0], 2)
+    def signature():  # what the run records, from its source (utils/data/source.py)
+        args = parse_args(argv)
+        return source_for(args).signature(build_datasets(args)[0], 2)
+
+    before = signature()
     (tmp_path / "tr" / "cat" / "2.png").rename(tmp_path / "tr" / "dog" / "moved.png")  # still 6 images
-    after = data_signature(build_datasets(parse_args(argv))[0], 2)
+    after = signature()
     assert (after["train_samples"], after["classes"]) == (before["train_samples"], before["classes"]) == (6, 2)
     with pytest.raises(FolderError, match=r"the training data changed since the checkpoint \(other labels or order\)"):
         check_data(None, {"data": before}, after)

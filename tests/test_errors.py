@@ -31,7 +31,7 @@ def test_a_user_error_from_any_subsystem_stops_main_in_one_line(tmp_path, capsys
     """main() catches the base class: an error class it was never told about still exits 2 in one line."""
     from conftest import TINY, main_fails
 
-    import utils.run.job
+    from utils.data.synthetic import Synthetic
 
     class NewSubsystemError(UserError):
         pass
@@ -39,7 +39,7 @@ def test_a_user_error_from_any_subsystem_stops_main_in_one_line(tmp_path, capsys
     def refuse(*args, **kwargs):
         raise NewSubsystemError("widget: cannot frobnicate; pass --no_widget")
 
-    monkeypatch.setattr(utils.run.job, "build_datasets", refuse)
+    monkeypatch.setattr(Synthetic, "datasets", refuse)  # TINY's source
     code, err = main_fails([*TINY, "--output_dir", tmp_path / "run"], capsys)
     assert code == 2 and err.strip().splitlines()[-1] == \
         "train_classification.py: error: widget: cannot frobnicate; pass --no_widget"

@@ -10,7 +10,7 @@ from conftest import ROOT, TINY, environment, read_json
 from ranks import ranks_killed, ranks_ok
 
 from utils.config.options import parse_args
-from utils.data.presets import crop_pct, image_size, input_notes, interpolation, mean_std, val_resize_size
+from utils.data.catalog import resolve_input
 from utils.models.libraries import build_model, check_model_name, classifier_parameters, data_config, initialise
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -111,22 +111,24 @@ def test_freeze_backbone_trains_the_librarys_head_only(tiny_vit):
 def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
     folders = ["--train_dir", str(tmp_path), "--val_dir", str(tmp_path)]
     timm_cfg = data_config("timm/resnet50.a1_in1k")
-    args = parse_args([*folders, "--model", "timm/resnet50.a1_in1k"])
-    assert (image_size(args), crop_pct(args), interpolation(args)) == (224, timm_cfg["crop_pct"], "bicubic") == \
-        (224, 0.95, "bicubic")
-    assert val_resize_size(args) == int(224 / 0.95) and "timm's pretrained_cfg of resnet50.a1_in1k" in \
-        input_notes(args)[0]
-    mine = parse_args([*folders, "--model", "timm/resnet50.a1_in1k", "--image_size", "64", "--crop_pct", "0.8",
-                       "--interpolation", "bilinear", "--mean", "0.1", "0.2", "0.3", "--std", "1", "1", "1"])
-    assert (image_size(mine), crop_pct(mine), interpolation(mine)) == (64, 0.8, "bilinear")
-    assert mean_std(mine) == ([0.1, 0.2, 0.3], [1.0, 1.0, 1.0])
-    vit = parse_args([*folders, "--model", f"hf/{tiny_vit}"])
-    assert (image_size(vit), crop_pct(vit), interpolation(vit)) == (16, 1.0, "bicubic")
-    assert mean_std(vit) == ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
-    digits = parse_args(["--model", "timm/resnet50.a1_in1k"])  # the embedded data keeps its own input
-    assert image_size(digits) == 32 and "digits's own size" in input_notes(digits)[0]
-    plain = parse_args(folders)  # torchvision names: as before
-    assert (image_size(plain), crop_pct(plain), interpolation(plain)) == (224, 0.875, "bilinear")
+
+    def looks(argv):  # the run's Input, as the run resolves it
+        inp = resolve_input(parse_args(argv))
+        return inp, (inp.image_size, inp.crop_pct, inp.interpolation)
+
+    inp, sizes = looks([*folders, "--model", "timm/resnet50.a1_in1k"])
+    assert sizes == (224, timm_cfg["crop_pct"], "bicubic") == (224, 0.95, "bicubic")
+    assert inp.val_resize_size == int(224 / 0.95) and "timm's pretrained_cfg of resnet50.a1_in1k" in inp.notes[0]
+    inp, sizes = looks([*folders, "--model", "timm/resnet50.a1_in1k", "--image_size", "64", "--crop_pct", "0.8",
+                        "--interpolation", "bilinear", "--mean", "0.1", "0.2", "0.3", "--std", "1", "1", "1"])
+    assert sizes == (64, 0.8, "bilinear")
+    assert inp.mean_std == ([0.1, 0.2, 0.3], [1.0, 1.0, 1.0])
+    inp, sizes = looks([*folders, "--model", f"hf/{tiny_vit}"])
+    assert sizes == (16, 1.0, "bicubic")
+    assert inp.mean_std == ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
+    inp, sizes = looks(["--model", "timm/resnet50.a1_in1k"])  # the embedded data keeps its own input
+    assert sizes[0] == 32 and "digits's own size" in inp.notes[0]
+    assert looks(folders)[1] == (224, 0.875, "bilinear")  # torchvision names: as before
     with pytest.raises(SystemExit) as e:  # a ViT's position embeddings fix its input size
         parse_args([*folders, "--model", f"hf/{tiny_vit}", "--image_size", "32"])
     assert e.value.code == 2

@@ -4,13 +4,15 @@ import pytest
 import torch
 
 from utils.config.options import parse_args
+from utils.data.catalog import resolve_input
 from utils.data.on_device import BatchInput
 
 CLASSES = 10
 
 
 def inputs(*extra, rank=0):
-    return BatchInput(parse_args(["--train_dir", "x", "--image_size", "16", *map(str, extra)]), CLASSES, rank)
+    args = parse_args(["--train_dir", "x", "--image_size", "16", *map(str, extra)])
+    return BatchInput(args, CLASSES, rank, resolve_input(args).mean_std)
 
 
 def batch(n=8, seed=0):

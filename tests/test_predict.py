@@ -18,7 +18,7 @@ def digits_run(tmp_path_factory):
     """A one-epoch digits run (far from perfect, so that agreement means something), with EMA, and
     its 360 val images written as <class>/<n>.png (PNG: lossless, the same pixels)."""
     import train_classification
-    from utils.data.loaders import load_digits_dataset
+    from utils.data.digits import load_digits_dataset
 
     root = tmp_path_factory.mktemp("predict")
     results = train_classification.main(["--epochs", "1", "--model_ema",
@@ -94,6 +94,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     from conftest import make_folder
 
     from utils.config.options import parse_args
+    from utils.data.catalog import resolve_input
     from utils.data.loaders import build_datasets
     from utils.data.sources import load_splits
     from utils.inference import eval_dataset
@@ -104,7 +105,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
                        "--crop_pct", "0.8"])
     _, val, _, _ = build_datasets(args)
     paths = [image["path"] for image in load_splits(args)[1].data.column("image").to_pylist()]
-    files, _ = eval_dataset(args, paths)
+    files, _ = eval_dataset(args, resolve_input(args), paths)
     assert len(files) == len(val) == 6
     for i in range(6):
         assert files[i]["pixel_values"].shape == (3, 16, 16)
@@ -112,7 +113,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     # and what its model/config.json tells a user of the folder to feed the model: that eval input
     from utils.reporting.model_folder import input_config
 
-    assert input_config(args) == {"image_size": 16, "resize": 20, "interpolation": "bilinear",
+    assert input_config(resolve_input(args)) == {"image_size": 16, "resize": 20, "interpolation": "bilinear",
                                   "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
@@ -146,19 +147,21 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
     path = tmp_path / "model.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path)])
     assert "max abs diff" in capsys.readouterr().out
+    from utils.data.catalog import resolve_input
     from utils.data.on_device import BatchInput
 
     args, _, model = load_run(root / "run")
+    inp = resolve_input(args)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for n in (1, 5):  # a dynamic batch
         pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
         with torch.no_grad():
-            expected = EvalGraph(model, args).eval()(pixels).numpy()
+            expected = EvalGraph(model, inp).eval()(pixels).numpy()
             # what training and validation fed the model (utils/data/on_device.py): the graph normalises alike (up
             # to the rounding of x / 255 against to_dtype's scaling)
-            normalised = EvalGraph(torch.nn.Identity(), args)(pixels)
-            assert (normalised - BatchInput(args, 10, 0)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
-            trained_path = model(BatchInput(args, 10, 0)(pixels)).numpy()
+            normalised = EvalGraph(torch.nn.Identity(), inp)(pixels)
+            assert (normalised - BatchInput(args, 10, 0, inp.mean_std)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
+            trained_path = model(BatchInput(args, 10, 0, inp.mean_std)(pixels)).numpy()
         got = session.run(None, {"pixels": pixels.numpy()})[0]
         assert got.shape == (n, 10) and np.abs(got - expected).max() <= 1e-4
         assert np.abs(got - trained_path).max() <= 1e-4
@@ -272,11 +275,14 @@ def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformer
     root, _ = video_run
     path = tmp_path / "video.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path)])
+    from utils.data.catalog import resolve_input
+
     args, names, model = load_run(root / "run")
+    inp = resolve_input(args)
     clips = torch.randint(0, 256, (3, 3, 4, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        expected = EvalGraph(model, args).eval()(clips)
-        normalised = EvalGraph(torch.nn.Identity(), args)(clips)
+        expected = EvalGraph(model, inp).eval()(clips)
+        normalised = EvalGraph(torch.nn.Identity(), inp)(clips)
         loaded = AutoModelForVideoClassification.from_pretrained(root / "run" / "model").eval()
         theirs = loaded(pixel_values=normalised.transpose(1, 2)).logits  # transformers' clips: (B, T, C, H, W)
     got = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(

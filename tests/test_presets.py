@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from utils.config.options import parse_args
-from utils.data.loaders import decode_rgb
-from utils.data.on_device import BatchInput
 from utils.data import presets
-from utils.data.presets import resolve_input, train_crop_size
+from utils.data.catalog import resolve_input
+from utils.data.images import decode_rgb
+from utils.data.on_device import BatchInput
 
 # torchvision 0.29 deprecates its decoders; utils/data/loaders.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
@@ -111,7 +111,7 @@ def test_eval_resizes_the_shorter_side_to_int_size_over_crop_pct_then_crops_the_
 def test_eval_matches_an_explicit_resize_and_centre_crop():
     from torchvision.transforms.v2 import functional as F
 
-    from utils.data.presets import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
 
     image = torch.randint(0, 256, (3, 300, 400), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     out = eval_preset(preset_args("--image_size", "224"))(image)  # crop_pct 0.875: shorter side to 256
@@ -124,7 +124,7 @@ def test_eval_matches_an_explicit_resize_and_centre_crop():
     assert shape == (3, 256, 341) and torch.equal(out, expected)
     assert not torch.equal(out, explicit(224)[1])  # the comparison tells crop_pct apart
     # The normalisation that follows on the device gives what v2.ToDtype + v2.Normalize give per image, bit for bit.
-    on_device = BatchInput(preset_args("--image_size", "224"), 10, rank=0)(out[None])[0]
+    on_device = BatchInput(preset_args("--image_size", "224"), 10, 0, resolve_input(preset_args("--image_size", "224")).mean_std)(out[None])[0]
     assert torch.equal(on_device, F.normalize(F.to_dtype(expected, torch.float32, scale=True), IMAGENET_MEAN,
                                               IMAGENET_STD))
 
@@ -171,7 +171,7 @@ def test_eval_pixels_are_value_over_255_normalised(extra, mean, std):
     image = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     image[:, 3, 5] = torch.tensor([200, 0, 255], dtype=torch.uint8)
     args = preset_args("--image_size", "16", "--crop_pct", "1", *extra)
-    out = BatchInput(args, 10, rank=0)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
+    out = BatchInput(args, 10, 0, resolve_input(args).mean_std)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
     expected = (image.double() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
     assert torch.allclose(out.double(), expected, atol=1e-5)
     assert out[:, 3, 5].tolist() == pytest.approx([(200 / 255 - mean[0]) / std[0], (0 - mean[1]) / std[1],
@@ -231,7 +231,7 @@ def test_progressive_resizing_follows_ffcvs_ramp():
     assert progressive_size(preset_args("--progressive_resize", "128", "160", "0", "2"), 1) == 128
     assert progressive_size(preset_args("--progressive_resize", "192", "256", "0", "4"), 1) == 192
     args = preset_args("--progressive_resize", "160", "192", "11", "13")  # FFCV's 16-epoch ResNet-50
-    assert [train_crop_size(args, e) for e in range(16)] == [160] * 12 + [192] * 4
+    assert [resolve_input(args).train_crop(e) for e in range(16)] == [160] * 12 + [192] * 4
     for bad in (["--progressive_resize", "160", "190", "1", "3"], ["--progressive_resize", "192", "160", "1", "3"],
                 ["--progressive_resize", "160", "192", "3", "1"], ["--progressive_resize", "16", "32", "0", "1",
                                                                    "--train_crop_size", "16"]):

@@ -51,15 +51,14 @@ def stream_args(source, *extra):
 
 def loader_for(args, rank, world):
     """This rank's StreamLoader, as the script builds it (CPU)."""
-    from functools import partial
 
     from utils.core.preemption import worker_init_fn
     from utils.data import presets
+    from utils.data.catalog import resolve_input
     from utils.data.stream_loader import StreamLoader
     from utils.data.streaming import build_stream
 
-    inp = presets.resolve_input(args)
-    rows, _, _, _ = build_stream(args, rank, world, presets.ByEpoch(partial(presets.train_preset, inp), inp))
+    rows, _, _, _ = build_stream(args, rank, world, presets.image_presets(resolve_input(args))[0])
     return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
                         worker_init_fn())
 
@@ -85,14 +84,13 @@ def test_each_process_reads_its_own_shards_and_every_sample_once_per_epoch(parqu
 def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_shards, monkeypatch):
     """Two shuffles, each seeded by the epoch on its own: the order of the shards in an epoch's pass, and the
     order within a block of samples read in a row (one process, no workers: nothing else moves them)."""
-    from functools import partial
 
     from utils.data import presets
+    from utils.data.catalog import resolve_input
     from utils.data.streaming import build_stream
 
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0")
-    inp = presets.resolve_input(args)
-    rows, _, _, _ = build_stream(args, 0, 1, presets.ByEpoch(partial(presets.train_preset, inp), inp))
+    rows, _, _, _ = build_stream(args, 0, 1, presets.image_presets(resolve_input(args))[0])
 
     def shard_order(epoch):
         ids = [row["label"] for row in rows.share(epoch)]

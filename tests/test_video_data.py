@@ -8,11 +8,12 @@ from torchvision import tv_tensors
 
 from utils.config.options import parse_args
 from utils.core.seeding import EpochSeeded
-from utils.data.presets import resolve_input
-from utils.data.video_presets import video_eval, video_test
+from utils.data.catalog import resolve_input
+from utils.data.loaders import build_datasets
 from utils.data.sources import DataError
 from utils.data.video import ArrayFrames, VideoClips, frame_indices, read_video_file
-from utils.data.video_sources import build_video_datasets, parse_list
+from utils.data.video_presets import video_eval, video_test
+from utils.data.video_sources import parse_list
 
 
 def grey_level(frames):
@@ -133,7 +134,7 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--image_size", "16",
                        "--clip_len", "4", "--frame_interval", "2"])
     assert args.model == "r2plus1d_18"  # the default for video data
-    train, val, names, _ = build_video_datasets(args, resolve_input(args))
+    train, val, names, _ = build_datasets(args)
     assert names == ["left", "right"] and len(train) == 8 and len(val) == 5
     item = val[0]
     assert item["pixel_values"].shape == (3, 4, 16, 16) and item["valid"] and item["labels"] == 0
@@ -148,7 +149,7 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_list", str(tmp_path / "list.txt"), "--val_list", str(tmp_path / "list.txt"),
                        "--class_names", str(tmp_path / "names.txt"), "--image_size", "16", "--clip_len", "3",
                        "--frame_interval", "2", "--model", "r3d_18"])
-    train, val, names, _ = build_video_datasets(args, resolve_input(args))
+    train, val, names, _ = build_datasets(args)
     assert names == ["left", "right"] and val.labels == [1, 0]
     grey = val[0]["pixel_values"][0, :, 8, 8]  # the frame folder's centre clip: frames 2, 4, 6
     assert (grey.float() / 8).round().tolist() == [2, 4, 6]

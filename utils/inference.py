@@ -11,7 +11,8 @@ from torchvision.transforms import v2
 from utils.config.options import parse_args
 from utils.core.errors import UserError
 from utils.data import presets, video_presets
-from utils.data.loaders import _with_transform
+from utils.data.catalog import is_video
+from utils.data.images import with_transform
 from utils.data.sources import IMAGE_SUFFIXES
 from utils.data.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
 from utils.models.libraries import build_model
@@ -38,7 +39,7 @@ def load_run(run_dir, ema=False, checkpoint=None):
     if not weights.is_file():
         hint = " (the run trained without --model_ema)" if ema else " (training has not finished: pass --checkpoint)"
         raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
-    model = build_model(args.model, num_classes=len(names), video=presets.is_video(args), class_names=names)
+    model = build_model(args.model, num_classes=len(names), video=is_video(args), class_names=names)
     try:
         model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:
@@ -77,13 +78,12 @@ def list_inputs(items, video=False):
     return files
 
 
-def eval_dataset(args, files, multi_view=False):
+def eval_dataset(args, inp, files, multi_view=False):
     """`files` through the run's own eval transform, read as validation reads (utils/data/loaders.py,
     utils/data/video_sources.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
     error. Video: the run's val clip of each file, or with `multi_view` its test views (--test_clips
     clips of each video, item i = clip i % clips of video i // clips, each (--test_crops, C, T, H, W)).
-    Returns (dataset, items per file)."""
-    inp = presets.resolve_input(args)
+    `inp`: the run's Input (catalog.resolve_input(args)). Returns (dataset, items per file)."""
     if inp.video:
         return _video_dataset(args, inp, files, multi_view)
     import datasets
@@ -97,7 +97,7 @@ def eval_dataset(args, files, multi_view=False):
     else:
         transform = presets.eval_preset(inp)
     # Undecoded rows: our decoder reads each file, and one that fails becomes a row marked invalid.
-    return _with_transform(rows, presets.Fixed(transform, size), decoded=False), 1
+    return with_transform(rows, presets.Fixed(transform, size), decoded=False), 1
 
 
 def _video_dataset(args, inp, files, multi_view):
@@ -111,24 +111,22 @@ def _video_dataset(args, inp, files, multi_view):
     return dataset, clips
 
 
-def input_shape(args):
+def input_shape(args, inp):
     """One input of the eval graph: (3, H, W), or (3, T, H, W) for a video run's clips."""
-    if presets.is_video(args):
-        size = presets.image_size(args)
-        return (3, args.clip_len * args.num_segments, size, size)
-    size = presets.val_crop_size(args)
-    return (3, size, size)
+    if inp.video:
+        return (3, args.clip_len * args.num_segments, inp.image_size, inp.image_size)
+    return (3, inp.val_crop_size, inp.val_crop_size)
 
 
 class EvalGraph(torch.nn.Module):
     """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits: the run's normalisation (the
     arithmetic of utils/data/on_device.py) and the model, as one graph to export."""
 
-    def __init__(self, model, args):
+    def __init__(self, model, inp):
         super().__init__()
         self.model = model
-        mean, std = presets.mean_std(args) or ((0.0,) * 3, (1.0,) * 3)
-        shape = (1, -1) + (1,) * (len(input_shape(args)) - 1)
+        mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)
+        shape = (1, -1) + (1,) * (3 if inp.video else 2)
         self.register_buffer("mean", torch.tensor(mean).view(shape))
         self.register_buffer("std", torch.tensor(std).view(shape))
 
@@ -136,15 +134,15 @@ class EvalGraph(torch.nn.Module):
         return self.model((pixels.float() / 255).sub(self.mean).div(self.std))
 
 
-def export_onnx(model, args, path, overwrite=False):
+def export_onnx(model, args, inp, path, overwrite=False):
     """Write the eval graph with a dynamic batch to `path` (torch's dynamo exporter; onnx and onnxscript
     needed); with onnxruntime installed, run it beside PyTorch on a batch and return the largest
     absolute difference of the logits (else None)."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
-    graph = EvalGraph(model, args).eval()
-    shape = input_shape(args)
+    graph = EvalGraph(model, inp).eval()
+    shape = input_shape(args, inp)
     example = torch.randint(0, 256, (2, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1)
     try:

@@ -2,7 +2,8 @@
 built: each bad combination stops the run with one line naming the option (ConfigError, exit 2)."""
 
 from utils.core.errors import UserError
-from utils.data.presets import image_size, is_video, source_kind, train_crop_size, val_crop_size
+from utils.data.catalog import source_for
+from utils.data.presets import image_size, resolve_input
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models.libraries import check_clip_frames, check_image_size, check_model_name, is_video_model, named_weights
 from utils.training.schedule import warmup_epochs
@@ -19,8 +20,9 @@ def check_args(args):
         if not ok:
             raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
 
+    source = source_for(args)  # utils/data/source.py: its kind, modality, own input
     for check in (_data, _streaming, _video, _augmentation, _schedule, _run, _model):
-        check(args, need)
+        check(args, need, source)
 
 
 def _at_least(args, need, keys, low, optional=False):
@@ -29,12 +31,12 @@ def _at_least(args, need, keys, low, optional=False):
         need((optional and value is None) or value >= low, key, f"must be >= {low}")
 
 
-def _data(args, need):
+def _data(args, need, source):
     """Where the data comes from: one source, its sizes and subsets."""
     _at_least(args, need, ("synthetic_train_samples", "synthetic_val_samples"), 1)
     _at_least(args, need, ("image_size", "max_train_samples", "max_val_samples"), 1, optional=True)
     for key in ("max_train_samples", "max_val_samples"):  # else silently ignored
-        need(getattr(args, key) is None or source_kind(args) not in ("synthetic", "moving_digits"), key,
+        need(getattr(args, key) is None or source.kind not in ("synthetic", "moving_digits"), key,
              "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
              "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
@@ -54,10 +56,10 @@ def _data(args, need):
     need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")
 
 
-def _streaming(args, need):
+def _streaming(args, need, source):
     """--streaming reads shards named by --dataset, in epochs of --steps_per_epoch."""
     if args.streaming:
-        need(source_kind(args) == "images" and not (args.train_dir or args.data_dir), "streaming",
+        need(source.kind == "images" and not (args.train_dir or args.data_dir), "streaming",
              "reads a Hub dataset or local shard files named by --dataset, not the embedded data or folders of images")
         need(args.max_train_samples is None, "max_train_samples", "cannot subset a stream: set its length with "
              "--steps_per_epoch")
@@ -71,18 +73,18 @@ def _streaming(args, need):
     need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")
 
 
-def _video(args, need):
+def _video(args, need, source):
     """Clips and the multi-view test; the image-only crop options."""
     _at_least(args, need, ("clip_len", "frame_interval", "num_segments"), 1)
     _at_least(args, need, ("test_clips", "test_crops"), 1, optional=True)
-    video = is_video(args)
+    video = source.video
     need(video or not (args.test_clips or args.test_crops), "test_clips", "multi-view test is for video data")
     sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
     given = [key for key in sizes if getattr(args, key) is not None]
     need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
 
 
-def _augmentation(args, need):
+def _augmentation(args, need, source):
     """Crops, progressive resizing, MixUp/CutMix, RandAugment, erasing, repeated augmentation."""
     _at_least(args, need, ("train_crop_size", "val_crop_size", "val_resize_size"), 1, optional=True)
     if args.progressive_resize:
@@ -95,9 +97,9 @@ def _augmentation(args, need):
              f"{args.progressive_resize_step}")
         need(args.train_crop_size is None, "train_crop_size", "leave it out with --progressive_resize, which sets "
              "the train crop of each epoch")
-        need(source_kind(args) != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
+        need(source.kind != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
              "(it is generated at --image_size)")
-    need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args)),
+    need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args, source)),
          "val_resize_size", "must be at least the val crop size")
     _at_least(args, need, ("mixup_alpha", "cutmix_alpha"), 0)
     need(0 <= args.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
@@ -108,7 +110,7 @@ def _augmentation(args, need):
     need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
 
 
-def _schedule(args, need):
+def _schedule(args, need, source):
     """The optimizer and the LR schedule, laid out in epochs."""
     _at_least(args, need, ("epochs", "batch_size", "grad_accum_steps"), 1)
     need(args.lr_scale_batch is None or args.lr_scale_batch >= 1, "lr_scale_batch", "must be >= 1")
@@ -134,7 +136,7 @@ def _schedule(args, need):
     need(args.model_ema_steps >= 1, "model_ema_steps", "must be >= 1")
 
 
-def _run(args, need):
+def _run(args, need, source):
     """Validation, logging, checkpoints, resuming and the end of the run."""
     _at_least(args, need, ("val_every", "log_every"), 1)
     _at_least(args, need, ("save_every",), 0)
@@ -155,7 +157,7 @@ def _run(args, need):
             raise ConfigError(str(e)) from None
 
 
-def _model(args, need):
+def _model(args, need, source):
     """The model's name, weights, regularisation, and the input it can take."""
     for key in ("drop_path", "dropout"):
         need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
@@ -165,11 +167,12 @@ def _model(args, need):
         raise ConfigError(f"model: {e}") from None
     need(args.weights is None or named_weights(args.model), "weights", "names torchvision weights; for "
          "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
-    video = is_video(args)
+    video = source.video
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
     try:
-        check_image_size(args.model, min(train_crop_size(args), val_crop_size(args)),
+        inp = resolve_input(args, source)
+        check_image_size(args.model, min(inp.train_crop_size, inp.val_crop_size),
                          args.clip_len * args.num_segments if video else None)
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""

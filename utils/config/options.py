@@ -7,7 +7,7 @@ import sys
 
 from utils.config.checks import ConfigError, check_args
 from utils.config.recipes import DATA_RECIPES, load_recipe
-from utils.data.presets import is_video
+from utils.data.catalog import is_video
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -1,4 +1,5 @@
-"""Images: decoded from the bytes `datasets` stores, then transformed with the randomness of one sample."""
+"""Images: decoded from the bytes `datasets` stores, then transformed with the randomness of one sample;
+ImageRows, the dataset every image source trains on."""
 
 import contextlib
 import io
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
-from utils.core.seeding import sample_rng
+from utils.core.seeding import EpochSeeded, sample_rng
 
 # torchvision 0.29 marks its decoders deprecated in favour of torchcodec; they are still the fastest
 # decoder we can count on here (libjpeg-turbo, no PIL round trip). PIL takes over if they go away.
@@ -50,3 +52,50 @@ def load_item(image, label, key, epoch, transform, size, seed, decode, classes=N
         path = image.get("path") if isinstance(image, dict) else None
         source, error = path or "<embedded image bytes>", f"{type(e).__name__}: {e}"
     return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
+
+
+class ImageRows(Dataset):
+    """A `datasets.Dataset` of images read a batch of rows at a time, `transform` applied per image.
+
+    `preset(epoch)` gives the epoch's transform and the side of its output (presets.Fixed, or
+    presets.ByEpoch for progressive resizing). With a seed, each image's randomness comes from
+    (seed, epoch, key) alone: see EpochSeeded. A key
+    k >= len(self) is copy k // len of row k % len (repeated augmentation), with its own draws. A
+    file that cannot be decoded becomes a zero image with valid=False and its path in `source`, so
+    every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
+    """
+
+    def __init__(self, ds, preset, decoded, seed=None):
+        import datasets
+
+        # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
+        self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
+        self.preset, self.decoded, self.seed = preset, decoded, seed
+        self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
+
+    def __len__(self):
+        return len(self.rows)
+
+    @property
+    def labels(self):
+        return self.rows["label"][:]  # [:] reads the column whole (not row by row)
+
+    def __getitem__(self, key):
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys):
+        rows = self.rows[[key % len(self.rows) for key in keys]]  # one batched read
+        epoch = int(self.epoch)
+        transform, size = self.preset(epoch)
+        return [self._item(image, label, key, epoch, transform, size)
+                for image, label, key in zip(rows["image"], rows["label"], keys)]
+
+    def _item(self, image, label, key, epoch, transform, size):
+        decode = (lambda image: image.convert("RGB")) if self.decoded else decode_rgb
+        return load_item(image, label, key, epoch, transform, size, self.seed, decode)
+
+
+def with_transform(ds, preset, decoded, seed=None):
+    """ImageRows over `ds`, its epoch set through EpochSeeded."""
+    rows = ImageRows(ds, preset, decoded, seed)
+    return EpochSeeded(rows, rows.epoch)

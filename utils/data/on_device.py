@@ -13,7 +13,6 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from utils.core.seeding import batch_rng
-from utils.data.presets import mean_std
 
 
 def mixing(args, num_classes):
@@ -33,8 +32,8 @@ def mixing(args, num_classes):
 class BatchInput:
     """Turns a loader's batch into model input on the device; see the module's docstring."""
 
-    def __init__(self, args, num_classes, rank):
-        stats = mean_std(args)  # None: synthetic input, float already and not normalised
+    def __init__(self, args, num_classes, rank, stats):
+        """`stats`: the Input's ((mean), (std)); None: synthetic input, float already and not normalised."""
         self.mean, self.std = (None, None) if stats is None else (torch.tensor(v) for v in stats)
         self.channels_last = args.channels_last
         self.erase = v2.RandomErasing(p=args.random_erase) if args.random_erase else None

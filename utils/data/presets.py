@@ -5,134 +5,76 @@ float32's bytes through worker IPC and host-to-device copies), and normalisation
 MixUp/CutMix run on whole batches on the device (utils/data/on_device.py), as timm and FFCV do.
 """
 
-import os
 from dataclasses import dataclass
+from functools import partial
 
 from torchvision.transforms import v2
 
-from utils.data.moving_digits import CANVAS as MOVING_DIGITS_CANVAS
-from utils.data.sources import folder_holds_videos
 from utils.models.libraries import data_config, recommends_input
 
-# Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
-DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-# Kinetics-400's, which torchvision's video weights were trained with.
-KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
-# Moving digits' (0..1 scale), measured over its 2,000 train clips: mostly black canvas.
-MOVING_DIGITS_MEAN, MOVING_DIGITS_STD = (0.034,) * 3, (0.158,) * 3
-VIDEO_KINDS = ("moving_digits", "video")
 
-
-def source_kind(args):
-    """digits, synthetic, moving_digits, video (list files, folders of videos) or images (a Hub
-    dataset, an image folder, a save_to_disk folder): the modality follows from the data."""
-    if args.train_list:
-        return "video"
-    folder = args.train_dir or args.data_dir and os.path.join(args.data_dir, "train")
-    if folder:
-        return "video" if folder_holds_videos(folder) else "images"
-    return args.dataset if args.dataset in ("digits", "synthetic", "moving_digits") else "images"
-
-
-def is_video(args):
-    return source_kind(args) in VIDEO_KINDS
-
-
-def sample_unit(args):
-    """What the console calls a sample: clips of video data, images otherwise."""
-    return "clips" if is_video(args) else "images"
-
-
-# The embedded sources have a size and pixel statistics of their own, which win over a model's.
-OWN_INPUT = ("digits", "synthetic", "moving_digits")
-
-
-def model_input(args):
+def model_input(args, source):
     """What a timm/hf model's library recommends for its input (image_size, mean, std, interpolation,
-    crop_pct, origin), for the data that takes it: image and video files. {} otherwise."""
-    return {} if source_kind(args) in OWN_INPUT else data_config(args.model)
+    crop_pct, origin), for the data that takes it: image and video files. {} for a source with its own input."""
+    return {} if source.own_input else data_config(args.model)
 
 
-def image_size(args):
-    """The side of the model's input frames: --image_size; 32 for digits and synthetic, 24 (the canvas)
-    for moving digits; the timm/hf model's input size; 112 for video (torchvision's Kinetics weights),
-    else 224."""
-    default = {"digits": 32, "synthetic": 32, "moving_digits": MOVING_DIGITS_CANVAS, "video": 112}
-    kind = source_kind(args)
-    if args.image_size or kind in OWN_INPUT:
-        return args.image_size or default[kind]
-    return model_input(args).get("image_size") or default.get(kind, 224)
+def image_size(args, source):
+    """The side of the model's input frames: --image_size; else the source's own (32 for digits and
+    synthetic, 24 for moving digits: the canvas); else the timm/hf model's input size; else the source's
+    default (112 for video: torchvision's Kinetics weights; 224 for images)."""
+    if args.image_size or source.own_input:
+        return args.image_size or source.size
+    return model_input(args, source).get("image_size") or source.size
 
 
-def crop_pct(args):
+def crop_pct(args, source):
     """--crop_pct, else the timm/hf model's, else 0.875 (224 of 256)."""
-    return args.crop_pct or model_input(args).get("crop_pct") or 0.875
+    return args.crop_pct or model_input(args, source).get("crop_pct") or 0.875
 
 
-def interpolation(args):
+def interpolation(args, source):
     """--interpolation, else the timm/hf model's (bilinear or bicubic), else bilinear."""
-    return args.interpolation or model_input(args).get("interpolation") or "bilinear"
+    return args.interpolation or model_input(args, source).get("interpolation") or "bilinear"
 
 
-def input_notes(args):
+def mean_std(args, source):
+    """The normalisation of the model's input: a source's own statistics, else --mean/--std, the timm/hf
+    model's, the source's (ImageNet's for images, Kinetics' for video); None: synthetic input, not normalised."""
+    if source.own_input or source.stats is None:
+        return source.stats
+    model = model_input(args, source)
+    return args.mean or model.get("mean") or source.stats[0], args.std or model.get("std") or source.stats[1]
+
+
+def input_notes(args, source):
     """For a timm/hf model: which input values are used and where they came from."""
     if not recommends_input(args.model):
         return []
-    kind, recommended = source_kind(args), model_input(args)
-    if kind in OWN_INPUT:
-        return [f"input: {kind}'s own size and pixel statistics ({image_size(args)} px), not {args.model}'s "
-                f"recommended input"]
+    if source.own_input:
+        return [f"input: {source.kind}'s own size and pixel statistics ({image_size(args, source)} px), not "
+                f"{args.model}'s recommended input"]
+    recommended = model_input(args, source)
     own = [key for key in ("image_size", "mean", "std", "crop_pct", "interpolation") if getattr(args, key) is not None]
-    mean, std = mean_std(args)
-    used = (f"{image_size(args)} px, crop_pct {crop_pct(args):g}, {interpolation(args)}, mean "
+    mean, std = mean_std(args, source)
+    used = (f"{image_size(args, source)} px, crop_pct {crop_pct(args, source):g}, {interpolation(args, source)}, mean "
             f"{tuple(round(v, 4) for v in mean)}, std {tuple(round(v, 4) for v in std)}")
     origin = f"from {recommended['origin']}" if recommended else f"{args.model} recommends none: the defaults"
     return [f"input: {used} ({origin}{'; yours: ' + ', '.join(own) if own else ''})"]
 
 
-def train_crop_size(args, epoch=0):
-    """--train_crop_size, else the image size; with --progressive_resize, the side for `epoch`."""
-    if args.progressive_resize:
-        return progressive_size(args, epoch)
-    return args.train_crop_size or image_size(args)
-
-
-def progressive_size(args, epoch):
+def progressive_size(opts, epoch):
     """FFCV's progressive resizing, --progressive_resize LOW HIGH START END: LOW up to epoch START
     (0-based), HIGH from epoch END on, in between the straight line from one to the other rounded to
-    a multiple of --progressive_resize_step (32 as in FFCV, round half to even as numpy's)."""
-    low, high, start, end = args.progressive_resize
+    a multiple of --progressive_resize_step (32 as in FFCV, round half to even as numpy's). `opts`: the
+    options or the Input, which keeps both under their names."""
+    low, high, start, end = opts.progressive_resize
     if epoch <= start:
         return low
     if epoch >= end:
         return high
-    step = args.progressive_resize_step
+    step = opts.progressive_resize_step
     return round((low + (high - low) * (epoch - start) / (end - start)) / step) * step
-
-
-def val_crop_size(args):
-    return args.val_crop_size or image_size(args)
-
-
-def val_resize_size(args):
-    """The eval resize of the shorter side: --val_resize_size, else the val crop / crop_pct (224 / 0.875 = 256)."""
-    return args.val_resize_size or int(val_crop_size(args) / crop_pct(args))
-
-
-def mean_std(args):
-    """The normalisation of the model's input (None: synthetic input, which is not normalised)."""
-    kind = source_kind(args)
-    if kind == "synthetic":
-        return None
-    if kind == "digits":
-        return DIGITS_MEAN, DIGITS_STD
-    if kind == "moving_digits":
-        return MOVING_DIGITS_MEAN, MOVING_DIGITS_STD
-    model = model_input(args)
-    if kind == "video":
-        return args.mean or model.get("mean") or KINETICS_MEAN, args.std or model.get("std") or KINETICS_STD
-    return args.mean or model.get("mean") or IMAGENET_MEAN, args.std or model.get("std") or IMAGENET_STD
 
 
 @dataclass(frozen=True)
@@ -141,7 +83,8 @@ class Input:
     what the transforms, the on-device normalisation, the model folder and predict.py read. The fields
     that are options keep their option's name."""
 
-    kind: str  # source_kind: digits, synthetic, moving_digits, video, images
+    kind: str  # the source's: digits, synthetic, moving_digits, video, images
+    video: bool  # clips (N, C, T, H, W) or images
     image_size: int
     crop_pct: float
     interpolation: str
@@ -156,24 +99,26 @@ class Input:
     rand_augment: int
     notes: tuple  # which values a timm/hf model's input uses, and where they came from
 
-    @property
-    def video(self):
-        return self.kind in VIDEO_KINDS
-
     def train_crop(self, epoch):
         """The train crop's side in `epoch`: progressive_size with --progressive_resize."""
         return progressive_size(self, epoch) if self.progressive_resize else self.train_crop_size
 
 
-def resolve_input(args):
-    """The Input of the run `args` describes; every value derived here once (the model's recommendation
-    read from its library once)."""
-    return Input(kind=source_kind(args), image_size=image_size(args), crop_pct=crop_pct(args),
-                 interpolation=interpolation(args), mean_std=mean_std(args), train_crop_size=train_crop_size(args),
-                 val_crop_size=val_crop_size(args), val_resize_size=val_resize_size(args),
+def resolve_input(args, source):
+    """The Input of the run `args` describes, reading `source` (utils/data/source.py): every value derived
+    here once (the model's recommendation read from its library once)."""
+    size = image_size(args, source)
+    val_crop = args.val_crop_size or size
+    pct = crop_pct(args, source)
+    return Input(kind=source.kind, video=source.video, image_size=size, crop_pct=pct,
+                 interpolation=interpolation(args, source), mean_std=mean_std(args, source),
+                 train_crop_size=(progressive_size(args, 0) if args.progressive_resize else
+                                  args.train_crop_size or size),
+                 val_crop_size=val_crop, val_resize_size=args.val_resize_size or int(val_crop / pct),
                  progressive_resize=tuple(args.progressive_resize) if args.progressive_resize else None,
                  progressive_resize_step=args.progressive_resize_step, no_hflip=args.no_hflip,
-                 auto_augment=args.auto_augment, rand_augment=args.rand_augment, notes=tuple(input_notes(args)))
+                 auto_augment=args.auto_augment, rand_augment=args.rand_augment,
+                 notes=tuple(input_notes(args, source)))
 
 
 def digits_train(size):
@@ -212,6 +157,11 @@ def eval_preset(inp):
     return v2.Compose([v2.Resize(inp.val_resize_size, interpolation=v2.InterpolationMode(inp.interpolation),
                                  antialias=True),
                        v2.CenterCrop(inp.val_crop_size)])
+
+
+def image_presets(inp):
+    """(train, val) presets of image files, Hub datasets and streams: ByEpoch(train_preset), Fixed(eval_preset)."""
+    return ByEpoch(partial(train_preset, inp), inp), Fixed(eval_preset(inp), inp.val_crop_size)
 
 
 def progressive_notes(inp, epochs):
@@ -253,12 +203,3 @@ class ByEpoch:
         if size not in self.built:
             self.built[size] = self.build(size)
         return self.built[size], size
-
-
-def source_name(args):
-    """How results.json and the run folder name the data: digits, synthetic, a Hub name, a folder or a list."""
-    if args.train_list:
-        return f"videolist:{args.train_list}"
-    if args.train_dir or args.data_dir:
-        return f"{'video' if is_video(args) else 'image'}folder:{args.train_dir or args.data_dir}"
-    return args.dataset

@@ -1,4 +1,5 @@
-"""Where images come from: Hub datasets, image folders, save_to_disk folders, checked before training."""
+"""Where images come from: Hub datasets, image folders, save_to_disk folders, checked before training; the
+ImageFiles source over them (utils/data/source.py)."""
 
 import functools
 import os
@@ -7,6 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from utils.core.errors import UserError
+from utils.data import presets
+from utils.data.images import with_transform
+from utils.data.source import DataSource
 from utils.data.video import VIDEO_SUFFIXES
 
 SPLIT_SEED = 0  # carving and subsets use a fixed seed, so every --seed is scored on the same images
@@ -239,3 +243,18 @@ def load_splits(args):
     _check_range(val, names)
     train, val = subset(train, args.max_train_samples), subset(val, args.max_val_samples)
     return train, val, names, notes
+
+
+class ImageFiles(DataSource):
+    """Image files: a <class>/<image> folder (--train_dir/--val_dir, --data_dir), a Hub dataset or a
+    save_to_disk folder (--dataset): ImageNet's statistics and 224 px unless a timm/hf model recommends others."""
+
+    def name(self, args):
+        folder = args.train_dir or args.data_dir
+        return f"imagefolder:{folder}" if folder else args.dataset
+
+    def datasets(self, args, inp, rank=0, world=1):
+        train_preset, val_preset = presets.image_presets(inp)
+        train, val, names, notes = load_splits(args)
+        return (with_transform(train, train_preset, decoded=False, seed=args.seed),
+                with_transform(val, val_preset, decoded=False), names, notes + presets.progressive_notes(inp, args.epochs))

@@ -38,10 +38,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.core.seeding import spread
-from utils.data.images import decode_rgb, load_item
-from utils.data.sources import VAL_SPLITS, DataError, image_and_label, normalise
-
-
+from utils.data import presets
+from utils.data.images import decode_rgb, load_item, with_transform
+from utils.data.sources import VAL_SPLITS, DataError, ImageFiles, image_and_label, normalise, subset
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -245,3 +244,22 @@ def build_stream(args, rank, world, train_preset):
     train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
                        steps * args.grad_accum_steps, signature)
     return train, val, names, notes
+
+
+
+class Streamed(ImageFiles):
+    """--streaming: image shards (Hub, local parquet/arrow/webdataset) read as a stream; the validation
+    split read whole. Its size comes from the split's metadata (None: unknown), its resume signature from
+    the split's files, whose labels are not read ahead."""
+
+    def datasets(self, args, inp, rank=0, world=1):
+        train_preset, val_preset = presets.image_presets(inp)
+        train, val, names, notes = build_stream(args, rank, world, train_preset)
+        return (train, with_transform(subset(val, args.max_val_samples), val_preset, decoded=False), names,
+                notes + presets.progressive_notes(inp, args.epochs))
+
+    def sample_count(self, train):
+        return train.rows
+
+    def signature(self, train, classes):
+        return train.signature

@@ -1,5 +1,6 @@
 """Where videos come from: moving digits (embedded), <class>/<video> folders and list files, checked
-before training; and the datasets built over them (utils/data/video.py) with the presets attached."""
+before training; their two sources (utils/data/source.py), MovingDigits and VideoFiles, which build the
+datasets over them (utils/data/video.py) with the presets attached."""
 
 import os
 from pathlib import Path
@@ -8,9 +9,9 @@ import numpy as np
 
 from utils.core.seeding import EpochSeeded
 from utils.data import moving_digits, video_presets
+from utils.data.source import DataSource
 from utils.data.sources import SPLIT_SEED, DataError, folder_files
 from utils.data.video import VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips
-
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -108,30 +109,56 @@ def _subset(paths, labels, n):
     return [paths[i] for i in rows], [labels[i] for i in rows]
 
 
-def build_video_datasets(args, inp):
-    """(train, val, class_names, notes) for video data, for the run's Input `inp`; the train set wrapped in
-    EpochSeeded."""
-    size, frames_per_clip = inp.image_size, args.clip_len * args.num_segments
+# Kinetics-400's, which torchvision's video weights were trained with.
+KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
+# Moving digits' (0..1 scale), measured over its 2,000 train clips: mostly black canvas.
+MOVING_DIGITS_MEAN, MOVING_DIGITS_STD = (0.034,) * 3, (0.158,) * 3
+
+
+def _clip_datasets(args, inp, train, val):
+    """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded."""
     common = dict(clip_len=args.clip_len, interval=args.frame_interval, segments=args.num_segments,
-                  shape=(3, frames_per_clip, size, size))
-    if inp.kind == "moving_digits":
-        splits = moving_digits.load()
-        (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
-        train_src, val_src, names = ArrayFrames(train_clips), ArrayFrames(val_clips), moving_digits.CLASS_NAMES
-        train_names = val_names = None
-        notes = [f"moving digits: {len(train_labels)} train / {len(val_labels)} val clips of {moving_digits.FRAMES} "
-                 f"frames, {moving_digits.CANVAS}x{moving_digits.CANVAS}, labelled by direction of motion"]
-    else:
+                  shape=(3, args.clip_len * args.num_segments, inp.image_size, inp.image_size))
+    (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
+    train = VideoClips(train_src, train_labels, transform=video_presets.video_train(inp), seed=args.seed,
+                       names=train_names, **common)
+    val = VideoClips(val_src, val_labels, transform=video_presets.video_eval(inp), names=val_names, **common)
+    return EpochSeeded(train, train.epoch), val
+
+
+class VideoFiles(DataSource):
+    """Video files or frame folders: <class>/<video> folders (--train_dir/--val_dir, --data_dir) or list files
+    (--train_list/--val_list); 112 px and Kinetics' statistics unless a timm/hf model recommends others."""
+
+    kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
+
+    def name(self, args):
+        return f"videolist:{args.train_list}" if args.train_list else f"videofolder:{args.train_dir or args.data_dir}"
+
+    def datasets(self, args, inp, rank=0, world=1):
         (train_names, train_labels), (val_names, val_labels), names = \
             _from_lists(args) if args.train_list else _from_folders(args)
         train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
         val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
-        train_src, val_src = PathFrames(train_names), PathFrames(val_names)
-        notes = []
-    train = VideoClips(train_src, train_labels, transform=video_presets.video_train(inp), seed=args.seed,
-                       names=train_names, **common)
-    val = VideoClips(val_src, val_labels, transform=video_presets.video_eval(inp), names=val_names, **common)
-    return EpochSeeded(train, train.epoch), val, names, notes
+        return (*_clip_datasets(args, inp, (PathFrames(train_names), train_labels, train_names),
+                                (PathFrames(val_names), val_labels, val_names)), names, [])
+
+
+class MovingDigits(DataSource):
+    """--dataset moving_digits: embedded clips of a digit moving across a canvas, generated once (seeded),
+    its own size (the canvas) and statistics."""
+
+    kind, video, own_input, size = "moving_digits", True, True, moving_digits.CANVAS
+    stats = (MOVING_DIGITS_MEAN, MOVING_DIGITS_STD)
+
+    def datasets(self, args, inp, rank=0, world=1):
+        splits = moving_digits.load()
+        (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
+        notes = [f"moving digits: {len(train_labels)} train / {len(val_labels)} val clips of {moving_digits.FRAMES} "
+                 f"frames, {moving_digits.CANVAS}x{moving_digits.CANVAS}, labelled by direction of motion"]
+        return (*_clip_datasets(args, inp, (ArrayFrames(train_clips), train_labels, None),
+                                (ArrayFrames(val_clips), val_labels, None)),
+                moving_digits.CLASS_NAMES, notes)
 
 
 def test_views(args, inp, val):

@@ -14,24 +14,22 @@ The weights are the EMA's when --model_ema is on (the ones validation follows), 
 
 from utils.core.errors import UserError
 from utils.core.io import write_text_atomic
-from utils.data import presets
 from utils.models.libraries import library, save_in_library_form
 
 
-def input_config(args):
-    """The eval input of the run: what a user of the folder must feed the model."""
-    mean, std = presets.mean_std(args) or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
-    size = presets.val_crop_size(args)
-    resize = size if presets.source_kind(args) == "digits" else presets.val_resize_size(args)  # digits: no crop
-    return dict(image_size=size, resize=resize,
-                interpolation=presets.interpolation(args), mean=list(mean), std=list(std))
+def input_config(inp):
+    """The eval input of the run (its Input, utils/data/presets.py): what a user of the folder must feed the model."""
+    mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
+    size = inp.val_crop_size
+    resize = size if inp.kind == "digits" else inp.val_resize_size  # digits: no crop
+    return dict(image_size=size, resize=resize, interpolation=inp.interpolation, mean=list(mean), std=list(std))
 
 
-def save_model_folder(model, args, class_names, folder):
+def save_model_folder(model, args, inp, class_names, folder):
     """Write `model` (a bare, unsharded module on the CPU, in the default memory format) to `folder` in its
-    library's format; returns the folder."""
+    library's format, with the run's eval input `inp`; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_in_library_form(model, args.model, folder, input_config(args), class_names)
+    save_in_library_form(model, args.model, folder, input_config(inp), class_names)
     return folder
 
 

@@ -17,10 +17,8 @@ from utils.core.elastic import join_restarted_group
 from utils.core.preemption import StopRequest
 from utils.core.seeding import spread
 from utils.core.threads import cores_per_process
-from utils.data.loaders import (BadImages, build_dataloaders, build_datasets, build_test_loader, data_signature,
-                                sample_count)
+from utils.data.loaders import BadImages, build_dataloaders, build_test_loader
 from utils.data.on_device import BatchInput
-from utils.data.presets import is_video
 from utils.data.video_sources import test_views
 from utils.evaluation.metrics import load_metrics, topk_for
 from utils.models.ema import build_ema
@@ -91,7 +89,7 @@ class Job:
             state = accelerator.get_state_dict(self.model)  # collective; the full dict on the main process
             if not accelerator.is_main_process:
                 return None
-            model = new_model(self.args, self.class_names, pretrained=False)
+            model = new_model(self.args, self.class_names, False, self.settings.input.video)
             model.load_state_dict(state)
             return model
         if not accelerator.is_main_process:
@@ -133,9 +131,9 @@ def build_accelerator(args):
     )
 
 
-def new_model(args, class_names, pretrained):
-    """The model the options name, for our classes, on the CPU; not yet prepared or moved."""
-    return build_model(args.model, num_classes=len(class_names), video=is_video(args),
+def new_model(args, class_names, pretrained, video):
+    """The model the options name, for our classes (of clips when `video`), on the CPU; not yet prepared or moved."""
+    return build_model(args.model, num_classes=len(class_names), video=video,
                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
                        pretrained=pretrained, class_names=class_names)
 
@@ -162,13 +160,13 @@ def build_job(args, settings, accelerator, out):
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     # main_process_first the main process would fail alone and leave the others at its barrier).
     metrics = load_metrics(args.metrics)
-    inp = settings.input
-    train_ds, val_ds, class_names = load_datasets(args, inp, accelerator)
+    inp, source = settings.input, settings.source
+    train_ds, val_ds, class_names = load_datasets(args, settings, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=spread(args.seed))
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = new_model(args, class_names, args.pretrained)
+    model = new_model(args, class_names, args.pretrained, inp.video)
     initialise(model, args, accelerator.print)
     model = for_device(model, args, accelerator)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
@@ -190,8 +188,8 @@ def build_job(args, settings, accelerator, out):
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
-    data = data_signature(train_ds, len(class_names))
-    inputs = BatchInput(args, len(class_names), accelerator.process_index)
+    data = source.signature(train_ds, len(class_names))
+    inputs = BatchInput(args, len(class_names), accelerator.process_index, inp.mean_std)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
@@ -199,20 +197,21 @@ def build_job(args, settings, accelerator, out):
               metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
               data=data, test_loader=test_loader, ema=ema, inputs=inputs, settings=settings)
-    accelerator.print(f"{args.model} on {settings.source_name}: {sample_count(train_ds) or '?'} train / "
+    accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
                       f"{len(val_ds)} val {settings.sample_unit}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
-    return job, sample_count(train_ds), num_workers
+    return job, source.sample_count(train_ds), num_workers
 
 
-def load_datasets(args, inp, accelerator):
+def load_datasets(args, settings, accelerator):
     """The train and val datasets and the class names, built by the main process first (one rank builds
     caches, the others reuse them), with what the data and input notes say."""
+    inp = settings.input
     with accelerator.main_process_first():
-        train_ds, val_ds, class_names, notes = build_datasets(args, rank=accelerator.process_index,
-                                                              world=accelerator.num_processes, inp=inp)
+        train_ds, val_ds, class_names, notes = settings.source.datasets(args, inp, rank=accelerator.process_index,
+                                                                        world=accelerator.num_processes)
     for note in notes:
         accelerator.print(f"data: {note}")
     for note in inp.notes:

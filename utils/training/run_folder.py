@@ -17,7 +17,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from utils.core.errors import UserError
 from utils.core.io import first_free
-from utils.data.presets import source_name
+from utils.data.catalog import source_for
 from utils.training import checkpoints
 
 
@@ -56,7 +56,7 @@ def output_dir_for(args, accelerator):
         return Path(args.resume).resolve().parent.parent
 
     def new_name():  # holds a timestamp: one name for every rank
-        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (source_name(args), args.model))
+        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (source_for(args).name(args), args.model))
         return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{model}"))  # names, paths: no slashes
     return Path(_decided(accelerator, new_name))
 

@@ -1,0 +1,46 @@
+"""The embedded digits (the default data): scikit-learn's 8x8 scans, 32x32 RGB, no download."""
+
+import numpy as np
+
+from utils.data import presets
+from utils.data.images import with_transform
+from utils.data.source import DataSource
+from utils.data.sources import SPLIT_SEED, subset
+
+# Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
+DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3
+
+
+def load_digits_dataset():
+    """scikit-learn's 1,797 handwritten 8x8 digit scans as a `datasets.DatasetDict`.
+
+    Upscaled to 32x32 RGB PIL images in an `image` column, `label` a ClassLabel; split 80/20
+    stratified with a fixed seed: 1,437 train / 360 validation.
+    """
+    import datasets
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = (digits.images * (255 / 16)).round().astype(np.uint8)  # the scans are 0..16 ink levels
+    images = [Image.fromarray(p, "L").resize((32, 32), Image.BILINEAR).convert("RGB") for p in pixels]
+    features = datasets.Features(image=datasets.Image(),
+                                 label=datasets.ClassLabel(names=[str(d) for d in range(10)]))
+    full = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
+    split = full.train_test_split(test_size=0.2, stratify_by_column="label", seed=SPLIT_SEED)
+    return datasets.DatasetDict(train=split["train"], validation=split["test"])
+
+
+class Digits(DataSource):
+    """--dataset digits: decoded PIL images (nothing to decode in workers), its own size and statistics."""
+
+    kind, own_input, size, stats = "digits", True, 32, (DIGITS_MEAN, DIGITS_STD)
+
+    def datasets(self, args, inp, rank=0, world=1):
+        splits = load_digits_dataset()
+        train = subset(splits["train"], args.max_train_samples)
+        val = subset(splits["validation"], args.max_val_samples)
+        size = inp.val_crop_size
+        return (with_transform(train, presets.ByEpoch(presets.digits_train, inp), decoded=True, seed=args.seed),
+                with_transform(val, presets.Fixed(presets.digits_eval(size), size), decoded=True),
+                train.features["label"].names, presets.progressive_notes(inp, args.epochs))
