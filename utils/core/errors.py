@@ -14,6 +14,27 @@ class UserError(Exception):
         raise cls(message)
 
 
+class ConfigError(UserError, ValueError):
+    """A bad option value, or options that do not go together; the message names the option."""
+
+
+def requirement(args):
+    """`need(ok, key, problem)` over the parsed options: when not ok, a ConfigError `key: problem, got <value>`.
+    Each subsystem checks its own options with it, next to its code (`check_options`); utils/config/checks.py
+    runs them all before anything is built."""
+    def need(ok, key, problem):
+        if not ok:
+            raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
+    return need
+
+
+def at_least(args, need, keys, low, optional=False):
+    """need() each option of `keys` >= low (or None, when optional)."""
+    for key in keys:
+        value = getattr(args, key)
+        need((optional and value is None) or value >= low, key, f"must be >= {low}")
+
+
 def report(prog, message):
     """`prog: error: message` on stderr, exit code 2. One write: lines of several ranks do not interleave."""
     sys.stderr.write(f"{prog}: error: {message}\n")

@@ -3,6 +3,7 @@ answers). A new source is a module with its class, and a line here."""
 
 import os
 
+from utils.core.errors import at_least
 from utils.data import presets
 from utils.data.digits import Digits
 from utils.data.sources import ImageFiles, folder_holds_videos
@@ -34,3 +35,28 @@ def is_video(args):
 def resolve_input(args):
     """The Input (utils/data/presets.py) of the run `args` describes."""
     return presets.resolve_input(args, source_for(args))
+
+
+def check_options(args, need, source):
+    """Where the data comes from: one source, its sizes and subsets."""
+    at_least(args, need, ("synthetic_train_samples", "synthetic_val_samples"), 1)
+    at_least(args, need, ("image_size", "max_train_samples", "max_val_samples"), 1, optional=True)
+    for key in ("max_train_samples", "max_val_samples"):  # else silently ignored
+        need(getattr(args, key) is None or source.kind not in ("synthetic", "moving_digits"), key,
+             "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
+             "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
+    need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
+    need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")
+    need(args.num_classes >= 2, "num_classes", "must be >= 2")
+    need(not (args.train_dir and args.data_dir), "data_dir", "give --train_dir [--val_dir] or --data_dir, not both")
+    need(args.val_dir is None or args.train_dir, "val_dir", "needs --train_dir")
+    need(not (args.train_list and (args.train_dir or args.data_dir)), "train_list",
+         "give list files or folders, not both")
+    need(args.val_list is None or args.train_list, "val_list", "needs --train_list")
+    need(args.train_list is None or args.val_list, "train_list", "needs --val_list too")
+    need(not args.train_list or args.dataset == "digits", "dataset",
+         "reads no list file: drop it when giving --train_list")
+    folders = args.train_dir or args.data_dir
+    need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
+         "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
+    need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")

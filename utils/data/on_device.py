@@ -12,6 +12,7 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from utils.core.errors import at_least
 from utils.core.seeding import batch_rng
 
 
@@ -74,3 +75,10 @@ class BatchInput:
                 pixels, labels = self.mix(tv_tensors.Video(pixels) if video else pixels, labels)
                 pixels = pixels.as_subclass(torch.Tensor)
         return self._formatted(pixels), labels
+
+
+def check_options(args, need, source):
+    """MixUp/CutMix and random erasing."""
+    at_least(args, need, ("mixup_alpha", "cutmix_alpha"), 0)
+    need(0 <= args.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
+    need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")

@@ -10,6 +10,7 @@ from functools import partial
 
 from torchvision.transforms import v2
 
+from utils.core.errors import at_least
 from utils.models.libraries import data_config, recommends_input
 
 
@@ -203,3 +204,25 @@ class ByEpoch:
         if size not in self.built:
             self.built[size] = self.build(size)
         return self.built[size], size
+
+
+def check_options(args, need, source):
+    """Crops and their sizes, progressive resizing, crop_pct, the normalisation, RandAugment."""
+    at_least(args, need, ("train_crop_size", "val_crop_size", "val_resize_size"), 1, optional=True)
+    if args.progressive_resize:
+        low, high, start, end = args.progressive_resize
+        need(args.progressive_resize_step >= 1, "progressive_resize_step", "must be >= 1")
+        need(1 <= low <= high and 0 <= start <= end, "progressive_resize",
+             "must be LOW HIGH START END with 1 <= LOW <= HIGH and 0 <= START <= END")
+        need(low % args.progressive_resize_step == 0 and high % args.progressive_resize_step == 0,
+             "progressive_resize", f"LOW and HIGH must be multiples of --progressive_resize_step "
+             f"{args.progressive_resize_step}")
+        need(args.train_crop_size is None, "train_crop_size", "leave it out with --progressive_resize, which sets "
+             "the train crop of each epoch")
+        need(source.kind != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
+             "(it is generated at --image_size)")
+    need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args, source)),
+         "val_resize_size", "must be at least the val crop size")
+    need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
+    need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
+    need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")

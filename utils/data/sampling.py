@@ -52,3 +52,8 @@ class RepeatedAugmentationSampler(Sampler):
         padded = shares[:, torch.arange(self.steps * self.batch_size) % self.per_rank]
         order = padded.view(self.world, self.steps, self.batch_size).transpose(0, 1)  # (steps, W, batch)
         return iter(order.reshape(-1).tolist())
+
+
+def check_options(args, need, source):
+    """Repeated augmentation."""
+    need(args.ra_reps >= 1, "ra_reps", "must be >= 1")

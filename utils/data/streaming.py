@@ -263,3 +263,20 @@ class Streamed(ImageFiles):
 
     def signature(self, train, classes):
         return train.signature
+
+
+def check_options(args, need, source):
+    """--streaming reads shards named by --dataset, in epochs of --steps_per_epoch."""
+    if args.streaming:
+        need(source.kind == "images" and not (args.train_dir or args.data_dir), "streaming",
+             "reads a Hub dataset or local shard files named by --dataset, not the embedded data or folders of images")
+        need(args.max_train_samples is None, "max_train_samples", "cannot subset a stream: set its length with "
+             "--steps_per_epoch")
+        need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
+             "to processes): not with --streaming")
+        need(not args.sync_bn, "sync_bn", "not with --streaming: a process past the end of its shards takes padding "
+             "steps, without SyncBatchNorm's collective, and the others would wait for it")
+    need(args.steps_per_epoch is None or args.streaming, "steps_per_epoch",
+         "sets the epoch of --streaming data (map-style epochs are a pass over the data)")
+    need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
+    need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")

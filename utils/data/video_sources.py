@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.core.errors import at_least
 from utils.core.seeding import EpochSeeded
 from utils.data import moving_digits, video_presets
 from utils.data.source import DataSource
@@ -168,3 +169,14 @@ def test_views(args, inp, val):
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
                       transform=video_presets.video_test(inp, crops), shape=(crops, *val.shape),
                       clips=args.test_clips or 1, names=val.names)
+
+
+def check_options(args, need, source):
+    """Clips and the multi-view test; the image-only crop options."""
+    at_least(args, need, ("clip_len", "frame_interval", "num_segments"), 1)
+    at_least(args, need, ("test_clips", "test_crops"), 1, optional=True)
+    video = source.video
+    need(video or not (args.test_clips or args.test_crops), "test_clips", "multi-view test is for video data")
+    sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
+    given = [key for key in sizes if getattr(args, key) is not None]
+    need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")

@@ -9,6 +9,7 @@ never pays for them.
 
 import functools
 
+from utils.core.errors import ConfigError
 from utils.models import torchvision_models as tv
 from utils.models.hf_library import Transformers
 from utils.models.timm_library import Timm
@@ -114,3 +115,18 @@ def initialise(model, args, log=print):
         trainable = set(classifier_parameters(model, args.model))
         for p in model.parameters():
             p.requires_grad_(p in trainable)
+
+
+def check_options(args, need, video):
+    """The model's name (in its library's namespace), its weights, its regularisation; a video model needs
+    `video` data."""
+    for key in ("drop_path", "dropout"):
+        need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
+    try:
+        check_model_name(args.model)
+    except ValueError as e:
+        raise ConfigError(f"model: {e}") from None
+    need(args.weights is None or named_weights(args.model), "weights", "names torchvision weights; for "
+         "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
+    need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
+         "a folder of videos, --dataset moving_digits)")

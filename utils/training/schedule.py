@@ -3,6 +3,8 @@
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, MultiStepLR, SequentialLR
 
+from utils.core.errors import at_least
+
 NORMS = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm)
 
 
@@ -74,3 +76,29 @@ def build_lr_scheduler(optimizer, args, steps_per_epoch):
     # LinearLR's first value is start_factor * lr, never 0: the first step already learns something.
     warmup = LinearLR(optimizer, start_factor=args.warmup_start_factor, end_factor=1.0, total_iters=warmup_steps)
     return SequentialLR(optimizer, [warmup, decay], milestones=[warmup_steps])
+
+
+def check_options(args, need):
+    """The optimizer and the LR schedule, laid out in epochs."""
+    at_least(args, need, ("epochs", "batch_size", "grad_accum_steps"), 1)
+    need(args.lr_scale_batch is None or args.lr_scale_batch >= 1, "lr_scale_batch", "must be >= 1")
+    at_least(args, need, ("weight_decay", "norm_weight_decay", "bias_weight_decay", "min_lr"), 0)
+    need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
+    need(args.lr > 0, "lr", "must be > 0")
+    need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
+    need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
+    need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
+    need(0 < args.warmup_start_factor <= 1, "warmup_start_factor", "must be in (0, 1] (0 would waste the first step)")
+    need(args.warmup_epochs is None or 0 <= args.warmup_epochs < args.epochs, "warmup_epochs",
+         f"must be in [0, epochs={args.epochs})")
+    warmup = warmup_epochs(args)
+    need(args.min_lr <= args.lr, "min_lr", f"must not exceed lr={args.lr}")
+    need(args.lr_gamma > 0, "lr_gamma", "must be > 0")
+    if args.lr_schedule == "step":
+        need(args.lr_milestones is not None, "lr_milestones", "required with lr_schedule step")
+        ms = args.lr_milestones
+        need(all(warmup < m < args.epochs for m in ms), "lr_milestones",
+             f"each must lie after warmup ({warmup}) and before the end of training ({args.epochs})")
+        need(all(a < b for a, b in zip(ms, ms[1:])), "lr_milestones", "must be strictly increasing")
+    need(0 < args.model_ema_decay < 1, "model_ema_decay", "must be in (0, 1)")
+    need(args.model_ema_steps >= 1, "model_ema_steps", "must be >= 1")
