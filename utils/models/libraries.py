@@ -1,10 +1,11 @@
-"""Where a --model comes from: a torchvision name, `timm/<name>` or `hf/<Hub repo or local folder>`.
+"""Where a --model comes from: a torchvision name, `timm/<name>`, `hf/<Hub repo or local folder>` or
+`pv/<name>` (pytorchvideo's video models).
 
 One entry point per question the script asks of a model (is the name valid, build it, which input it
 expects, which parameters are its classifier, how it is saved), answered by the library the name's
 prefix picks, in `library()`, the one place that tells them apart (utils/models/library.py: the
-protocol). timm and transformers are imported only when their namespace is used: the default job
-never pays for them.
+protocol). timm, transformers and pytorchvideo are imported only when their namespace is used: the
+default job never pays for them.
 """
 
 import functools
@@ -12,11 +13,12 @@ import functools
 from utils.core.errors import ConfigError
 from utils.models import torchvision_models as tv
 from utils.models.hf_library import Transformers
+from utils.models.pv_library import PyTorchVideo
 from utils.models.timm_library import Timm
 from utils.models.torchvision_library import Torchvision
 from utils.models.torchvision_models import ModelError
 
-LIBRARIES = (Timm(), Transformers())  # by prefix; a name with none of theirs is torchvision's
+LIBRARIES = (Timm(), Transformers(), PyTorchVideo())  # by prefix; a name with none of theirs is torchvision's
 TORCHVISION = Torchvision()
 
 
