@@ -39,7 +39,9 @@ def load_run(run_dir, ema=False, checkpoint=None):
     if not weights.is_file():
         hint = " (the run trained without --model_ema)" if ema else " (training has not finished: pass --checkpoint)"
         raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
-    model = build_model(args.model, num_classes=len(names), video=is_video(args), class_names=names)
+    shift = args.clip_len * args.num_segments if args.temporal_shift else None  # TSM, as the run trained
+    model = build_model(args.model, num_classes=len(names), video=is_video(args), class_names=names,
+                        temporal_shift=shift)
     try:
         model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:

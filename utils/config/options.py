@@ -195,6 +195,8 @@ def get_args_parser(prog="train_classification.py"):
                    type=float, default=None, help="the classifier's dropout (models whose builder takes it)")
     g.add_argument("--zero_init_residual", resume_key=False, action=argparse.BooleanOptionalAction, default=True,
                    help="image ResNets from scratch: each residual block's last BatchNorm starts at zero")
+    g.add_argument("--temporal_shift", resume_key=True, action="store_true", help="TSM: a 2D ResNet on video shifts "
+                   "1/8 of its channels a frame forward and 1/8 back in each residual block (else TSN)")
     g.add_argument("--sync_bn", resume_key=True, action="store_true",
                    help="BatchNorm statistics over the global batch (SyncBatchNorm), for small per-device batches")
     g.add_argument("--channels_last", resume_key=False,

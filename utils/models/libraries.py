@@ -14,6 +14,7 @@ from utils.core.errors import ConfigError
 from utils.models import torchvision_models as tv
 from utils.models.hf_library import Transformers
 from utils.models.pv_library import PyTorchVideo
+from utils.models.temporal_shift import add_temporal_shift
 from utils.models.timm_library import Timm
 from utils.models.torchvision_library import Torchvision
 from utils.models.torchvision_models import ModelError
@@ -55,13 +56,15 @@ def check_model_name(name):
 
 
 def build_model(name, num_classes, video=False, zero_init_residual=True, drop_path=None, dropout=None,
-                pretrained=False, class_names=None):
+                pretrained=False, class_names=None, temporal_shift=None):
     """A model with a `num_classes`-way classifier; timm and transformers models load their own pretrained
     weights when `pretrained` (the classifier for our labels newly initialised). torchvision's pretrained
-    weights are loaded afterwards by initialise(). An image model on video scores frames (TSN)."""
+    weights are loaded afterwards by initialise(). An image model on video scores frames (TSN); with
+    `temporal_shift` (the clip's frame count) its residual blocks also shift channels in time (TSM)."""
     lib, arch = library(name)
-    return lib.build(arch, num_classes, video=video, zero_init_residual=zero_init_residual, drop_path=drop_path,
-                     dropout=dropout, pretrained=pretrained, class_names=class_names)
+    model = lib.build(arch, num_classes, video=video, zero_init_residual=zero_init_residual, drop_path=drop_path,
+                      dropout=dropout, pretrained=pretrained, class_names=class_names)
+    return add_temporal_shift(model, temporal_shift, name) if temporal_shift else model
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,3 +135,6 @@ def check_options(args, need, video):
          "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
     need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
+    need(not args.temporal_shift or video and not is_video_model(args.model), "temporal_shift",
+         "shifts channels in time inside a 2D image model scoring video frames (TSM): give video data and an "
+         "image model (resnet50, timm/resnet50...)")

@@ -133,7 +133,8 @@ def build_accelerator(args):
 
 def new_model(args, class_names, pretrained, video):
     """The model the options name, for our classes (of clips when `video`), on the CPU; not yet prepared or moved."""
-    return build_model(args.model, num_classes=len(class_names), video=video,
+    shift = args.clip_len * args.num_segments if args.temporal_shift else None  # TSM over the clip's frames
+    return build_model(args.model, num_classes=len(class_names), video=video, temporal_shift=shift,
                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
                        pretrained=pretrained, class_names=class_names)
 
