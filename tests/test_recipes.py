@@ -39,6 +39,13 @@ def textured_images(tmp_path_factory):
     return root
 
 
+def tiny_videos(videos):
+    """The video recipes' own models on 4-frame 16 px clips of the `videos` fixture (8 train / 5 val videos), one
+    clip and one crop at test: the recipes' 10 x 3 views would cost a minute of SlowFast on the CPU."""
+    return ["--train_dir", videos / "tr", "--val_dir", videos / "va", "--image_size", "16", "--clip_len", "4",
+            "--batch_size", "2", "--max_train_steps", "3", "--log_every", "1", "--test_clips", "1", "--test_crops", "1"]
+
+
 def tiny_images(images):
     """Progressive resizing needs real crops: 8 images, one step an epoch on 2 processes, 16-px crops in
     epoch 0 and 32-px ones from epoch 1."""
@@ -49,13 +56,15 @@ def tiny_images(images):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textured_images):
+def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textured_images, videos):
     # configs/moving_digits_mc3_18.yaml is the video tests' recipe: every --dataset moving_digits run applies it.
     import yaml
 
     out = tmp_path / "run"
     recipe_values = yaml.safe_load((ROOT / "configs" / recipe).read_text())
     tiny = tiny_images(textured_images) if "progressive_resize" in recipe_values else [*TINY_SYNTHETIC, *RECIPE_SIZE]
+    if "clip_len" in recipe_values:  # a video recipe
+        tiny = tiny_videos(videos)
     proc = ranks_ok(["--config", ROOT / "configs" / recipe, *tiny, "--output_dir", out], nproc=2, timeout=240)
     results, config = read_json(out / "results.json"), yaml.safe_load((out / "config.yaml").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2 and math.isfinite(results["val_loss"])
