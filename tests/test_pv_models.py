@@ -87,7 +87,8 @@ def pv_job(videos, out, model, *extra):
 @pytest.mark.slow
 def test_slowfast_trains_on_two_processes_resumes_bitwise_and_tests_alike_on_one_and_two(videos, tmp_path):
     """2 processes x batch 2 over 8 videos: 2 steps an epoch, 3 epochs; killed after step 4 (with its workers),
-    resumed from step_3 (mid-epoch); then the trained weights' multi-view test (2 clips x 3 crops of 5 videos) on 1 and 2 processes."""
+    resumed from step_3 (mid-epoch); then the trained weights' multi-view test (2 clips x 3 crops of 5 videos)
+    on 1 and 2 processes, and their ONNX export."""
     whole, out = tmp_path / "whole", tmp_path / "run"
     ranks_ok(pv_job(videos, whole, "pv/slowfast_r50", "--epochs", "3"), nproc=2)
     argv = pv_job(videos, out, "pv/slowfast_r50", "--epochs", "3", "--checkpoint_every_steps", "1")
@@ -110,3 +111,10 @@ def test_slowfast_trains_on_two_processes_resumes_bitwise_and_tests_alike_on_one
     for key in ("video_top1", "video_topk", "clip_top1", "val_top1"):
         assert one[key] == two[key], key
     assert abs(one["video_loss"] - two["video_loss"]) < 1e-6 and one["video_loss"] < 5  # trained, not diverged
+    # predict.py's ONNX export of the trained run: the graph (pathways, pools) against PyTorch
+    from utils.data.catalog import resolve_input
+    from utils.inference import export_onnx, load_run
+
+    args, _, model = load_run(whole)
+    diff = export_onnx(model, args, resolve_input(args), tmp_path / "slowfast.onnx")
+    assert diff is not None and diff < 1e-4, diff
