@@ -81,6 +81,33 @@ def test_sigkill_mid_epoch_with_workers_then_resume_is_bitwise_equal(videos, tmp
     assert read_json(out / "results.json")["val_top1"] == read_json(whole / "results.json")["val_top1"]
 
 
+def test_a_saved_dataset_with_a_video_column_trains_on_two_processes_as_its_video_folders_do(videos, tmp_path):
+    """The `videos` fixture's files as a save_to_disk DatasetDict (Video column, ClassLabel), in the folders' order:
+    decoded with PyAV from what `datasets` stored, the 2-process run's weights are bitwise the folder run's."""
+    import datasets
+
+    from utils.data.sources import folder_files
+
+    features = datasets.Features(video=datasets.Video(), label=datasets.ClassLabel(names=["left", "right"]))
+    splits = {}
+    for split, folder in (("train", "tr"), ("validation", "va")):
+        files = folder_files(videos / folder, split, {".mp4"}, "videos")
+        splits[split] = datasets.Dataset.from_dict(
+            {"video": [f for fs in files.values() for f in fs],
+             "label": [i for i, fs in enumerate(files.values()) for _ in fs]}, features=features)
+    datasets.DatasetDict(splits).save_to_disk(tmp_path / "ds")
+    job = video_job(videos, tmp_path / "folders", "--num_workers", "1")
+    ranks_ok(job, nproc=2)
+    at = job.index("--train_dir")
+    saved = [*job[:at], "--dataset", tmp_path / "ds", *job[at + 4:]]  # --train_dir/--val_dir out
+    saved[saved.index("--output_dir") + 1] = tmp_path / "saved"
+    proc = ranks_ok(saved, nproc=2)
+    assert "video dataset: 8 train / 5 val videos (split 'validation'), decoded with PyAV" in proc.stdout
+    assert_same_weights(tmp_path / "saved", tmp_path / "folders")
+    one, two = read_json(tmp_path / "saved" / "results.json"), read_json(tmp_path / "folders" / "results.json")
+    assert (one["val_top1"], one["val_samples"], one["dataset"]) == (two["val_top1"], 5, f"videodataset:{tmp_path / 'ds'}")
+
+
 def test_moving_digits_needs_time_a_frame_model_cannot_tell_the_direction(tmp_path, fresh_accelerate_state):
     """Moving digits at 16 px: mc3_18 (3D) with the recipe's 2 epochs learns the direction (1.000 here);
     resnet18 scoring frames one by one (TSN) sees at most the axis of motion and stays near chance for its

@@ -7,6 +7,7 @@ from utils.core.errors import at_least
 from utils.data import presets
 from utils.data.digits import Digits
 from utils.data.sources import ImageFiles, folder_holds_videos
+from utils.data.stored_videos import StoredVideos, holds_videos
 from utils.data.streaming import Streamed
 from utils.data.synthetic import Synthetic
 from utils.data.video_sources import MovingDigits, VideoFiles
@@ -16,8 +17,9 @@ EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDig
 
 def source_for(args):
     """The source of the run's data: list files and folders of videos are VideoFiles (the modality follows
-    from the data), other folders ImageFiles; then the embedded sources by --dataset; else a Hub dataset or a
-    save_to_disk folder (ImageFiles), or its shards streamed (Streamed) with --streaming."""
+    from the data), other folders ImageFiles; then the embedded sources by --dataset; a save_to_disk folder
+    with a Video column (StoredVideos); else a Hub dataset or a save_to_disk folder (ImageFiles), or its
+    shards streamed (Streamed) with --streaming."""
     if args.train_list:
         return VideoFiles()
     folder = args.train_dir or args.data_dir and os.path.join(args.data_dir, "train")
@@ -25,6 +27,8 @@ def source_for(args):
         return VideoFiles() if folder_holds_videos(folder) else ImageFiles()
     if args.dataset in EMBEDDED:
         return EMBEDDED[args.dataset]()
+    if not args.streaming and holds_videos(args.dataset):  # a save_to_disk folder with a Video column
+        return StoredVideos()
     return Streamed() if args.streaming else ImageFiles()
 
 

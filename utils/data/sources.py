@@ -169,10 +169,9 @@ def normalise(ds, args, class_names=None):
 
     videos = [name for name, feature in ds.features.items() if type(feature).__name__ == "Video"]
     if videos and args.image_column not in ds.column_names:
-        _fail(f"dataset: column {videos[0]!r} holds videos, which datasets decodes with torchcodec, and torchcodec "
-              f"needs FFmpeg's shared libraries installed on the system: write the videos out to "
-              f"<class>/<video> folders or a list file and pass --train_dir/--val_dir or --train_list/--val_list "
-              f"(decoded here with PyAV, no system FFmpeg needed)")
+        _fail(f"dataset: column {videos[0]!r} holds videos: save the dataset to a folder (python -c \"import "
+              f"datasets; datasets.load_dataset('{args.dataset}').save_to_disk('DIR')\") and pass --dataset DIR, "
+              f"whose videos are decoded here with PyAV (datasets would need torchcodec and FFmpeg's shared libraries)")
     ds, label_col = image_and_label(ds, args)
     if isinstance(ds.features["label"], datasets.ClassLabel):
         return ds

@@ -52,6 +52,21 @@ class ArrayFrames:
         return picked.permute(0, 3, 1, 2).contiguous()
 
 
+class StoredFrames:
+    """Videos stored by `datasets` (a Video column read with decode=False): {"bytes", "path"} values, decoded
+    with PyAV from the bytes when stored, else from the file (not torchcodec, which needs FFmpeg's shared
+    libraries on the system)."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def read(self, video, choose):
+        import io
+
+        value = self.values[video]
+        return read_video_file(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"], choose)
+
+
 class PathFrames:
     """Videos named by path: video files (PyAV) or folders of frame images."""
 

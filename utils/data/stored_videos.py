@@ -1,0 +1,90 @@
+"""Video datasets stored by `datasets`: a save_to_disk folder (or a Hub dataset saved with save_to_disk) whose
+split has a Video column. The column is read with decode=False, its file paths or bytes, and decoded with our
+PyAV reader (utils/data/video.py StoredFrames): `datasets` itself would decode with torchcodec, which needs
+FFmpeg's shared libraries on the system. Clips, sampling and transforms are the video folders'."""
+
+import json
+from pathlib import Path
+
+from utils.data.source import DataSource
+from utils.data.sources import LABEL_COLUMNS, VAL_SPLITS, DataError, pick_column, subset
+from utils.data.video import StoredFrames
+from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD, _clip_datasets
+
+_fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
+
+
+def _saved_features(folder):
+    """The features each split of a save_to_disk folder declares (its JSON files: nothing loaded)."""
+    folder = Path(folder)
+    infos = [folder / "dataset_info.json"] if (folder / "dataset_info.json").is_file() else \
+        sorted(folder.glob("*/dataset_info.json")) if (folder / "dataset_dict.json").is_file() else []
+    found = []
+    for info in infos:
+        try:
+            found.append(json.loads(info.read_text()).get("features") or {})
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def holds_videos(dataset):
+    """Whether --dataset names a save_to_disk folder with a Video column."""
+    return any(feature.get("_type") == "Video" for features in _saved_features(dataset)
+               for feature in features.values() if isinstance(feature, dict))
+
+
+def _video_column(ds, asked):
+    videos = [name for name, feature in ds.features.items() if type(feature).__name__ == "Video"]
+    if asked is not None:
+        if asked not in videos:
+            _fail(f"image_column: {asked!r} is not a Video column; the Video columns are: {', '.join(videos)}")
+        return asked
+    return videos[0]
+
+
+def _split(ds, args, names=None):
+    """(StoredFrames, labels, names for messages, class names) of one split."""
+    import datasets
+
+    video = _video_column(ds, args.image_column)
+    label = pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
+    feature = ds.features[label]
+    names = names or (feature.names if isinstance(feature, datasets.ClassLabel) else None)
+    labels = [int(v) for v in ds[label][:]]
+    names = names or [str(i) for i in range(max(labels) + 1)]
+    if any(not 0 <= v < len(names) for v in labels):
+        _fail(f"label_column: labels outside [0, {len(names)}) in {label!r}")
+    values = ds.cast_column(video, datasets.Video(decode=False))[video][:]
+    where = [v.get("path") or f"{video}[{i}]" for i, v in enumerate(values)]
+    return StoredFrames(values), labels, where, names
+
+
+class StoredVideos(DataSource):
+    """--dataset FOLDER written by save_to_disk with a Video column (and a validation split): 112 px and
+    Kinetics' statistics unless a timm/hf/pv model recommends others, as video files."""
+
+    kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
+
+    def name(self, args):
+        return f"videodataset:{args.dataset}"
+
+    def datasets(self, args, inp, rank=0, world=1):
+        import datasets
+
+        loaded = datasets.load_from_disk(args.dataset)
+        if isinstance(loaded, datasets.Dataset):
+            loaded = datasets.DatasetDict(train=loaded)
+        if args.train_split not in loaded:
+            _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(loaded)}")
+        val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
+        if val_split not in loaded:
+            _fail(f"val_split: a video dataset needs a validation split (not carved); splits are: {', '.join(loaded)}")
+        train_ds = subset(loaded[args.train_split], args.max_train_samples)
+        val_ds = subset(loaded[val_split], args.max_val_samples)
+        train_frames, train_labels, train_where, names = _split(train_ds, args)
+        val_frames, val_labels, val_where, _ = _split(val_ds, args, names)
+        train, val = _clip_datasets(args, inp, (train_frames, train_labels, train_where),
+                                    (val_frames, val_labels, val_where))
+        return train, val, names, [f"video dataset: {len(train_labels)} train / {len(val_labels)} val videos "
+                                   f"(split {val_split!r}), decoded with PyAV"]
