@@ -85,13 +85,15 @@ def pv_job(videos, out, model, *extra):
 
 
 @pytest.mark.slow
-def test_slowfast_trains_on_two_processes_resumes_bitwise_and_tests_alike_on_one_and_two(videos, tmp_path):
+@pytest.mark.parametrize("name", ["slowfast_r50", "x3d_s"])
+def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_two_and_exports(name, videos,
+                                                                                              tmp_path):
     """2 processes x batch 2 over 8 videos: 2 steps an epoch, 3 epochs; killed after step 4 (with its workers),
     resumed from step_3 (mid-epoch); then the trained weights' multi-view test (2 clips x 3 crops of 5 videos)
     on 1 and 2 processes, and their ONNX export."""
     whole, out = tmp_path / "whole", tmp_path / "run"
-    ranks_ok(pv_job(videos, whole, "pv/slowfast_r50", "--epochs", "3"), nproc=2)
-    argv = pv_job(videos, out, "pv/slowfast_r50", "--epochs", "3", "--checkpoint_every_steps", "1")
+    ranks_ok(pv_job(videos, whole, f"pv/{name}", "--epochs", "3"), nproc=2)
+    argv = pv_job(videos, out, f"pv/{name}", "--epochs", "3", "--checkpoint_every_steps", "1")
     ranks_killed(argv, "step:4", nproc=2)
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_3"
@@ -99,11 +101,11 @@ def test_slowfast_trains_on_two_processes_resumes_bitwise_and_tests_alike_on_one
     assert read_json(out / "results.json")["val_top1"] == read_json(whole / "results.json")["val_top1"]
     config = read_json(whole / "model" / "config.json")
     assert (config["library"], config["builder"], config["builder_kwargs"]) == \
-        ("pytorchvideo", "slowfast_r50", {"model_num_class": 2})
+        ("pytorchvideo", name, {"model_num_class": 2})
     tested = {}
     for nproc in (1, 2):
         test = tmp_path / f"test{nproc}"
-        ranks_ok(pv_job(videos, test, "pv/slowfast_r50", "--eval_only", "--init_from", whole / "model.safetensors",
+        ranks_ok(pv_job(videos, test, f"pv/{name}", "--eval_only", "--init_from", whole / "model.safetensors",
                         "--test_clips", "2", "--test_crops", "3"), nproc=nproc)
         tested[nproc] = read_json(test / "results.json")
     one, two = tested[1], tested[2]
@@ -116,5 +118,5 @@ def test_slowfast_trains_on_two_processes_resumes_bitwise_and_tests_alike_on_one
     from utils.inference import export_onnx, load_run
 
     args, _, model = load_run(whole)
-    diff = export_onnx(model, args, resolve_input(args), tmp_path / "slowfast.onnx")
+    diff = export_onnx(model, args, resolve_input(args), tmp_path / f"{name}.onnx")
     assert diff is not None and diff < 1e-4, diff
