@@ -1,10 +1,13 @@
 """`pv/<name>`: pytorchvideo's video models fitted to our clips (utils/models/pv_library.py): names checked,
 logits for any clip the backbone takes, SlowFast's two pathways from one clip, Kinetics weights from the torch
-hub cache with a new head, and training on 2 processes with an exact multi-view test and a bitwise resume."""
+hub cache with a new head, and training on 2 processes with an exact multi-view test, a bitwise resume, the
+ONNX export and predict.py."""
+
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, assert_same_weights, main_fails, read_json, resumed_from
+from conftest import TINY, assert_same_weights, main_fails, read_json, read_jsonl, resumed_from
 from ranks import ranks_killed, ranks_ok
 
 from utils.config.options import parse_args
@@ -120,3 +123,10 @@ def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_
     args, _, model = load_run(whole)
     diff = export_onnx(model, args, resolve_input(args), tmp_path / f"{name}.onnx")
     assert diff is not None and diff < 1e-4, diff
+    # predict.py on the run: each file's val clip scored as validation scored it
+    rows = tmp_path / "rows.jsonl"
+    ranks_ok([whole, videos / "va", "--output", rows], nproc=1, target="predict:main")
+    rows = read_jsonl(rows)
+    assert len(rows) == 5
+    correct = sum(r["labels"][0] == Path(r["path"]).parent.name for r in rows)
+    assert correct == round(read_json(whole / "results.json")["val_top1"] * 5)
