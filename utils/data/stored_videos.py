@@ -55,9 +55,10 @@ def _split(ds, args, names=None):
     names = names or [str(i) for i in range(max(labels) + 1)]
     if any(not 0 <= v < len(names) for v in labels):
         _fail(f"label_column: labels outside [0, {len(names)}) in {label!r}")
-    values = ds.cast_column(video, datasets.Video(decode=False))[video][:]
-    where = [v.get("path") or f"{video}[{i}]" for i, v in enumerate(values)]
-    return StoredFrames(values), labels, where, names
+    rows = ds.cast_column(video, datasets.Video(decode=False)).select_columns([video])
+    paths = rows.data.column(video).combine_chunks().field("path").to_pylist()  # the paths alone, not the bytes
+    where = [path or f"{video}[{i}]" for i, path in enumerate(paths)]
+    return StoredFrames(rows, video), labels, where, names
 
 
 class StoredVideos(DataSource):

@@ -53,17 +53,17 @@ class ArrayFrames:
 
 
 class StoredFrames:
-    """Videos stored by `datasets` (a Video column read with decode=False): {"bytes", "path"} values, decoded
-    with PyAV from the bytes when stored, else from the file (not torchcodec, which needs FFmpeg's shared
-    libraries on the system)."""
+    """Videos stored by `datasets`: a split whose Video column is cast to decode=False, read one row at a time
+    ({"bytes", "path"}: the arrow file stays memory-mapped, no video is held in memory), decoded with PyAV from
+    the bytes when stored, else from the file (not torchcodec, which needs FFmpeg's shared libraries)."""
 
-    def __init__(self, values):
-        self.values = values
+    def __init__(self, rows, column):
+        self.rows, self.column = rows, column
 
     def read(self, video, choose):
         import io
 
-        value = self.values[video]
+        value = self.rows[video][self.column]
         return read_video_file(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"], choose)
 
 
