@@ -245,6 +245,33 @@ def videos(tmp_path_factory):
     return root
 
 
+def cache_hub_dataset(cache_dir, name, splits):
+    """What `load_dataset(name)` leaves in HF_DATASETS_CACHE after one online download of a repo of parquet
+    files (the Hub's form, media bytes embedded), its splits the Datasets of `splits`."""
+    import hashlib
+
+    from datasets.naming import camelcase_to_snakecase
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    files = {}
+    for split, ds in splits.items():
+        files[split] = str(cache_dir.parent / f"{split}.parquet")
+        ds.to_parquet(files[split])
+    owner, short = name.split("/")
+    out = cache_dir / f"{owner}___{camelcase_to_snakecase(short)}" / "default" / "0.0.0" / \
+        hashlib.sha1(name.encode()).hexdigest()
+    features = next(iter(splits.values())).features
+    Parquet(cache_dir=str(cache_dir), dataset_name=short, config_name="default", config_id="default",
+            data_files=files, features=features).download_and_prepare(output_dir=str(out))
+
+
+def offline_env(tmp_path):
+    """HF_* variables for an empty local cache under tmp_path, Hub offline."""
+    home = tmp_path / "hf_home"
+    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_DATASETS_CACHE": str(home / "datasets"),
+            "HF_HUB_OFFLINE": "1"}
+
+
 def runs_in_one_process(runs, env, tmp_path, timeout=300):
     """Each argv of `runs` through train_classification.main, in one fresh interpreter with `env` (for what is
     read at import: tests/helpers/in_one_process.py); returns [{"code", "stdout", "stderr"}] in order."""

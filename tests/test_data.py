@@ -1,11 +1,10 @@
 """Data sources and bad data: real files in temporary folders, a save_to_disk dataset, the offline Hub path."""
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import main_fails, make_folder, read_json, run_main, runs_in_one_process
+from conftest import cache_hub_dataset, main_fails, make_folder, offline_env, read_json, run_main, runs_in_one_process
 from PIL import Image
 from ranks import ranks_ok
 
@@ -202,30 +201,14 @@ def test_bad_data_is_one_line_exit_2_before_training(tmp_path, capsys, setup, ar
 
 
 def make_cached_hub_dataset(cache_dir, name):
-    """What `load_dataset(name)` leaves in HF_DATASETS_CACHE after one online download."""
+    """3 colours as a Hub dataset in the local cache: 9 train / 3 test images."""
     import datasets
-    from datasets.naming import camelcase_to_snakecase
-    from datasets.packaged_modules.parquet.parquet import Parquet
 
     features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=["red", "green", "blue"]))
     colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
-    files = {}
-    for split, n in {"train": 9, "test": 3}.items():
-        ds = datasets.Dataset.from_dict({"image": [Image.new("RGB", (8, 8), colors[i % 3]) for i in range(n)],
-                                         "label": [i % 3 for i in range(n)]}, features=features)
-        files[split] = str(cache_dir.parent / f"{split}.parquet")
-        ds.to_parquet(files[split])
-    owner, short = name.split("/")
-    out = cache_dir / f"{owner}___{camelcase_to_snakecase(short)}" / "default" / "0.0.0" / \
-        hashlib.sha1(name.encode()).hexdigest()
-    Parquet(cache_dir=str(cache_dir), dataset_name=short, config_name="default", config_id="default",
-            data_files=files, features=features).download_and_prepare(output_dir=str(out))
-
-
-def offline_env(tmp_path):
-    home = tmp_path / "hf_home"
-    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_DATASETS_CACHE": str(home / "datasets"),
-            "HF_HUB_OFFLINE": "1"}
+    cache_hub_dataset(cache_dir, name, {split: datasets.Dataset.from_dict(
+        {"image": [Image.new("RGB", (8, 8), colors[i % 3]) for i in range(n)], "label": [i % 3 for i in range(n)]},
+        features=features) for split, n in {"train": 9, "test": 3}.items()})
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from utils.config.options import parse_args
 from utils.data.catalog import EMBEDDED, resolve_input, source_for
 from utils.data.digits import DIGITS_MEAN, DIGITS_STD
 from utils.data.loaders import build_datasets
-from utils.data.source import IMAGENET_MEAN, IMAGENET_STD, DataSource
+from utils.data.source import IMAGENET_MEAN, DataSource
 from utils.data.video_sources import KINETICS_MEAN, MOVING_DIGITS_MEAN
 from utils.models.libraries import is_video_model
 
@@ -68,3 +68,17 @@ def test_a_sources_signature_is_its_size_classes_and_labels_in_order(argv, sampl
     assert signature["classes"] == len(names) == (args.num_classes if "synthetic" in argv else 10)
     labels = np.asarray(train.dataset.labels, dtype=np.int64).tobytes() if labels_hashed else b""
     assert signature["labels_sha256"] == hashlib.sha256(labels).hexdigest()[:16]
+
+
+def test_a_hub_dataset_whose_card_declares_no_features_is_typed_by_its_folder_builder(videos, monkeypatch):
+    """Online, a Hub repo of raw video files gets `datasets`' videofolder builder, whose features are only known
+    once its files are read: it is still a video source, found without loading (here a real videofolder builder
+    over the fixture's files stands in for the Hub's answer, which needs the network)."""
+    import datasets
+
+    from utils.data import sources
+
+    builder = datasets.load_dataset_builder("videofolder", data_dir=str(videos / "tr"))
+    assert builder.info.features is None  # what makes the question worth asking
+    monkeypatch.setattr(sources, "_hub", lambda name, config, load: builder if not load else pytest.fail("loaded"))
+    assert type(source_for(parse_args(["--dataset", "someone/raw-videos"]))).__name__ == "StoredVideos"

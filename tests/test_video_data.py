@@ -172,21 +172,6 @@ def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
                                                                      for v in views)
 
 
-def test_a_hub_dataset_of_videos_is_one_line_saying_how_to_read_it(tmp_path):
-    import datasets
-
-    from utils.data.sources import load_splits
-
-    features = datasets.Features(video=datasets.Video(), label=datasets.Value("int64"))
-    video = make_video(tmp_path / "v.mp4")  # with torchcodec installed, datasets opens it to encode the row
-    datasets.Dataset.from_dict({"video": [str(video)], "label": [0]}, features=features) \
-        .save_to_disk(tmp_path / "ds")
-    with pytest.raises(DataError) as e:
-        load_splits(parse_args(["--dataset", str(tmp_path / "ds")]))
-    # what a Hub dataset loaded by name meets (a save_to_disk folder is read as videos: test_video_train.py)
-    assert "column 'video' holds videos: save the dataset to a folder" in str(e.value) and "PyAV" in str(e.value)
-
-
 def test_a_frame_model_scores_a_moving_digit_and_its_time_reversal_alike_which_moves_the_other_way():
     """Why a frame model (TSN) cannot tell the direction of the moving digits: a clip played backwards is a clip
     of the opposite direction (the path is symmetric in time about its centre), and a model that averages its

@@ -2,7 +2,8 @@
 
 import pytest
 import torch
-from conftest import assert_same_weights, main_fails, read_json, reset_accelerate_state, resumed_from, run_main
+from conftest import (assert_same_weights, cache_hub_dataset, main_fails, offline_env, read_json, reset_accelerate_state,
+                      resumed_from, run_main, runs_in_one_process)
 from ranks import ranks_killed, ranks_ok
 
 from utils.models.torchvision_models import build_model
@@ -106,6 +107,35 @@ def test_a_saved_dataset_with_a_video_column_trains_on_two_processes_as_its_vide
     assert_same_weights(tmp_path / "saved", tmp_path / "folders")
     one, two = read_json(tmp_path / "saved" / "results.json"), read_json(tmp_path / "folders" / "results.json")
     assert (one["val_top1"], one["val_samples"], one["dataset"]) == (two["val_top1"], 5, f"videodataset:{tmp_path / 'ds'}")
+
+
+def test_a_hub_video_dataset_in_the_local_cache_trains_offline_as_its_video_folders_do(videos, tmp_path):
+    """The `videos` fixture's files as a Hub dataset in the local cache (parquet, the videos' bytes embedded, a
+    Video column), Hub offline: decoded with PyAV in a DataLoader worker, the run's weights are bitwise the
+    folder run's (one process each, in one fresh interpreter: `datasets` reads its cache folder at import)."""
+    import datasets
+
+    from utils.data.sources import folder_files
+
+    env = offline_env(tmp_path)
+    features = datasets.Features(clip=datasets.Video(), label=datasets.ClassLabel(names=["left", "right"]))
+    splits = {}
+    for split, folder in (("train", "tr"), ("validation", "va")):
+        files = folder_files(videos / folder, split, {".mp4"}, "videos")
+        splits[split] = datasets.Dataset.from_dict(
+            {"clip": [{"path": None, "bytes": open(f, "rb").read()} for fs in files.values() for f in fs],
+             "label": [i for i, fs in enumerate(files.values()) for _ in fs]}, features=features)
+    cache_hub_dataset(tmp_path / "hf_home" / "datasets", "tester/tiny-videos", splits)
+    job = video_job(videos, tmp_path / "folders", "--num_workers", "1", "--epochs", "1")
+    at = job.index("--train_dir")
+    hub = [*job[:at], "--dataset", "tester/tiny-videos", *job[at + 4:]]
+    hub[hub.index("--output_dir") + 1] = tmp_path / "hub"
+    from_hub, from_folders = runs_in_one_process([hub, job], env, tmp_path)
+    assert from_hub["code"] == 0 and from_folders["code"] == 0, from_hub["stderr"][-3000:]
+    assert "video dataset: 8 train / 5 val videos (split 'validation'), decoded with PyAV" in from_hub["stdout"]
+    assert_same_weights(tmp_path / "hub", tmp_path / "folders")
+    one, two = read_json(tmp_path / "hub" / "results.json"), read_json(tmp_path / "folders" / "results.json")
+    assert (one["val_top1"], one["val_samples"], one["dataset"]) == (two["val_top1"], 5, "videodataset:tester/tiny-videos")
 
 
 def test_moving_digits_needs_time_a_frame_model_cannot_tell_the_direction(tmp_path, fresh_accelerate_state):

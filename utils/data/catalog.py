@@ -17,9 +17,9 @@ EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDig
 
 def source_for(args):
     """The source of the run's data: list files and folders of videos are VideoFiles (the modality follows
-    from the data), other folders ImageFiles; then the embedded sources by --dataset; a save_to_disk folder
-    with a Video column (StoredVideos); else a Hub dataset or a save_to_disk folder (ImageFiles), or its
-    shards streamed (Streamed) with --streaming."""
+    from the data), other folders ImageFiles; then the embedded sources by --dataset; a Hub dataset or a
+    save_to_disk folder with a Video column is StoredVideos, one without ImageFiles, or with --streaming its
+    shards streamed (Streamed)."""
     if args.train_list:
         return VideoFiles()
     folder = args.train_dir or args.data_dir and os.path.join(args.data_dir, "train")
@@ -27,7 +27,7 @@ def source_for(args):
         return VideoFiles() if folder_holds_videos(folder) else ImageFiles()
     if args.dataset in EMBEDDED:
         return EMBEDDED[args.dataset]()
-    if not args.streaming and holds_videos(args.dataset):  # a save_to_disk folder with a Video column
+    if not args.streaming and holds_videos(args.dataset, args.dataset_config):  # a Video column
         return StoredVideos()
     return Streamed() if args.streaming else ImageFiles()
 

@@ -97,19 +97,46 @@ def _load_folders(train_dir, val_dir):
     return datasets.DatasetDict(splits)
 
 
-def _load_hub(name, config):
+@functools.lru_cache(maxsize=None)  # one lookup a run, shared by the catalog (images or videos?) and the loader
+def _hub(name, config, load):
+    """`load_dataset` (load) or `load_dataset_builder` (not load) of a Hub name, read from the local cache when
+    offline; the exception that stopped it, returned (and kept: an unreachable Hub is waited for once)."""
     import datasets
 
     try:
-        return datasets.load_dataset(name, config)
-    except (ConnectionError, OSError) as e:  # offline and not cached (OSError also covers "no such repo")
-        cache = os.environ.get("HF_DATASETS_CACHE") or datasets.config.HF_DATASETS_CACHE
-        _fail(f"dataset: could not reach {name!r} on the Hub and it is not in the local cache ({cache}): "
-              f"download it once where there is network (python -c \"import datasets; "
-              f"datasets.load_dataset('{name}')\") and copy that cache here, or point HF_DATASETS_CACHE at a "
-              f"cache that holds it and set HF_HUB_OFFLINE=1 [{type(e).__name__}]")
-    except ValueError as e:  # e.g. a config name that does not exist
-        _fail(f"dataset: {name!r}: {str(e).splitlines()[0]}")
+        return datasets.load_dataset(name, config) if load else datasets.load_dataset_builder(name, config)
+    except (ConnectionError, OSError, ValueError) as e:  # OSError also covers "no such repo"
+        return e
+
+
+def hub_features(name, config):
+    """The features a Hub dataset declares (its card online, the cache's record offline: nothing downloaded),
+    else those of the dataset loaded (from the cache, and kept for the loader); {} when it cannot be reached."""
+    builder = _hub(name, config, False)
+    if isinstance(builder, Exception):
+        return {}
+    if builder.info.features is not None:
+        return builder.info.features
+    if getattr(builder, "BASE_FEATURE", None) is not None:  # videofolder, imagefolder...: typed by its files
+        return {builder.BASE_FEATURE.__name__.lower(): builder.BASE_FEATURE()}
+    loaded = _hub(name, config, True)
+    return {} if isinstance(loaded, Exception) else next(iter(loaded.values())).features
+
+
+def load_hub(name, config):
+    import datasets
+
+    for load in (False, True):  # the builder first: a name that cannot be reached fails there, once
+        got = _hub(name, config, load)
+        if isinstance(got, (ConnectionError, OSError)):  # offline and not cached, or no such repo
+            cache = os.environ.get("HF_DATASETS_CACHE") or datasets.config.HF_DATASETS_CACHE
+            _fail(f"dataset: could not reach {name!r} on the Hub and it is not in the local cache ({cache}): "
+                  f"download it once where there is network (python -c \"import datasets; "
+                  f"datasets.load_dataset('{name}')\") and copy that cache here, or point HF_DATASETS_CACHE at a "
+                  f"cache that holds it and set HF_HUB_OFFLINE=1 [{type(got).__name__}]")
+        if isinstance(got, ValueError):  # e.g. a config name that does not exist
+            _fail(f"dataset: {name!r}: {str(got).splitlines()[0]}")
+    return got
 
 
 def _load(args):
@@ -131,7 +158,7 @@ def _load(args):
             return datasets.load_from_disk(args.dataset)
         except FileNotFoundError as e:
             _fail(f"dataset: {args.dataset} is not a folder written by save_to_disk ({str(e).splitlines()[0]})")
-    return _load_hub(args.dataset, args.dataset_config)
+    return load_hub(args.dataset, args.dataset_config)
 
 
 def pick_column(ds, asked, candidates, role):
@@ -167,11 +194,6 @@ def normalise(ds, args, class_names=None):
     """Rename the image and label columns to `image` and `label`, drop the others, labels as ClassLabel."""
     import datasets
 
-    videos = [name for name, feature in ds.features.items() if type(feature).__name__ == "Video"]
-    if videos and args.image_column not in ds.column_names:
-        _fail(f"dataset: column {videos[0]!r} holds videos: save the dataset to a folder (python -c \"import "
-              f"datasets; datasets.load_dataset('{args.dataset}').save_to_disk('DIR')\") and pass --dataset DIR, "
-              f"whose videos are decoded here with PyAV (datasets would need torchcodec and FFmpeg's shared libraries)")
     ds, label_col = image_and_label(ds, args)
     if isinstance(ds.features["label"], datasets.ClassLabel):
         return ds

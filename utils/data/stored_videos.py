@@ -1,5 +1,5 @@
-"""Video datasets stored by `datasets`: a save_to_disk folder (or a Hub dataset saved with save_to_disk) whose
-split has a Video column. The column is read with decode=False, its file paths or bytes, and decoded with our
+"""Video datasets stored by `datasets`: a Hub dataset (the local cache's, offline) or a save_to_disk folder whose
+splits have a Video column. The column is read with decode=False, its file paths or bytes, and decoded with our
 PyAV reader (utils/data/video.py StoredFrames): `datasets` itself would decode with torchcodec, which needs
 FFmpeg's shared libraries on the system. Clips, sampling and transforms are the video folders'."""
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from utils.data.source import DataSource
-from utils.data.sources import LABEL_COLUMNS, VAL_SPLITS, DataError, pick_column, subset
+from utils.data.sources import LABEL_COLUMNS, VAL_SPLITS, DataError, hub_features, load_hub, pick_column, subset
 from utils.data.video import StoredFrames
 from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD, _clip_datasets
 
@@ -28,10 +28,13 @@ def _saved_features(folder):
     return found
 
 
-def holds_videos(dataset):
-    """Whether --dataset names a save_to_disk folder with a Video column."""
-    return any(feature.get("_type") == "Video" for features in _saved_features(dataset)
-               for feature in features.values() if isinstance(feature, dict))
+def holds_videos(dataset, config=None):
+    """Whether --dataset names a save_to_disk folder or a Hub dataset with a Video column (what the folder's JSON
+    files or the Hub's card declare: nothing loaded where they say)."""
+    if Path(dataset).exists():
+        return any(feature.get("_type") == "Video" for features in _saved_features(dataset)
+                   for feature in features.values() if isinstance(feature, dict))
+    return any(type(feature).__name__ == "Video" for feature in hub_features(dataset, config).values())
 
 
 def _video_column(ds, asked):
@@ -62,7 +65,7 @@ def _split(ds, args, names=None):
 
 
 class StoredVideos(DataSource):
-    """--dataset FOLDER written by save_to_disk with a Video column (and a validation split): 112 px and
+    """--dataset NAME or FOLDER (save_to_disk), a dataset with a Video column (and a validation split): 112 px and
     Kinetics' statistics unless a timm/hf/pv model recommends others, as video files."""
 
     kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
@@ -73,7 +76,8 @@ class StoredVideos(DataSource):
     def datasets(self, args, inp, rank=0, world=1):
         import datasets
 
-        loaded = datasets.load_from_disk(args.dataset)
+        loaded = datasets.load_from_disk(args.dataset) if Path(args.dataset).exists() else \
+            load_hub(args.dataset, args.dataset_config)
         if isinstance(loaded, datasets.Dataset):
             loaded = datasets.DatasetDict(train=loaded)
         if args.train_split not in loaded:
