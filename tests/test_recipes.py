@@ -55,6 +55,22 @@ def tiny_images(images):
             "32", "--batch_size", "4", "--max_train_steps", "3", "--log_every", "1"]
 
 
+def kinetics_weights(tmp_path, model):
+    """A fine-tune recipe's Kinetics-400 weights (pv/ models): a random 400-class state dict of the architecture
+    in a torch hub cache of the test's own, where the model reads them offline; the environment that points there."""
+    from pytorchvideo.models import hub
+
+    from utils.models.pv_library import MODELS
+
+    assert model.startswith("pv/"), f"{model}: only pv/ fine-tune recipes have weights the test can write"
+    arch = model[3:]
+    cache = tmp_path / "torch" / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save({"model_state": getattr(hub, arch)(pretrained=False).state_dict()}, cache / MODELS[arch][0])
+    return {"TORCH_HOME": str(tmp_path / "torch")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textured_images, videos):
@@ -66,7 +82,8 @@ def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textur
     tiny = tiny_images(textured_images) if "progressive_resize" in recipe_values else [*TINY_SYNTHETIC, *RECIPE_SIZE]
     if "clip_len" in recipe_values:  # a video recipe
         tiny = tiny_videos(videos)
-    proc = ranks_ok(["--config", ROOT / "configs" / recipe, *tiny, "--output_dir", out], nproc=2, timeout=240)
+    env = kinetics_weights(tmp_path, recipe_values["model"]) if recipe_values.get("pretrained") else None
+    proc = ranks_ok(["--config", ROOT / "configs" / recipe, *tiny, "--output_dir", out], nproc=2, timeout=240, env=env)
     results, config = read_json(out / "results.json"), yaml.safe_load((out / "config.yaml").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2 and math.isfinite(results["val_loss"])
     if "progressive_resize" in recipe_values:
