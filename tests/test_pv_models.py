@@ -88,10 +88,10 @@ def pv_job(videos, out, model, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["slowfast_r50", "x3d_s"])
+@pytest.mark.parametrize("name", ["slowfast_r50", "i3d_r50", "x3d_s"])
 def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_two_and_exports(name, videos,
                                                                                               tmp_path):
-    """2 processes x batch 2 over 8 videos: 2 steps an epoch, 3 epochs; killed after step 4 (with its workers),
+    """SlowFast, I3D, X3D: 2 processes x batch 2 over 8 videos, 2 steps an epoch, 3 epochs; killed after step 4 (workers on),
     resumed from step_3 (mid-epoch); then the trained weights' multi-view test (2 clips x 3 crops of 5 videos)
     on 1 and 2 processes, and their ONNX export."""
     whole, out = tmp_path / "whole", tmp_path / "run"
