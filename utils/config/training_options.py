@@ -1,0 +1,138 @@
+"""The model, optimisation, schedule and run options (options.py builds the parser): each declared once, with
+its default, its help and whether a resume must keep it."""
+
+import argparse
+
+
+def add_model_options(p):
+    """The network, what is done to it, and how it is optimised."""
+    g = p.add_argument_group("model and optimisation")
+    g.add_argument("--model", resume_key=True, type=str, default=None,
+                   help="a torchvision classification or video model name (default: resnet18 for images, "
+                        "r2plus1d_18 for video), timm/<name>[.<tag>] (timm.create_model), or hf/<Hub repo or local "
+                        "folder> (transformers' AutoModelForImageClassification); an image model on video scores "
+                        "each frame and averages (TSN)")
+    g.add_argument("--pretrained", resume_key=False,
+                   action="store_true", help="start from pretrained weights: torchvision's DEFAULT, "
+                   "timm's (the name's tag, else its default), a transformers checkpoint's; the classifier is new")
+    g.add_argument("--weights", resume_key=False,
+                   type=str, default=None, help="start from these torchvision weights (e.g. "
+                   "ResNet50_Weights.IMAGENET1K_V2); read from the torch hub cache offline")
+    g.add_argument("--init_from", resume_key=False, type=str, default=None,
+                   help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
+                        "a classifier for another class count is re-initialised")
+    g.add_argument("--freeze_backbone", resume_key=False,
+                   action="store_true", help="train the classifier only (torchvision: the last "
+                   "Linear; timm: get_classifier(); transformers: what is outside the base model)")
+    g.add_argument("--model_ema", resume_key=True, action="store_true",
+                   help="keep an exponential moving average of the weights; validation scores it too (val_ema_*)")
+    g.add_argument("--model_ema_decay", resume_key=True, type=float, default=0.9998, help="EMA decay per update")
+    g.add_argument("--model_ema_steps", resume_key=True,
+                   type=int, default=1, help="update the EMA every N optimizer steps")
+    g.add_argument("--model_ema_warmup", resume_key=True, action=argparse.BooleanOptionalAction, default=True,
+                   help="EMA decay min(decay, (1 + n) / (10 + n)) after n updates (timm's warmup)")
+    g.add_argument("--drop_path", resume_key=False, type=float, default=None,
+                   help="stochastic depth probability (stochastic_depth_prob of efficientnet, convnext, swin, ...)")
+    g.add_argument("--dropout", resume_key=False,
+                   type=float, default=None, help="the classifier's dropout (models whose builder takes it)")
+    g.add_argument("--zero_init_residual", resume_key=False, action=argparse.BooleanOptionalAction, default=True,
+                   help="image ResNets from scratch: each residual block's last BatchNorm starts at zero")
+    g.add_argument("--temporal_shift", resume_key=True, action="store_true", help="TSM: a 2D ResNet on video shifts "
+                   "1/8 of its channels a frame forward and 1/8 back in each residual block (else TSN)")
+    g.add_argument("--sync_bn", resume_key=True, action="store_true",
+                   help="BatchNorm statistics over the global batch (SyncBatchNorm), for small per-device batches")
+    g.add_argument("--channels_last", resume_key=False,
+                   action="store_true", help="model and input in channels-last memory format")
+    g.add_argument("--compile", resume_key=False, action="store_true", help="torch.compile the model")
+    g.add_argument("--compile_mode", resume_key=False, type=str, default="default",
+                   choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                   help="torch.compile mode")
+    g.add_argument("--eval_only", resume_key=False, action="store_true",
+                   help="validate the weights of --resume / --init_from / --pretrained and write results.json")
+    g.add_argument("--epochs", resume_key=True, type=int, default=18, help="training epochs")
+    g.add_argument("--batch_size", resume_key=True,
+                   type=int, default=64, help="batch size per process (global = this x processes)")
+    g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=1, help="micro-batches per optimizer step")
+    g.add_argument("--optimizer", resume_key=True, type=str, default="sgd", choices=("sgd", "adamw"), help="optimizer")
+    g.add_argument("--lr", resume_key=True, type=float, default=0.1, help="peak learning rate")
+    g.add_argument("--momentum", resume_key=True, type=float, default=0.9, help="SGD momentum")
+    g.add_argument("--nesterov", resume_key=True,
+                   action=argparse.BooleanOptionalAction, default=True, help="SGD Nesterov momentum")
+    g.add_argument("--weight_decay", resume_key=True,
+                   type=float, default=5e-4, help="weight decay (of weights: see the next two)")
+    g.add_argument("--norm_weight_decay", resume_key=True,
+                   type=float, default=0.0, help="weight decay of normalisation layers")
+    g.add_argument("--bias_weight_decay", resume_key=True,
+                   type=float, default=0.0, help="weight decay of the other biases")
+    g.add_argument("--lr_scale_batch", resume_key=True, type=int, default=None,
+                   help="--lr is for a global batch of N: scale it linearly with the real global batch "
+                        "(batch_size x processes x grad_accum_steps)")
+    g.add_argument("--label_smoothing", resume_key=False, type=float, default=0.1, help="cross-entropy label smoothing")
+    g.add_argument("--clip_grad_norm", resume_key=False,
+                   type=float, default=None, help="clip the global gradient norm to this value")
+    g.add_argument("--mixed_precision", resume_key=False, type=str, default=None, choices=("no", "fp16", "bf16"),
+                   help="override the accelerate config's mixed precision")
+
+
+def add_schedule_options(p):
+    """The learning-rate schedule, in epochs."""
+    g = p.add_argument_group("learning-rate schedule (in epochs, so it is the same for any world size)")
+    g.add_argument("--lr_schedule", resume_key=True,
+                   type=str, default="cosine", choices=("cosine", "step"), help="decay after warmup")
+    g.add_argument("--warmup_epochs", resume_key=True, type=float, default=None,
+                   help="linear warmup length in epochs, fractional ok (default: 1, or a fifth of --epochs if shorter)")
+    g.add_argument("--warmup_start_factor", resume_key=True,
+                   type=float, default=0.1, help="warmup starts at this x lr (never 0)")
+    g.add_argument("--min_lr", resume_key=True, type=float, default=0.0, help="cosine: final learning rate")
+    g.add_argument("--lr_milestones", resume_key=True,
+                   type=float, nargs="+", default=None, help="step: epochs at which lr *= lr_gamma")
+    g.add_argument("--lr_gamma", resume_key=True, type=float, default=0.1, help="step: decay factor")
+
+
+def add_run_options(p):
+    """Seeds, output, checkpoints, validation cadence, dashboards."""
+    g = p.add_argument_group("run")
+    g.add_argument("--seed", resume_key=True, type=int, default=0, help="seed of weights, shuffling and augmentation")
+    g.add_argument("--output_dir", resume_key=False, type=str, default=None,
+                   help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
+    g.add_argument("--resume", resume_key=False, type=str, default=None,
+                   help="a checkpoint folder (.../checkpoints/step_N or epoch_E) to continue from exactly, or "
+                        "'latest': the newest complete one under --output_dir (a fresh start if there is none)")
+    g.add_argument("--checkpoint_every_steps", resume_key=False, type=int, default=None,
+                   help="also checkpoint every N optimizer steps, mid-epoch included")
+    g.add_argument("--keep_last", resume_key=False,
+                   type=int, default=0, help="keep only the newest N checkpoints (0: all)")
+    g.add_argument("--keep_best", resume_key=False, type=int, default=0,
+                   help="also keep the K checkpoints with the best val top-1 (a checkpoint follows each "
+                        "validation); the best weights go to <output_dir>/best/model.safetensors")
+    g.add_argument("--skip_nonfinite_steps", resume_key=False, type=int, default=0,
+                   help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
+    g.add_argument("--dist_timeout_s", resume_key=False, type=int, default=600,
+                   help="seconds a rank waits in a collective for the others before giving up")
+    g.add_argument("--max_train_steps", resume_key=False, type=int, default=None,
+                   help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
+    g.add_argument("--val_every", resume_key=False,
+                   type=int, default=1, help="validate every N epochs (and after the last)")
+    g.add_argument("--save_every", resume_key=False,
+                   type=int, default=0, help="checkpoint every N epochs (0: only at the end)")
+    g.add_argument("--log_every", resume_key=False,
+                   type=int, default=10, help="log a training line every N optimizer steps")
+    g.add_argument("--report_to", resume_key=False,
+                   type=str, default="none", choices=("none", "wandb", "tensorboard", "all"),
+                   help="dashboards fed the metrics.jsonl rows (wandb offline: WANDB_MODE=offline)")
+    g.add_argument("--project_name", resume_key=False,
+                   type=str, default="train-classification", help="wandb / TensorBoard project")
+    g.add_argument("--push_to_hub", resume_key=False, type=str, default=None, metavar="REPO",
+                   help="at the end, upload <output_dir>/model/ with a model card (results, command line) to this "
+                        "Hub model repository; tried only when given; a failure is one line, local files kept")
+    g.add_argument("--run_name", resume_key=False,
+                   type=str, default=None, help="wandb run name (default: the output folder's name)")
+    g.add_argument("--wandb_entity", resume_key=False, type=str, default=None, help="wandb team or user")
+    g.add_argument("--wandb_tags", resume_key=False, type=str, nargs="+", default=None, help="wandb run tags")
+    g.add_argument("--wandb_run_id", resume_key=False, type=str, default=None,
+                   help="continue this wandb run (a resumed run continues its checkpoint's run by itself)")
+    g.add_argument("--metrics", resume_key=False, type=str, nargs="+", default=None,
+                   help="extra evaluate metrics by Hub name (cached when offline) or local module folder, "
+                        "options as NAME:KEY=VALUE,... (e.g. f1:average=weighted); scored on top-1 predictions")
+    g.add_argument("--dump_rank_metrics", resume_key=False, action="store_true",
+                   help="write each rank's validation sums to <output_dir>/eval/epoch_<E>/rank_<R>.json")
