@@ -39,7 +39,7 @@ def reject(argv, capsys):
     (["--max_train_steps", "-1"], "max_train_steps: must be >= 0"),
     (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification or video model; did you mean resnet18"),
     (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
-    (["--optimizer", "lamb"], "argument --optimizer: invalid choice: 'lamb'"),
+    (["--optimizer", "lamb2"], "optimizer: neither sgd, adamw nor a timm.optim name (did you mean lamb"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
     (["--dataset", "synthetic", "--max_train_samples", "8"], "max_train_samples: applies to the digits, folders, "
      "lists and Hub datasets; synthetic data is sized with --synthetic_train_samples/--synthetic_val_samples"),
@@ -63,7 +63,7 @@ def write(tmp_path, text):
     ("lr: high\n", "lr: expected a number, got 'high'"),
     ("nesterov: 1\n", "nesterov: expected true or false, got 1"),
     ("mixed_precision: no\n", "mixed_precision: expected a string, got False (YAML reads no/yes/off/on as booleans"),
-    ("optimizer: lamb\n", "optimizer: 'lamb' is not one of sgd, adamw"),
+    ("lr_schedule: linear\n", "lr_schedule: 'linear' is not one of cosine, step"),
     ("lr_milestones: 5\n", "lr_milestones: expected a list, got 5"),
     ("batch_size: 0\n", "batch_size: must be >= 1, got 0"),
     ("- a\n- b\n", "must hold a mapping"),

@@ -53,7 +53,15 @@ def add_model_options(p):
     g.add_argument("--batch_size", resume_key=True,
                    type=int, default=64, help="batch size per process (global = this x processes)")
     g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=1, help="micro-batches per optimizer step")
-    g.add_argument("--optimizer", resume_key=True, type=str, default="sgd", choices=("sgd", "adamw"), help="optimizer")
+    g.add_argument("--optimizer", resume_key=True, type=str, default="sgd",
+                   help="sgd or adamw (torch's), or any optimizer of timm.optim by name: lamb, lars, lion, adan, "
+                        "adopt, nadamw, rmsproptf, muon, ... (timm.optim.list_optimizers())")
+    g.add_argument("--opt_eps", resume_key=True, type=float, default=None,
+                   help="the optimizer's eps (default: its own)")
+    g.add_argument("--opt_betas", resume_key=True, type=float, nargs="+", default=None,
+                   help="the optimizer's betas (default: its own)")
+    g.add_argument("--opt_kwargs", resume_key=True, type=str, nargs="+", default=None, metavar="KEY=VALUE",
+                   help="more keyword arguments of the optimizer, each a Python literal (e.g. trust_clip=True)")
     g.add_argument("--lr", resume_key=True, type=float, default=0.1, help="peak learning rate")
     g.add_argument("--momentum", resume_key=True, type=float, default=0.9, help="SGD momentum")
     g.add_argument("--nesterov", resume_key=True,

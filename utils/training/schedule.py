@@ -1,5 +1,8 @@
 """The optimizer, and the learning-rate schedule laid out in epochs: linear warmup, then cosine or step decay."""
 
+import ast
+import difflib
+
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, MultiStepLR, SequentialLR
 
@@ -37,12 +40,62 @@ def parameter_groups(model, args):
     return [{"params": ps, "weight_decay": decay[kind]} for kind, ps in kinds.items()]
 
 
-def build_optimizer(model, args, num_processes=1):
-    """SGD (Nesterov) or AdamW over parameter_groups, at effective_lr."""
-    groups, lr = parameter_groups(model, args), effective_lr(args, num_processes)
+TORCH_OPTIMIZERS = ("sgd", "adamw")  # torch's own; every other --optimizer is timm.optim's (create_optimizer_v2)
+
+
+def optimizer_names():
+    import timm.optim
+
+    return TORCH_OPTIMIZERS + tuple(n for n in timm.optim.list_optimizers() if n not in TORCH_OPTIMIZERS)
+
+
+def opt_kwargs(args):
+    """--opt_eps, --opt_betas and --opt_kwargs KEY=VALUE (a Python literal, else the text) as keyword arguments."""
+    kwargs = {} if args.opt_eps is None else {"eps": args.opt_eps}
+    if args.opt_betas is not None:
+        kwargs["betas"] = tuple(args.opt_betas)
+    for item in args.opt_kwargs or ():
+        key, _, value = item.partition("=")
+        try:
+            kwargs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            kwargs[key] = value
+    return kwargs
+
+
+def _optimizer(groups, args, lr):
     if args.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=lr)
-    return torch.optim.SGD(groups, lr=lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0)
+        return torch.optim.AdamW(groups, lr=lr, **opt_kwargs(args))
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=args.momentum, nesterov=args.nesterov and args.momentum > 0,
+                               **opt_kwargs(args))
+    from timm.optim import create_optimizer_v2
+
+    # Our groups as they are (timm's own bias/norm filter applies to a model, not to groups); `momentum` reaches
+    # the optimizers that take one.
+    return create_optimizer_v2(groups, opt=args.optimizer, lr=lr, momentum=args.momentum, **opt_kwargs(args))
+
+
+def build_optimizer(model, args, num_processes=1):
+    """SGD (Nesterov) or AdamW, torch's, or an optimizer of timm.optim by name, over parameter_groups, at
+    effective_lr."""
+    return _optimizer(parameter_groups(model, args), args, effective_lr(args, num_processes))
+
+
+def _check_optimizer(args, need):
+    """The name (did-you-mean), the KEY=VALUE form, and the optimizer built once on a stand-in parameter, so that a
+    keyword it does not take or a value it refuses is one line now rather than a traceback after start-up."""
+    names = optimizer_names() if args.optimizer not in TORCH_OPTIMIZERS else TORCH_OPTIMIZERS
+    close = difflib.get_close_matches(args.optimizer, names, n=3)
+    need(args.optimizer in names, "optimizer", "neither sgd, adamw nor a timm.optim name" +
+         (f" (did you mean {', '.join(close)}?)" if close else ""))
+    bad = [item for item in args.opt_kwargs or () if not item.partition("=")[0] or "=" not in item]
+    need(not bad, "opt_kwargs", f"{bad[0] if bad else ''!r}: give KEY=VALUE")
+    try:
+        _optimizer([torch.nn.Parameter(torch.zeros(2, 2))], args, args.lr)
+    except (TypeError, ValueError, RuntimeError) as e:
+        need(False, "optimizer", f"{args.optimizer} with --opt_eps/--opt_betas/--opt_kwargs "
+             f"{opt_kwargs(args)}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
 
 DEFAULT_WARMUP_EPOCHS = 1.0
@@ -85,6 +138,7 @@ def check_options(args, need):
     at_least(args, need, ("weight_decay", "norm_weight_decay", "bias_weight_decay", "min_lr"), 0)
     need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
     need(args.lr > 0, "lr", "must be > 0")
+    _check_optimizer(args, need)
     need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
     need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
     need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
