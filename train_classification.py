@@ -137,10 +137,12 @@ def train(job, start):
     start_epoch, done_steps, global_step, owed_epoch = start
     first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
     epoch_end = done_steps == 0
+    if job.patience.stopped:  # a resumed run that had stopped early stays stopped
+        accelerator.print(f"resumed a run that stopped early: {job.patience.line()}; nothing to train")
     if owed_epoch is not None:
         figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step))
     for epoch in range(start_epoch, args.epochs):
-        if args.max_train_steps is not None and global_step >= args.max_train_steps:
+        if job.patience.stopped or args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
         t0 = time.perf_counter()
         global_step, epoch_end, stop = train_one_epoch(job, epoch, global_step,
@@ -166,13 +168,17 @@ def train(job, start):
         save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model")
     return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
-            "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name}, figures
+            "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name,
+            **job.patience.results()}, figures
 
 
 def after_epoch(job, epoch, global_step, finished):
     """Validation when due (its figures, else None), the best weights, and the epoch's checkpoint."""
     args = job.args
     figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
+    if figures is not None and job.patience.update(tracked_top1(figures), epoch):  # gathered: alike on every rank
+        job.accelerator.print(job.patience.line())
+        finished = True  # the end-of-training checkpoint follows, not an epoch's
     if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
         best_model = job.ema.module if job.ema else job.bare_model()
         checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_top1, {
@@ -404,7 +410,8 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
              "options": {k: getattr(job.args, k) for k in resume_keys()}, "data": job.data,
-             "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id}
+             "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id,
+             "early_stop": job.patience.state()}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
     own = partial(job.train_loader.save_position, rank=job.accelerator.process_index)  # a stream's position

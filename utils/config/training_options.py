@@ -119,6 +119,11 @@ def add_run_options(p):
                    help="seconds a rank waits in a collective for the others before giving up")
     g.add_argument("--max_train_steps", resume_key=False, type=int, default=None,
                    help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
+    g.add_argument("--early_stop", resume_key=False, type=int, default=None, metavar="PATIENCE",
+                   help="end training after PATIENCE validations in a row without a better val top-1 (the EMA's "
+                        "with --model_ema): a finished run, results.json says stopped_early")
+    g.add_argument("--early_stop_min_delta", resume_key=False, type=float, default=0.0,
+                   help="--early_stop: a gain must exceed this to count")
     g.add_argument("--val_every", resume_key=False,
                    type=int, default=1, help="validate every N epochs (and after the last)")
     g.add_argument("--save_every", resume_key=False,

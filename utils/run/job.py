@@ -27,6 +27,7 @@ from utils.models.torchvision_models import for_device
 from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
 from utils.training import checkpoints
+from utils.training.early_stop import Patience
 from utils.training.run_folder import abandon_newer, check_data
 from utils.training.schedule import build_lr_scheduler, build_optimizer
 
@@ -54,6 +55,7 @@ class Job:
     stop: StopRequest
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
     best_top1: list  # the best val top-1 so far, last (--keep_best)
+    patience: Patience = None  # --early_stop's count (utils/training/early_stop.py)
     data: dict = None  # the training data's signature (utils/data/loaders.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
@@ -197,7 +199,7 @@ def build_job(args, settings, accelerator, out):
               criterion=criterion, train_loader=train_loader, val_loader=val_loader, steps_per_epoch=steps_per_epoch,
               metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
-              data=data, test_loader=test_loader, ema=ema, inputs=inputs, settings=settings)
+              patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema, inputs=inputs, settings=settings)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
                       f"{len(val_ds)} val {settings.sample_unit}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
@@ -248,6 +250,7 @@ def resume(job, folder):
     abandon_newer(accelerator, args, job.out, folder)
     accelerator.load_state(str(folder))
     position = resume_position(state)
+    job.patience.load(state.get("early_stop"))
     if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
         job.train_loader.load_position(folder, accelerator.process_index)
     accelerator.print(f"resumed from {folder}: epoch {position.epoch}, step {position.global_step}")
