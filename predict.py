@@ -38,6 +38,8 @@ def get_args(argv=None):
     p.add_argument("--num_workers", type=int, default=2, help="DataLoader workers per process")
     p.add_argument("--ema", action="store_true", help="use model_ema.safetensors (runs trained with --model_ema)")
     p.add_argument("--checkpoint", type=str, default=None, help="use this checkpoint folder's weights")
+    p.add_argument("--tta", type=str, default=None, choices=("flip",),
+                   help="average each view's softmax with its horizontal flip's (as the run's --tta flip scored)")
     p.add_argument("--multi_view", action="store_true",
                    help="video runs: average the run's --test_clips x --test_crops views of each video")
     p.add_argument("--skip_bad", action="store_true",
@@ -106,6 +108,7 @@ def predict(accelerator, train_args, inp, names, model, files, opts):
     from torch.utils.data import DataLoader
 
     from utils.data.on_device import BatchInput
+    from utils.evaluation.tta import scores
     from utils.inference import RunError, eval_dataset
 
     top_k = min(opts.top_k, len(names))
@@ -125,7 +128,7 @@ def predict(accelerator, train_args, inp, names, model, files, opts):
             errors.update(bad)
             pixels = batch["pixel_values"]
             crops = pixels.shape[1] if opts.multi_view else 1  # multi-view items: (B, crops, C, T, H, W)
-            p = model(inputs(pixels.flatten(0, 1) if opts.multi_view else pixels)).float().softmax(dim=1)
+            p = scores(model, inputs(pixels.flatten(0, 1) if opts.multi_view else pixels), opts.tta).softmax(dim=1)
             p = p.view(len(pixels), crops, -1).mean(dim=1)
             ok = torch.tensor([not s for s in batch["source"]], device=p.device)
             gathered = accelerator.gather_for_metrics((p, ok))  # in item order: a file's items come together

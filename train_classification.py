@@ -60,6 +60,7 @@ from utils.config.settings import resolve
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
+from utils.evaluation import tta
 from utils.evaluation.metrics import dump_rank_sums, rank_sums, result_figures, summarize, validation_row
 from utils.evaluation.multiview import test_row, test_videos
 from utils.models.ema import save_ema, update_ema
@@ -366,7 +367,7 @@ def evaluate(job, model=None):
     examples = None
     for batch in job.val_loader:
         job.bad_images.check(batch)
-        logits = model(job.inputs(batch["pixel_values"])).float()
+        logits = tta.scores(model, job.inputs(batch["pixel_values"]), job.args.tta)  # --tta flip: mean of 2 views
         per_sample_loss = F.cross_entropy(logits, batch["labels"], reduction="none")
         # Which rank scored each sample: after the gather this tells every rank which of the kept
         # samples are its own, with no shard arithmetic.

@@ -119,6 +119,8 @@ def add_run_options(p):
                    help="seconds a rank waits in a collective for the others before giving up")
     g.add_argument("--max_train_steps", resume_key=False, type=int, default=None,
                    help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
+    g.add_argument("--tta", resume_key=False, type=str, default=None, choices=("flip",),
+                   help="validation: average each view's softmax with its horizontal flip's")
     g.add_argument("--early_stop", resume_key=False, type=int, default=None, metavar="PATIENCE",
                    help="end training after PATIENCE validations in a row without a better val top-1 (the EMA's "
                         "with --model_ema): a finished run, results.json says stopped_early")
