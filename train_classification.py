@@ -252,7 +252,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             job.scheduler.step()
             global_step += 1
             update_ema(job.ema, job.bare_model(), global_step, args.model_ema_steps)
-            job.logger.optimizer_step(global_step, job.scheduler.get_last_lr()[0])
+            job.logger.optimizer_step(global_step, max(job.scheduler.get_last_lr()))  # the head's (--layer_decay)
             mid_epoch = index + 1 < batches
             limit = args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch
             if limit or stop and mid_epoch:
@@ -286,7 +286,7 @@ def training_loss(job, batch, valid_images, epoch, index):
         pixels, labels = pixels[batch["valid"]], labels[batch["valid"]]
     if valid_images >= 2:  # BatchNorm cannot train on a single image: one left alone waits an epoch
         pixels, targets = job.inputs.augment(pixels, labels, epoch, index)
-        return job.criterion(job.model(pixels), targets).mean(), valid_images
+        return job.objective(job.model(pixels), targets, pixels), valid_images
     # Nothing to train on here, yet the others' gradient all-reduce needs this rank's share: a zero
     # loss through the model in eval mode (BatchNorm's running statistics stay as they are).
     job.model.eval()
@@ -412,7 +412,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
              "options": {k: getattr(job.args, k) for k in resume_keys()}, "data": job.data,
              "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id,
-             "early_stop": job.patience.state()}
+             "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
     own = partial(job.train_loader.save_position, rank=job.accelerator.process_index)  # a stream's position

@@ -18,6 +18,7 @@ from utils.data.loaders import BadImages, build_dataloaders
 from utils.data.on_device import BatchInput
 from utils.reporting.progress import StepLogger
 from utils.run.job import Job
+from utils.training.losses import Objective
 from utils.training.schedule import build_lr_scheduler, build_optimizer
 
 SAMPLES = 64
@@ -56,7 +57,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch,
                         args.epochs * steps_per_epoch)
     return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-               criterion=torch.nn.CrossEntropyLoss(reduction="none"), train_loader=train_loader, val_loader=None,
+               objective=Objective(args), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
                best_top1=[], inputs=BatchInput(args, 3, accelerator.process_index,

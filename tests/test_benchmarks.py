@@ -154,6 +154,18 @@ def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model(cap
     assert buckets == pytest.approx(params * 1e6 * 4 / 2**30, abs=0.006)
     assert casts == pytest.approx(params * 1e6 * 2 / 2**30, abs=0.01)  # autocast's bf16 copy of the weights
     assert 0 < fsdp < ddp and gathered > 0
+    out = benchmark_in_process("fsdp_memory.py", capsys, "--model", "resnet18", "--image_size", "64", "--batch_size",
+                               "256", "--gpus", "4", "--grad_checkpointing")
+    per_image, activations = figure(rf"activations: {NUMBER} MiB per image, {NUMBER} GiB per GPU", out)
+    (ddp,), (fsdp,) = figure(rf"DDP  : {NUMBER} GiB", out), figure(rf"FSDP : {NUMBER} GiB", out)
+    kept, block, peak, instead, less, ddp_kept, fsdp_kept = figure(
+        rf"--grad_checkpointing: activations kept {NUMBER} MiB per image, plus one block's {NUMBER} MiB per image "
+        rf"recomputed at a time: {NUMBER} GiB per GPU at the peak instead of {NUMBER} \({NUMBER}x less\); DDP "
+        rf"{NUMBER} GiB, FSDP {NUMBER} GiB per GPU", out)
+    assert kept + block < per_image and instead == activations and less > 1  # less kept, the same baseline
+    assert peak == pytest.approx((kept + block) * 256 / 1024, abs=0.03)
+    assert ddp - ddp_kept == pytest.approx(activations - peak, abs=0.03) and fsdp - fsdp_kept == \
+        pytest.approx(activations - peak, abs=0.02)
 
 
 @pytest.mark.slow

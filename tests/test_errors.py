@@ -9,12 +9,13 @@ from utils.evaluation.metrics import MetricError
 from utils.inference import RunError
 from utils.models.torchvision_models import ModelError
 from utils.reporting.model_folder import PushError
+from utils.run.teacher import TeacherError
 from utils.training.run_folder import FolderError
 
 
 @pytest.mark.parametrize("error, builtin", [(DataError, ValueError), (ModelError, ValueError), (ConfigError, ValueError),
                                             (RunError, ValueError), (PushError, RuntimeError), (FolderError, Exception),
-                                            (MetricError, Exception)])
+                                            (MetricError, Exception), (TeacherError, ValueError)])
 def test_every_subsystems_error_is_a_user_error_and_keeps_its_builtin_base(error, builtin):
     assert issubclass(error, UserError) and issubclass(error, builtin)
 

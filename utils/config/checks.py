@@ -5,7 +5,7 @@ from utils.core.errors import ConfigError, at_least, requirement
 from utils.data import catalog, on_device, presets, sampling, streaming, video_sources
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
-from utils.training import early_stop, schedule
+from utils.training import early_stop, losses, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 # The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video,
@@ -23,6 +23,7 @@ def check_args(args):
         module.check_options(args, need, source)
     schedule.check_options(args, need)
     early_stop.check_options(args, need)
+    losses.check_options(args, need)
     _run(args, need)
     libraries.check_options(args, need, source.video)
     _model_input(args, source)

@@ -9,7 +9,8 @@ import sys
 from utils.config.checks import ConfigError, check_args
 from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
-from utils.config.training_options import add_model_options, add_run_options, add_schedule_options
+from utils.config.training_options import (add_distillation_options, add_model_options, add_run_options,
+                                           add_schedule_options)
 from utils.data.catalog import is_video
 
 
@@ -58,6 +59,7 @@ def get_args_parser(prog="train_classification.py"):
                    help="YAML recipe whose keys (option names) set defaults; the command line wins")
     add_data_options(p)
     add_model_options(p)
+    add_distillation_options(p)
     add_schedule_options(p)
     add_run_options(p)
     return parser

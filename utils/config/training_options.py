@@ -75,11 +75,44 @@ def add_model_options(p):
     g.add_argument("--lr_scale_batch", resume_key=True, type=int, default=None,
                    help="--lr is for a global batch of N: scale it linearly with the real global batch "
                         "(batch_size x processes x grad_accum_steps)")
-    g.add_argument("--label_smoothing", resume_key=False, type=float, default=0.1, help="cross-entropy label smoothing")
+    g.add_argument("--label_smoothing", resume_key=False, type=float, default=0.1,
+                   help="label smoothing of the training loss (cross-entropy, or BCE's targets)")
+    g.add_argument("--bce_loss", resume_key=True, action="store_true",
+                   help="train with timm's binary cross-entropy (one-vs-all, as ResNet strikes back's A1-A3) instead "
+                        "of cross-entropy; validation still reports cross-entropy")
+    g.add_argument("--bce_target_thresh", resume_key=True, type=float, default=None,
+                   help="--bce_loss: targets above this become 1, the others 0 (timm's; A1-A3: 0.2)")
+    g.add_argument("--layer_decay", resume_key=True, type=float, default=None, metavar="RATE",
+                   help="layer-wise LR decay (BEiT/MAE fine-tuning): the LR of layer i of L is scaled by "
+                        "RATE^(L - i), the head's by 1; ViT, DeiT, Swin, ConvNeXt... of timm, torchvision and "
+                        "transformers")
+    g.add_argument("--grad_checkpointing", resume_key=False, action="store_true",
+                   help="recompute each block's activations in the backward pass instead of keeping them: less "
+                        "memory, ~30 %% more compute (timm's and transformers' own switches; torchvision's blocks "
+                        "through torch.utils.checkpoint)")
     g.add_argument("--clip_grad_norm", resume_key=False,
                    type=float, default=None, help="clip the global gradient norm to this value")
     g.add_argument("--mixed_precision", resume_key=False, type=str, default=None, choices=("no", "fp16", "bf16"),
                    help="override the accelerate config's mixed precision")
+
+
+def add_distillation_options(p):
+    """Knowledge distillation from a teacher (DeiT's soft and hard kinds)."""
+    g = p.add_argument_group("knowledge distillation")
+    g.add_argument("--teacher", resume_key=True, type=str, default=None,
+                   help="distil from this model: a run folder or checkpoint of this script, or a model name "
+                        "(torchvision, timm/, hf/, pv/; with --teacher_pretrained its library's weights); it sees "
+                        "the student's input, in eval mode, without gradients, and is not saved")
+    g.add_argument("--teacher_pretrained", resume_key=True, action="store_true",
+                   help="--teacher NAME: with its library's pretrained weights (its classifier must already have "
+                        "our class count)")
+    g.add_argument("--distill", resume_key=True, type=str, default="soft", choices=("soft", "hard"),
+                   help="soft: KL divergence from the teacher's softened distribution (x T^2); hard: cross-entropy "
+                        "against the teacher's top class (DeiT's two kinds)")
+    g.add_argument("--distill_alpha", resume_key=True, type=float, default=0.5,
+                   help="the loss is (1 - alpha) x the task loss + alpha x the distillation loss")
+    g.add_argument("--distill_temperature", resume_key=True, type=float, default=1.0,
+                   help="soft distillation's temperature T")
 
 
 def add_schedule_options(p):

@@ -4,9 +4,10 @@ and their own folder format. transformers is imported only when an `hf/` name is
 import difflib
 import functools
 import os
+import re
 from pathlib import Path
 
-from utils.models.library import Library, missing_library
+from utils.models.library import INF, MATCH_PREV, Library, missing_library
 from utils.models.timm_library import offline_weights_error
 from utils.models.torchvision_models import ModelError
 
@@ -105,6 +106,9 @@ class Transformers(Library):
         model.register_forward_hook(_logits)  # the loop wants logits; the state dict keeps transformers' names
         return model
 
+    def pretrained_classes(self, ref):
+        return _config(ref).num_labels
+
     def data_config(self, ref):
         transformers = quiet_transformers()
         try:
@@ -147,6 +151,33 @@ class Transformers(Library):
         if isinstance(clip, int) and frames != clip:
             raise ModelError(f"hf/{ref} takes clips of {clip} frames only (--clip_len x --num_segments), got {frames}")
 
+    def layer_matcher(self, model):
+        """The base model's embeddings, then its encoder's blocks in order (ViT, DeiT, BEiT, VideoMAE:
+        [encoder.]layer[s].N; Swin: encoder.layers.S.blocks.B, each stage's closing downsample with its last block;
+        ConvNeXt: encoder.stages.S.layers.B, each stage's opening downsample with its first block), the rest of
+        the base model (final norms, pooler) with the last block, and what lies outside it (the classifier)
+        last. None when no encoder blocks are found."""
+        prefix = model.base_model_prefix + "."
+        if not any(_hf_block(n[len(prefix):]) for n, _ in model.named_parameters() if n.startswith(prefix)):
+            return None
+
+        def layer(name):
+            if not name.startswith(prefix):
+                return (INF,)
+            rest = name[len(prefix):]
+            if rest.startswith(("embeddings.", "embedder.")):
+                return (0,)
+            return _hf_block(rest) or (1, MATCH_PREV)
+        return layer
+
+    def grad_checkpointing(self, model):
+        """transformers' own switch, gradient_checkpointing_enable (non-reentrant, as torch recommends)."""
+        if not model.supports_gradient_checkpointing:
+            raise ModelError(f"grad_checkpointing: transformers' {type(model).__name__} does not support it; drop "
+                             f"the option")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return "grad_checkpointing: transformers' gradient_checkpointing_enable()"
+
     def classifier_parameters(self, model):
         """Everything outside the base model."""
         prefix = model.base_model_prefix + "."
@@ -159,6 +190,20 @@ class Transformers(Library):
         except (OSError, ValueError):  # the model came without one
             return
         processor.save_pretrained(str(folder))
+
+
+def _hf_block(rest):
+    """The layer ordinal of a parameter of an encoder block (name below the base model), else None."""
+    # transformers 5 names some models' blocks layers.N right under the base model (ViT, BEiT), others keep encoder.
+    if staged := re.match(r"(?:encoder\.)?(?:layers|stages)\.(\d+)\.(?:blocks|layers)\.(\d+)\.", rest):
+        return (1, int(staged[1]), int(staged[2]))
+    if closing := re.match(r"(?:encoder\.)?layers\.(\d+)\.downsample\.", rest):
+        return (1, int(closing[1]), MATCH_PREV)
+    if opening := re.match(r"(?:encoder\.)?stages\.(\d+)\.downsampling_layer\.", rest):
+        return (1, int(opening[1]), 0)
+    if block := re.match(r"(?:encoder\.)?layers?\.(\d+)\.", rest):
+        return (1, int(block[1]))
+    return None
 
 
 def _frames_first(module, inputs):

@@ -100,10 +100,62 @@ def classifier_parameters(model, name):
     return params
 
 
+def layer_ids(model, name):
+    """--layer_decay: {parameter name: its layer, 0 the input side, the head last}, grouped as the model's library
+    lays it out (Library.layer_matcher) by timm's group_parameters. A ModelError when the model cannot be grouped
+    into three layers or more."""
+    lib, arch = library(name)
+    matcher = lib.layer_matcher(model)
+    if matcher is None:
+        raise ModelError(f"layer_decay: {name}'s parameters cannot be grouped into layers here (it groups timm "
+                         f"models with a group_matcher, torchvision's ViT, Swin and ConvNeXt, and transformers "
+                         f"models whose encoder has numbered blocks); drop --layer_decay")
+    try:
+        from timm.models import group_parameters
+    except ImportError:
+        raise ModelError("layer_decay: groups parameters with timm, which is not installed: pip install -r "
+                         "requirements-models.txt (or pip install timm)") from None
+    ids = group_parameters(model, matcher, reverse=True)
+    if len(set(ids.values())) < 3:
+        raise ModelError(f"layer_decay: {name}'s parameters fall into {len(set(ids.values()))} layer(s) only; "
+                         f"drop --layer_decay")
+    return ids
+
+
+def enable_grad_checkpointing(model, name):
+    """--grad_checkpointing, the way the model's library does it; returns the start-up line saying what was done."""
+    lib, _ = library(name)
+    return lib.grad_checkpointing(model)
+
+
 def save_in_library_form(model, name, folder, inputs, class_names):
     """`model` written to `folder` the way its own library loads it (reporting/model_folder.py)."""
     lib, arch = library(name)
     lib.save(model, arch, folder, inputs, class_names)
+
+
+def pretrained_model(name, num_classes, video, class_names, log=print):
+    """`name` with its library's pretrained weights, whole: their classifier must have `num_classes` outputs (a
+    --teacher NAME: a new classifier would teach nothing). A ModelError otherwise."""
+    lib, arch = library(name)
+    have = lib.pretrained_classes(arch)
+    if have != num_classes:
+        raise ModelError(f"{name}'s pretrained classifier has {have or 'an unknown number of'} classes and the data "
+                         f"{num_classes}: its predictions are not of these classes; train a model on this data and "
+                         f"give its run folder")
+    model = build_model(name, num_classes, video=video, pretrained=True, class_names=class_names)
+    if not lib.builds_pretrained:
+        tv.load_weights(model, "pretrained", tv.pretrained_state(name, None), log)
+    return model
+
+
+def distillation_head(model):
+    """Switch on a distillation token's head where the model has one (timm's deit_*_distilled: in training it then
+    answers (class head, distillation head)); whether it did."""
+    if not hasattr(model, "set_distilled_training"):
+        return False
+    model.set_distilled_training(True)
+    return True
 
 
 def initialise(model, args, log=print):

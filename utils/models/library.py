@@ -8,6 +8,9 @@ module with one subclass; nothing outside utils/models/ asks which library a mod
 
 from utils.models.torchvision_models import ModelError, frame_averaged
 
+MATCH_PREV = 99999  # timm's MATCH_PREV_GROUP: an ordinal ending in it joins the layer before (a final norm)
+INF = float("inf")  # timm's ordinal of what no rule matched: the head, the last layer
+
 
 def missing_library(prefix, package):
     """The one-line error for a namespace whose library is not installed (requirements-models.txt)."""
@@ -41,6 +44,10 @@ class Library:
     def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names):
         raise NotImplementedError
 
+    def pretrained_classes(self, arch):
+        """How many classes the classifier of the library's pretrained weights of `arch` has (None: unknown)."""
+        return None
+
     def data_config(self, arch):
         """The input the library recommends: some of image_size, mean, std, interpolation, crop_pct, and
         `origin` (where they came from); {} when it recommends nothing."""
@@ -51,6 +58,18 @@ class Library:
 
     def check_clip_frames(self, arch, frames):
         """ModelError when a video model cannot take clips of `frames` frames."""
+
+    def layer_matcher(self, model):
+        """--layer_decay: how the model's parameters fall into layers, input to output, as timm's
+        `group_parameters` takes it (a dict of regexes, or a function of a parameter's name giving a tuple
+        ordinal; an ordinal ending in MATCH_PREV joins the layer before it, one of INF is the head); None when
+        the library cannot tell."""
+        return None
+
+    def grad_checkpointing(self, model):
+        """--grad_checkpointing: make `model` recompute its blocks' activations in the backward pass; a one-line
+        description of what was done, or a ModelError when the model has nothing to checkpoint."""
+        raise ModelError(f"grad_checkpointing: not available for {self.name} models; drop the option")
 
     def classifier_parameters(self, model):
         """The parameters of the model's classifier head, found the way the library defines it."""

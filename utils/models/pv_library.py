@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from utils.core.io import write_text_atomic
+from utils.models.checkpointing import checkpoint_blocks
 from utils.models.library import Library, missing_library
 from utils.models.torchvision_models import ModelError, load_matching
 
@@ -106,6 +107,9 @@ class PyTorchVideo(Library):
         alpha = MODELS[arch][2]
         return two_pathways(model, alpha) if alpha else model
 
+    def pretrained_classes(self, arch):
+        return 400  # its model zoo's Kinetics-400 weights
+
     def data_config(self, arch):
         return dict(image_size=MODELS[arch][1], mean=PV_MEAN, std=PV_STD,
                     origin=f"pytorchvideo's Kinetics-400 model zoo ({arch})")
@@ -117,6 +121,17 @@ class PyTorchVideo(Library):
         if alpha and frames % alpha:
             raise ModelError(f"{self.prefix}{arch} makes its slow pathway of every {alpha}th frame: give clips of a "
                              f"multiple of {alpha} frames (--clip_len x --num_segments), got {frames}")
+
+    def grad_checkpointing(self, model):
+        """pytorchvideo's residual blocks (ResBlock: SlowFast, X3D, I3D, C2D, Slow, CSN, R(2+1)D), each through
+        torch.utils.checkpoint."""
+        from pytorchvideo.models.resnet import ResBlock
+
+        count = checkpoint_blocks(model, ResBlock)
+        if not count:
+            raise ModelError(f"grad_checkpointing: {type(model).__name__} has no residual blocks to checkpoint; drop "
+                             f"the option")
+        return f"grad_checkpointing: {count} blocks recompute their activations in the backward pass"
 
     def classifier_parameters(self, model):
         return list(model.blocks[-1].proj.parameters())

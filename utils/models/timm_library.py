@@ -48,6 +48,12 @@ class Timm(Library):
                 raise
             raise offline_weights_error(self.prefix + arch, e, f"hf download {_hub_id(arch)}") from None
 
+    def pretrained_classes(self, arch):
+        from timm.models import get_pretrained_cfg
+
+        cfg = get_pretrained_cfg(arch)
+        return cfg.num_classes if cfg is not None else None
+
     def data_config(self, arch):
         from timm.data import resolve_data_config
         from timm.models import get_pretrained_cfg
@@ -68,6 +74,20 @@ class Timm(Library):
         cfg = get_pretrained_cfg(arch)
         if cfg is not None and cfg.fixed_input_size and size != cfg.input_size[-1]:
             raise ModelError(f"{self.prefix}{arch} takes --image_size {cfg.input_size[-1]} only, got {size}")
+
+    def layer_matcher(self, model):
+        """timm's own grouping (its models' group_matcher), as its param_groups_layer_decay uses it."""
+        return model.group_matcher(coarse=False) if hasattr(model, "group_matcher") else None
+
+    def grad_checkpointing(self, model):
+        """timm's own switch, set_grad_checkpointing."""
+        try:
+            model.set_grad_checkpointing(True)
+        except (AssertionError, NotImplementedError, AttributeError) as e:
+            why = str(e) or type(e).__name__
+            raise ModelError(f"grad_checkpointing: timm's {type(model).__name__} does not support it ({why}); drop "
+                             f"the option") from None
+        return "grad_checkpointing: timm's set_grad_checkpointing(True)"
 
     def classifier_parameters(self, model):
         return list(model.get_classifier().parameters())

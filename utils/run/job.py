@@ -22,14 +22,16 @@ from utils.data.on_device import BatchInput
 from utils.data.video_sources import test_views
 from utils.evaluation.metrics import load_metrics, topk_for
 from utils.models.ema import build_ema
-from utils.models.libraries import build_model, initialise
+from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
 from utils.models.torchvision_models import for_device
 from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
+from utils.run.teacher import build_teacher
 from utils.training import checkpoints
 from utils.training.early_stop import Patience
-from utils.training.run_folder import abandon_newer, check_data
-from utils.training.schedule import build_lr_scheduler, build_optimizer
+from utils.training.losses import Objective
+from utils.training.run_folder import abandon_newer, check_data, check_teacher
+from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note
 
 
 @dataclass
@@ -42,7 +44,7 @@ class Job:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: object
-    criterion: torch.nn.Module
+    objective: object  # the training loss: the task's, and a teacher's term (utils/training/losses.py)
     train_loader: object
     val_loader: object
     steps_per_epoch: int
@@ -62,6 +64,7 @@ class Job:
     ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
     settings: object = None  # what the run derived from its options once (utils/config/settings.py)
+    teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -168,16 +171,11 @@ def build_job(args, settings, accelerator, out):
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                                  ra_reps=args.ra_reps, seed=spread(args.seed))
-    # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = new_model(args, class_names, args.pretrained, inp.video)
-    initialise(model, args, accelerator.print)
-    model = for_device(model, args, accelerator)
-    # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
-    # with one seed for all, every rank would crop and flip alike at the same batch position.
-    set_seed(args.seed, device_specific=True)
-    optimizer = build_optimizer(model, args, accelerator.num_processes)
-    for note in settings.lr_notes:
-        accelerator.print(note)
+    model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
+    teacher = build_teacher(args, class_names, inp, accelerator)
+    if teacher is not None and distillation_head(model):
+        accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
+                          "from the labels (their mean is scored)")
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
     for note in settings.warmup_notes:
@@ -186,8 +184,6 @@ def build_job(args, settings, accelerator, out):
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ema is not None:
         accelerator.register_for_checkpointing(ema)  # saved and restored by save_state / load_state
-    # Per-sample losses: batches may hold skipped images, which the loop masks out.
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
@@ -196,16 +192,37 @@ def build_job(args, settings, accelerator, out):
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-              criterion=criterion, train_loader=train_loader, val_loader=val_loader, steps_per_epoch=steps_per_epoch,
+              objective=Objective(args, teacher), train_loader=train_loader, val_loader=val_loader,
+              steps_per_epoch=steps_per_epoch,
               metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
-              patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema, inputs=inputs, settings=settings)
+              patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema,
+              inputs=inputs, settings=settings, teacher=teacher)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
                       f"{len(val_ds)} val {settings.sample_unit}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
     return job, source.sample_count(train_ds), num_workers
+
+
+def build_model_and_optimizer(args, settings, class_names, accelerator):
+    """The model the options name, its weights, its switches (--grad_checkpointing, --sync_bn, --channels_last),
+    not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay)."""
+    # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
+    model = new_model(args, class_names, args.pretrained, settings.input.video)
+    initialise(model, args, accelerator.print)
+    if args.grad_checkpointing:
+        accelerator.print(enable_grad_checkpointing(model, args.model))
+    model = for_device(model, args, accelerator)
+    # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
+    # with one seed for all, every rank would crop and flip alike at the same batch position.
+    set_seed(args.seed, device_specific=True)
+    layers = layer_ids(model, args.model) if args.layer_decay is not None else None
+    optimizer = build_optimizer(model, args, accelerator.num_processes, layers)
+    for note in settings.lr_notes + ((layer_decay_note(layers, args.layer_decay),) if layers else ()):
+        accelerator.print(note)
+    return model, optimizer
 
 
 def load_datasets(args, settings, accelerator):
@@ -247,6 +264,7 @@ def resume(job, folder):
     state = checkpoints.read_state(folder)
     if not args.eval_only:
         check_data(accelerator, state, job.data)
+        check_teacher(state, job.teacher and job.teacher.identity)
     abandon_newer(accelerator, args, job.out, folder)
     accelerator.load_state(str(folder))
     position = resume_position(state)

@@ -178,6 +178,19 @@ def check_data(accelerator, state, signature):
                           f"a new run from its weights with --init_from <checkpoint>")
 
 
+def check_teacher(state, identity):
+    """Refuse to continue a distillation with another teacher (its option's value, or other weights under it), or
+    without the one it had. A checkpoint written before teachers were recorded holds none: it had no teacher."""
+    recorded = state.get("teacher")
+    if recorded == identity:
+        return
+    def describe(teacher):
+        return f"{teacher['teacher']} (weights sha256 {teacher['weights_sha256'][:12]})" if teacher else "no teacher"
+    raise FolderError(f"resume: the checkpoint was distilled from {describe(recorded)}, this run has "
+                      f"{describe(identity)}; resume with the same teacher, or start a new run from its weights with "
+                      f"--init_from <checkpoint>")
+
+
 def abandon_newer(accelerator, args, out, resume_from):
     """Resuming from an older checkpoint of this run, once every check has passed: the newer history
     moves aside (utils/checkpoints.set_aside_newer), so that `latest` and pruning see only the new one."""

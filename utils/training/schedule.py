@@ -27,17 +27,34 @@ def lr_notes(args, num_processes):
             f"{args.lr_scale_batch}; this run's is {batch})"]
 
 
-def parameter_groups(model, args):
+def parameter_groups(model, args, layers=None):
     """Weight decay per kind of parameter: --weight_decay on weights, --norm_weight_decay on the
     normalisation layers' parameters, --bias_weight_decay on the other biases (both 0 by default, as
-    in timm and the torchvision references). Frozen parameters (--freeze_backbone) are left out."""
-    kinds = {"weights": [], "norms": [], "biases": []}
-    for module in model.modules():
+    in timm and the torchvision references). Frozen parameters (--freeze_backbone) are left out.
+
+    With `layers` ({parameter name: layer}, --layer_decay), one group per kind and layer, each with its
+    `lr_scale`, RATE^(last layer - layer): the head learns at the LR, each layer before it RATE times slower."""
+    kinds = {"weights": {}, "norms": {}, "biases": {}}  # kind -> layer -> parameters
+    for prefix, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
             if p.requires_grad:
-                kinds["norms" if isinstance(module, NORMS) else "biases" if name == "bias" else "weights"].append(p)
+                kind = "norms" if isinstance(module, NORMS) else "biases" if name == "bias" else "weights"
+                layer = layers[f"{prefix}.{name}" if prefix else name] if layers else 0
+                kinds[kind].setdefault(layer, []).append(p)
     decay = {"weights": args.weight_decay, "norms": args.norm_weight_decay, "biases": args.bias_weight_decay}
-    return [{"params": ps, "weight_decay": decay[kind]} for kind, ps in kinds.items()]
+    if not layers:
+        return [{"params": by_layer.get(0, []), "weight_decay": decay[kind]} for kind, by_layer in kinds.items()]
+    last = max(layers.values())
+    return [{"params": by_layer[layer], "weight_decay": decay[kind], "lr_scale": args.layer_decay ** (last - layer)}
+            for layer in sorted({layer for by_layer in kinds.values() for layer in by_layer})
+            for kind, by_layer in kinds.items() if layer in by_layer]
+
+
+def layer_decay_note(layers, rate):
+    """The start-up line of --layer_decay: how many layers, and the LR multipliers of the first and the last."""
+    last = max(layers.values())
+    return (f"layer_decay {rate:g}: {last + 1} layers, LR x{rate ** last:.4g} in the first (the input side) "
+            f"up to x1 in the last (the head)")
 
 
 TORCH_OPTIMIZERS = ("sgd", "adamw")  # torch's own; every other --optimizer is timm.optim's (create_optimizer_v2)
@@ -63,7 +80,14 @@ def opt_kwargs(args):
     return kwargs
 
 
+def _with_lr(groups, lr):
+    """Each group's own LR where it has an lr_scale (--layer_decay); the schedule then scales each group's alike."""
+    return [{**{k: v for k, v in g.items() if k != "lr_scale"}, "lr": lr * g["lr_scale"]}
+            if isinstance(g, dict) and "lr_scale" in g else g for g in groups]
+
+
 def _optimizer(groups, args, lr):
+    groups = _with_lr(groups, lr)
     if args.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=lr, **opt_kwargs(args))
     if args.optimizer == "sgd":
@@ -76,10 +100,10 @@ def _optimizer(groups, args, lr):
     return create_optimizer_v2(groups, opt=args.optimizer, lr=lr, momentum=args.momentum, **opt_kwargs(args))
 
 
-def build_optimizer(model, args, num_processes=1):
+def build_optimizer(model, args, num_processes=1, layers=None):
     """SGD (Nesterov) or AdamW, torch's, or an optimizer of timm.optim by name, over parameter_groups, at
-    effective_lr."""
-    return _optimizer(parameter_groups(model, args), args, effective_lr(args, num_processes))
+    effective_lr (scaled per layer with `layers`, --layer_decay: see parameter_groups)."""
+    return _optimizer(parameter_groups(model, args, layers), args, effective_lr(args, num_processes))
 
 
 def _check_optimizer(args, need):
@@ -138,6 +162,7 @@ def check_options(args, need):
     at_least(args, need, ("weight_decay", "norm_weight_decay", "bias_weight_decay", "min_lr"), 0)
     need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
     need(args.lr > 0, "lr", "must be > 0")
+    need(args.layer_decay is None or 0 < args.layer_decay <= 1, "layer_decay", "must be in (0, 1]")
     _check_optimizer(args, need)
     need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
     need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")

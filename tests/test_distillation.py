@@ -1,0 +1,105 @@
+"""--teacher: distillation from a run of this script (or a pretrained model by name). The teacher sees exactly the
+student's erased and mixed input, in eval mode and without gradients; it is neither trained, nor saved, nor in the
+optimizer; what it is goes into every checkpoint, and a resume with another teacher is refused. With LAMB, layer
+decay, BCE and gradient checkpointing on top, a run SIGKILLed mid-epoch on 2 processes resumes to the same bits."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import TINY, assert_same_weights, main_fails, read_json, resume_job, resumed_from, run_main
+from ranks import ranks_killed, ranks_ok, run_ranks
+from safetensors.torch import load_file, save_file
+
+from utils.run.teacher import _renormalisation
+
+
+def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_without_gradients(images, reference,
+                                                                                              tmp_path, capsys):
+    import torchvision
+
+    calls = []
+
+    def record(module, inputs):
+        if isinstance(module, (torchvision.models.ResNet, torchvision.models.MobileNetV3)):
+            calls.append((type(module).__name__, module.training, torch.is_grad_enabled(), inputs[0].clone()))
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    try:
+        run_main([*resume_job(images, tmp_path / "run", 0, "--model", "mobilenet_v3_small", "--teacher", reference[1],
+                              "--mixup_alpha", "0.4", "--random_erase", "0.5", "--max_train_steps", "4")])
+    finally:
+        handle.remove()
+    out = capsys.readouterr().out
+    assert f"teacher: resnet18 of {reference[1]}" in out and "renormalised" not in out  # both ImageNet's statistics
+    training = [c for c in calls if c[1] and c[0] == "MobileNetV3"]
+    taught = [c for c in calls if c[0] == "ResNet"]
+    assert len(training) == len(taught) == 4
+    for student, teacher in zip(training, taught):
+        assert student[2] and not teacher[1] and not teacher[2]  # the teacher: eval mode, no gradients
+        assert torch.equal(student[3], teacher[3])  # the very pixels the student trained on, mixed and erased
+    state = json.loads((tmp_path / "run" / "checkpoints" / "step_4" / "training_state.json").read_text())
+    assert state["teacher"]["teacher"] == str(reference[1]) and len(state["teacher"]["weights_sha256"]) == 64
+
+
+def test_a_teacher_taking_other_statistics_gets_the_students_input_in_its_own():
+    raw = torch.rand(2, 3, 4, 4)
+    student, teacher = ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3)), ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    as_student, as_teacher = ((raw - torch.tensor(m).view(1, 3, 1, 1)) / torch.tensor(s).view(1, 3, 1, 1)
+                              for m, s in (student, teacher))
+    scale, shift = _renormalisation(student, teacher)
+    assert torch.allclose(as_student * scale.view(1, 3, 1, 1) + shift.view(1, 3, 1, 1), as_teacher, atol=1e-5)
+    assert _renormalisation(teacher, teacher) is None and _renormalisation(None, teacher) is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--teacher", "resnet18"), "teacher: resnet18 is not a folder; a model name needs --teacher_pretrained"),
+    (("--teacher", "resnet18", "--teacher_pretrained"),
+     "resnet18's pretrained classifier has 1000 classes and the data 7"),
+    (("--teacher", "REFERENCE"), "was trained on other classes (3: cat, dog, eel...) than this data's (7)"),
+    (("--teacher", "REFERENCE", "--teacher_pretrained"), "teacher_pretrained: for a --teacher model name"),
+])
+def test_a_teacher_that_cannot_teach_this_run_is_one_line(extra, message, reference, tmp_path, capsys):
+    extra = [str(reference[1]) if e == "REFERENCE" else e for e in extra]
+    code, err = main_fails([*TINY, *extra, "--output_dir", tmp_path / "run"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_is_bitwise_with_lamb_layer_decay_bce_and_a_teacher_and_another_teacher_is_refused(
+        images, reference, tmp_path):
+    """timm's test_convnext (LayerNorm, no BatchNorm) distilled from the reference resnet18 run (other mean/std:
+    its input is renormalised), LAMB, layer decay, BCE with a threshold, gradient checkpointing, MixUp and erasing:
+    2 processes with a worker each, 5 steps an epoch over 3 epochs, killed after step 7, resumed from step_6."""
+    pytest.importorskip("timm")
+    teacher = tmp_path / "teacher"  # a copy whose weights the end of the test changes
+    teacher.mkdir()
+    for name in ("config.yaml", "labels.json", "model.safetensors"):
+        shutil.copy(reference[1] / name, teacher / name)
+    job = ("--model", "timm/test_convnext", "--optimizer", "lamb", "--lr", "0.004", "--weight_decay", "0.02",
+           "--layer_decay", "0.6", "--bce_loss", "--bce_target_thresh", "0.2", "--teacher", teacher,
+           "--distill_temperature", "2", "--grad_checkpointing", "--mixup_alpha", "0.2", "--random_erase", "0.25")
+    whole, out = tmp_path / "whole", tmp_path / "run"
+    first = ranks_ok(resume_job(images, whole, 1, *job), nproc=2)
+    assert "layer_decay 0.6: " in first.stdout and "its input renormalised to its own mean/std" in first.stdout
+    argv = resume_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "2")
+    ranks_killed(argv, "step:7", nproc=2)
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
+    assert resumed_from(proc.stdout) == out / "checkpoints" / "step_6"
+    assert_same_weights(out, whole)
+    assert read_json(out / "results.json")["val_loss"] == read_json(whole / "results.json")["val_loss"]
+    # Nothing of the teacher is saved or optimised: the checkpoint holds the student's weights and their state only.
+    final = sorted((out / "checkpoints").iterdir())[-1]
+    saved = load_file(final / "model.safetensors")
+    student = load_file(whole / "model.safetensors")
+    assert saved.keys() == student.keys()
+    optimizer = torch.load(final / "optimizer.bin", weights_only=True)
+    assert sum(len(g["params"]) for g in optimizer["param_groups"]) == len(student)
+    # The same teacher folder with other weights: its digest differs, the resume is refused in one line.
+    weights = load_file(teacher / "model.safetensors")
+    weights["fc.bias"] = weights["fc.bias"] + 1
+    save_file(weights, teacher / "model.safetensors")
+    refused = run_ranks([*argv, "--resume", "latest", "--epochs", "3"], nproc=2)
+    assert refused.returncode == 2 and "resume: the checkpoint was distilled from" in refused.stderr, refused.report()

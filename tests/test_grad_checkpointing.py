@@ -1,0 +1,79 @@
+"""--grad_checkpointing: the same arithmetic with less memory. torchvision's blocks recomputed through
+torch.utils.checkpoint train to the same bits (BatchNorm's running statistics updated once, not again in the
+recomputation), timm's and transformers' own switches give the same gradients, and a model with nothing to
+checkpoint is one line."""
+
+import copy
+
+import pytest
+import torch
+from conftest import TINY, main_fails, read_jsonl, run_main
+from safetensors.torch import load_file
+
+from utils.models.libraries import build_model, enable_grad_checkpointing
+
+
+@pytest.mark.slow
+def test_a_resnet_trains_to_the_same_bits_with_its_blocks_checkpointed(tmp_path, capsys):
+    runs = {}
+    for name, extra in (("plain", ()), ("checkpointed", ("--grad_checkpointing",))):
+        runs[name] = run_main([*TINY, "--epochs", "2", "--log_every", "1", "--output_dir", tmp_path / name, *extra])
+    assert "grad_checkpointing: 8 blocks recompute their activations in the backward pass" in capsys.readouterr().out
+    rows = {name: read_jsonl(tmp_path / name / "metrics.jsonl") for name in runs}
+    assert [r.get("train_loss") for r in rows["plain"]] == [r.get("train_loss") for r in rows["checkpointed"]]
+    assert runs["plain"]["val_loss"] == runs["checkpointed"]["val_loss"]  # BatchNorm's statistics too
+    plain, checkpointed = (load_file(tmp_path / name / "model.safetensors") for name in runs)
+    assert all(torch.equal(plain[k], checkpointed[k]) for k in plain)
+
+
+def gradients(model, x):
+    model.train()
+    torch.manual_seed(0)  # dropout / drop path masks: checkpointing must redraw the same ones
+    model(x).float().sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name, shape, kwargs", [
+    ("vit_b_16", (2, 3, 224, 224), {}),
+    ("swin_t", (2, 3, 64, 64), {}),
+    ("efficientnet_b0", (2, 3, 64, 64), {"drop_path": 0.2}),  # stochastic depth and BatchNorm in its blocks
+    ("timm/test_convnext", (2, 3, 32, 32), {"drop_path": 0.2}),
+    ("timm/test_vit", (2, 3, 160, 160), {"drop_path": 0.2}),
+])
+def test_checkpointed_blocks_give_the_same_gradients(name, shape, kwargs):
+    if name.startswith("timm/"):
+        pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = build_model(name, num_classes=3, **kwargs)
+    twin = copy.deepcopy(model)
+    line = enable_grad_checkpointing(twin, name)
+    assert "grad_checkpointing" in line
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    plain, checkpointed = gradients(model, x), gradients(twin, x)
+    assert plain.keys() == checkpointed.keys()
+    assert max((plain[k] - checkpointed[k]).abs().max().item() for k in plain) < 1e-5
+    assert twin.state_dict().keys() == model.state_dict().keys()  # saved under the same names
+
+
+def test_transformers_own_switch_is_used_and_gives_the_same_gradients():
+    transformers = pytest.importorskip("transformers")
+    from utils.models.hf_library import Transformers
+
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                    num_labels=3, image_size=32, patch_size=8)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageClassification.from_config(config)
+    model.register_forward_hook(lambda m, i, o: o.logits)
+    twin = copy.deepcopy(model)
+    assert "gradient_checkpointing_enable" in Transformers().grad_checkpointing(twin)
+    assert twin.is_gradient_checkpointing and not model.is_gradient_checkpointing
+    x = torch.randn(2, 3, 32, 32)
+    plain, checkpointed = gradients(model, x), gradients(twin, x)
+    assert max((plain[k] - checkpointed[k]).abs().max().item() for k in plain) < 1e-5
+
+
+def test_a_model_without_blocks_to_checkpoint_is_one_line(tmp_path, capsys):
+    code, err = main_fails([*TINY, "--model", "vgg11", "--image_size", "32", "--grad_checkpointing", "--output_dir",
+                            tmp_path / "r"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "grad_checkpointing: VGG has none of the blocks" in err
+    assert not (tmp_path / "r").exists()
