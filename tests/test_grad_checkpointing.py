@@ -27,10 +27,14 @@ def test_a_resnet_trains_to_the_same_bits_with_its_blocks_checkpointed(tmp_path,
 
 
 def gradients(model, x):
+    """(the gradients of one training step, how many tensors autograd kept for it outside checkpointed blocks)."""
     model.train()
     torch.manual_seed(0)  # dropout / drop path masks: checkpointing must redraw the same ones
-    model(x).float().sum().backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(1) or t, lambda t: t):
+        loss = model(x).float().sum()
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(kept)
 
 
 @pytest.mark.parametrize("name, shape, kwargs", [
@@ -49,9 +53,10 @@ def test_checkpointed_blocks_give_the_same_gradients(name, shape, kwargs):
     line = enable_grad_checkpointing(twin, name)
     assert "grad_checkpointing" in line
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-    plain, checkpointed = gradients(model, x), gradients(twin, x)
+    (plain, kept), (checkpointed, fewer) = gradients(model, x), gradients(twin, x)
     assert plain.keys() == checkpointed.keys()
     assert max((plain[k] - checkpointed[k]).abs().max().item() for k in plain) < 1e-5
+    assert fewer < kept / 2  # what the blocks save inside is recomputed, not kept
     assert twin.state_dict().keys() == model.state_dict().keys()  # saved under the same names
 
 
@@ -68,8 +73,8 @@ def test_transformers_own_switch_is_used_and_gives_the_same_gradients():
     assert "gradient_checkpointing_enable" in Transformers().grad_checkpointing(twin)
     assert twin.is_gradient_checkpointing and not model.is_gradient_checkpointing
     x = torch.randn(2, 3, 32, 32)
-    plain, checkpointed = gradients(model, x), gradients(twin, x)
-    assert max((plain[k] - checkpointed[k]).abs().max().item() for k in plain) < 1e-5
+    (plain, kept), (checkpointed, fewer) = gradients(model, x), gradients(twin, x)
+    assert max((plain[k] - checkpointed[k]).abs().max().item() for k in plain) < 1e-5 and fewer < kept / 2
 
 
 def test_a_model_without_blocks_to_checkpoint_is_one_line(tmp_path, capsys):
