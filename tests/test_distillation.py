@@ -32,7 +32,7 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
     finally:
         handle.remove()
     out = capsys.readouterr().out
-    assert f"teacher: resnet18 of {reference[1]}" in out and "renormalised" not in out  # both ImageNet's statistics
+    assert f"teacher: resnet18 with {reference[1]}'s weights" in out and "renormalised" not in out  # both ImageNet's statistics
     training = [c for c in calls if c[1] and c[0] == "MobileNetV3"]
     taught = [c for c in calls if c[0] == "ResNet"]
     assert len(training) == len(taught) == 4
@@ -54,14 +54,29 @@ def test_a_teacher_taking_other_statistics_gets_the_students_input_in_its_own():
 
 
 @pytest.mark.parametrize("extra, message", [
-    (("--teacher", "resnet18"), "teacher: resnet18 is not a folder; a model name needs --teacher_pretrained"),
     (("--teacher", "resnet18", "--teacher_pretrained"),
      "resnet18's pretrained classifier has 1000 classes and the data 7"),
     (("--teacher", "REFERENCE"), "was trained on other classes (3: cat, dog, eel...) than this data's (7)"),
     (("--teacher", "REFERENCE", "--teacher_pretrained"), "teacher_pretrained: for a --teacher model name"),
+    (("--teacher", "hf/nobody/no-such-model", "--teacher_pretrained"), "hf/nobody/no-such-model: not in the Hugging "
+                                                                       "Face cache and HF_HUB_OFFLINE is set"),
+    (("--teacher", "timm/resnet18.no_such_tag", "--teacher_pretrained"), "is not a timm pretrained model"),
+    (("--teacher", "vit_b_16", "--teacher_pretrained", "--num_classes", "1000"), "teacher: vit_b_16 takes --image_size "
+                                                                                 "224 only, got 16"),
+    (("--teacher", "UNFINISHED"), "model.safetensors does not exist: the run has not finished; give one of its "
+                                  "checkpoints"),
+    (("--teacher", "UNREADABLE"), "config.yaml: this version of the script cannot read it (num_clases: unknown key "),
 ])
 def test_a_teacher_that_cannot_teach_this_run_is_one_line(extra, message, reference, tmp_path, capsys):
-    extra = [str(reference[1]) if e == "REFERENCE" else e for e in extra]
+    unfinished, unreadable = tmp_path / "unfinished", tmp_path / "unreadable"  # runs of the synthetic classes
+    for folder in (unfinished, unreadable):
+        folder.mkdir()
+        (folder / "labels.json").write_text(json.dumps({i: f"class_{i}" for i in range(7)}))
+    (unfinished / "config.yaml").write_text("dataset: synthetic\nnum_classes: 7\n")
+    (unreadable / "config.yaml").write_text("dataset: synthetic\nnum_clases: 7\n")
+    (unreadable / "model.safetensors").write_bytes(b"")
+    extra = [{"REFERENCE": str(reference[1]), "UNFINISHED": str(unfinished), "UNREADABLE": str(unreadable)}.get(e, e)
+             for e in extra]
     code, err = main_fails([*TINY, *extra, "--output_dir", tmp_path / "run"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "run").exists()

@@ -15,26 +15,33 @@ from utils.models.libraries import build_model, enable_grad_checkpointing
 
 @pytest.mark.slow
 def test_a_resnet_trains_to_the_same_bits_with_its_blocks_checkpointed(tmp_path, capsys):
+    """With the EMA too, whose deep copy of the model recomputes its own blocks."""
     runs = {}
     for name, extra in (("plain", ()), ("checkpointed", ("--grad_checkpointing",))):
-        runs[name] = run_main([*TINY, "--epochs", "2", "--log_every", "1", "--output_dir", tmp_path / name, *extra])
-    assert "grad_checkpointing: 8 blocks recompute their activations in the backward pass" in capsys.readouterr().out
+        runs[name] = run_main([*TINY, "--epochs", "2", "--log_every", "1", "--model_ema", "--output_dir",
+                               tmp_path / name, *extra])
+    assert "grad_checkpointing: 8 blocks recompute their activations in the backward pass; 20 BatchNorm layers " \
+        "update their statistics once" in capsys.readouterr().out
     rows = {name: read_jsonl(tmp_path / name / "metrics.jsonl") for name in runs}
     assert [r.get("train_loss") for r in rows["plain"]] == [r.get("train_loss") for r in rows["checkpointed"]]
     assert runs["plain"]["val_loss"] == runs["checkpointed"]["val_loss"]  # BatchNorm's statistics too
-    plain, checkpointed = (load_file(tmp_path / name / "model.safetensors") for name in runs)
-    assert all(torch.equal(plain[k], checkpointed[k]) for k in plain)
+    assert runs["plain"]["val_ema_loss"] == runs["checkpointed"]["val_ema_loss"]
+    for file in ("model.safetensors", "model_ema.safetensors"):
+        plain, checkpointed = (load_file(tmp_path / name / file) for name in runs)
+        assert all(torch.equal(plain[k], checkpointed[k]) for k in plain), file
 
 
 def gradients(model, x):
-    """(the gradients of one training step, how many tensors autograd kept for it outside checkpointed blocks)."""
+    """(the gradients of one training step and the buffers after it, how many tensors autograd kept for it outside
+    checkpointed blocks)."""
     model.train()
     torch.manual_seed(0)  # dropout / drop path masks: checkpointing must redraw the same ones
     kept = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(1) or t, lambda t: t):
         loss = model(x).float().sum()
     loss.backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(kept)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return {**grads, **{f"buffer {n}": b.float() for n, b in model.named_buffers()}}, len(kept)
 
 
 @pytest.mark.parametrize("name, shape, kwargs", [
@@ -42,9 +49,10 @@ def gradients(model, x):
     ("swin_t", (2, 3, 64, 64), {}),
     ("efficientnet_b0", (2, 3, 64, 64), {"drop_path": 0.2}),  # stochastic depth and BatchNorm in its blocks
     ("timm/test_convnext", (2, 3, 32, 32), {"drop_path": 0.2}),
+    ("timm/test_resnet", (2, 3, 32, 32), {"drop_path": 0.2}),  # timm's own checkpointing, BatchNorm inside it
     ("timm/test_vit", (2, 3, 160, 160), {"drop_path": 0.2}),
 ])
-def test_checkpointed_blocks_give_the_same_gradients(name, shape, kwargs):
+def test_checkpointed_blocks_give_the_same_gradients_and_batchnorm_statistics(name, shape, kwargs):
     if name.startswith("timm/"):
         pytest.importorskip("timm")
     torch.manual_seed(0)

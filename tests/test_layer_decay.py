@@ -105,3 +105,15 @@ def test_a_run_says_its_layers_and_a_model_it_cannot_group_is_one_line(tmp_path,
     assert code == 2 and len(err.strip().splitlines()) == 1 and "layer_decay: resnet18's parameters cannot be " \
         "grouped into layers" in err, err
     assert not (tmp_path / "resnet").exists()  # nothing written
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layer_decay", "0"], "layer_decay: must be in (0, 1]"),
+    (["--layer_decay", "0.7", "--min_lr", "1e-5"], "layer_decay: takes --min_lr 0 only"),
+    (["--layer_decay", "0.7", "--freeze_backbone"], "layer_decay: has nothing to decay with --freeze_backbone"),
+])
+def test_a_layer_decay_that_cannot_work_is_one_line_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err

@@ -3,6 +3,8 @@ its default, its help and whether a resume must keep it."""
 
 import argparse
 
+from utils.training.losses import DISTILL_DEFAULTS
+
 
 def add_model_options(p):
     """The network, what is done to it, and how it is optimised."""
@@ -83,8 +85,8 @@ def add_model_options(p):
     g.add_argument("--bce_target_thresh", resume_key=True, type=float, default=None,
                    help="--bce_loss: targets above this become 1, the others 0 (timm's; A1-A3: 0.2)")
     g.add_argument("--layer_decay", resume_key=True, type=float, default=None, metavar="RATE",
-                   help="layer-wise LR decay (BEiT/MAE fine-tuning): the LR of layer i of L is scaled by "
-                        "RATE^(L - i), the head's by 1; ViT, DeiT, Swin, ConvNeXt... of timm, torchvision and "
+                   help="layer-wise LR decay (BEiT/MAE fine-tuning): the LR of layer i of L (0 the stem) is scaled "
+                        "by RATE^(L - 1 - i), the head's by 1; ViT, DeiT, Swin, ConvNeXt... of timm, torchvision and "
                         "transformers")
     g.add_argument("--grad_checkpointing", resume_key=False, action="store_true",
                    help="recompute each block's activations in the backward pass instead of keeping them: less "
@@ -99,19 +101,22 @@ def add_model_options(p):
 def add_distillation_options(p):
     """Knowledge distillation from a teacher (DeiT's soft and hard kinds)."""
     g = p.add_argument_group("knowledge distillation")
-    g.add_argument("--teacher", resume_key=True, type=str, default=None,
+    # The teacher is recorded in checkpoints by the digest of its weights (run_folder.check_teacher), wherever they lie.
+    g.add_argument("--teacher", resume_key=False, type=str, default=None,
                    help="distil from this model: a run folder or checkpoint of this script, or a model name "
                         "(torchvision, timm/, hf/, pv/; with --teacher_pretrained its library's weights); it sees "
                         "the student's input, in eval mode, without gradients, and is not saved")
-    g.add_argument("--teacher_pretrained", resume_key=True, action="store_true",
-                   help="--teacher NAME: with its library's pretrained weights (its classifier must already have "
-                        "our class count)")
-    g.add_argument("--distill", resume_key=True, type=str, default="soft", choices=("soft", "hard"),
+    g.add_argument("--teacher_pretrained", resume_key=False, action="store_true",
+                   help="--teacher NAME: with its library's pretrained weights (its classifier must already predict "
+                        "this data's classes, in their order: only the count is checked)")
+    g.add_argument("--distill", resume_key=True, type=str, default=DISTILL_DEFAULTS["distill"],
+                   choices=("soft", "hard"),
                    help="soft: KL divergence from the teacher's softened distribution (x T^2); hard: cross-entropy "
                         "against the teacher's top class (DeiT's two kinds)")
-    g.add_argument("--distill_alpha", resume_key=True, type=float, default=0.5,
+    g.add_argument("--distill_alpha", resume_key=True, type=float, default=DISTILL_DEFAULTS["distill_alpha"],
                    help="the loss is (1 - alpha) x the task loss + alpha x the distillation loss")
-    g.add_argument("--distill_temperature", resume_key=True, type=float, default=1.0,
+    g.add_argument("--distill_temperature", resume_key=True, type=float,
+                   default=DISTILL_DEFAULTS["distill_temperature"],
                    help="soft distillation's temperature T")
 
 

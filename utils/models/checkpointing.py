@@ -1,15 +1,15 @@
-"""--grad_checkpointing for models whose library has no switch of its own (torchvision's, pytorchvideo's): each
-residual or transformer block keeps only its input in the forward pass and recomputes the rest in the backward
+"""--grad_checkpointing: blocks keep only their input in the forward pass and recompute the rest in the backward
 (torch.utils.checkpoint, non-reentrant), so activation memory grows with the number of blocks, not their depth.
+`checkpoint_blocks` does it for models whose library has no switch of its own (torchvision's, pytorchvideo's).
 
-Two things keep the arithmetic that of a run without it. Dropout and stochastic depth draw the same masks again in
-the recomputation (checkpoint's preserve_rng_state). BatchNorm would update its running statistics a second time
-when the block is recomputed (momentum applied twice): its buffers are put back as the forward pass left them.
-The block's forward is replaced on the module itself, so the state dict keeps its names and a deep copy (the EMA,
-the saved model) recomputes its own blocks.
+Two things keep the arithmetic that of a run without it, whichever library checkpoints. Dropout and stochastic
+depth draw the same masks again in the recomputation (checkpoint's preserve_rng_state). BatchNorm would update its
+running statistics a second time when its block is recomputed (momentum applied twice, num_batches_tracked counted
+twice; timm's own checkpointing does so): `keep_batchnorm_statistics` puts them back as the forward pass left them.
+Both work on the modules themselves, so the state dict keeps its names and a deep copy (the EMA, the saved model)
+recomputes its own blocks.
 """
 
-import contextlib
 import functools
 import types
 
@@ -37,24 +37,33 @@ def _checkpointed_forward(self, *args, **kwargs):
     forward = functools.partial(type(self).forward, self)
     if not torch.is_grad_enabled():  # evaluation: nothing is kept for a backward anyway
         return forward(*args, **kwargs)
-    if torch.compiler.is_compiling():  # the compiled backward recomputes pure operations only: buffers are not updated
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-    return checkpoint(forward, *args, use_reentrant=False,
-                      context_fn=functools.partial(_contexts, self), **kwargs)
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
-def _contexts(block):
-    """(around the forward pass, around the recomputation)."""
-    return contextlib.nullcontext(), _batchnorm_statistics_kept(block)
+def keep_batchnorm_statistics(model):
+    """Every BatchNorm of `model` leaves its buffers as they were when it runs again inside a backward pass (a
+    checkpointed block's recomputation). Returns how many BatchNorm layers it watches."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for layer in layers:
+        layer.forward = types.MethodType(_statistics_kept_forward, layer)
+    return len(layers)
 
 
-@contextlib.contextmanager
-def _batchnorm_statistics_kept(block):
-    saved = [(buffer, buffer.clone()) for module in block.modules()
-             if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for buffer in module.buffers()]
-    try:
-        yield
+def _statistics_kept_forward(self, *args, **kwargs):
+    forward = functools.partial(type(self).forward, self)
+    if not (self.training and _recomputing()):
+        return forward(*args, **kwargs)
+    saved = [buffer.clone() for buffer in self.buffers()]
+    try:  # a recomputation may be stopped inside this very layer, once it has what the backward needs
+        return forward(*args, **kwargs)
     finally:
         with torch.no_grad():
-            for buffer, value in saved:
+            for buffer, value in zip(self.buffers(), saved):
                 buffer.copy_(value)
+
+
+def _recomputing():
+    # torch has no public flag for "inside a backward pass"; torch.utils.checkpoint reads this one itself. A forward
+    # pass runs outside any graph task (-1); a recomputation runs inside the backward's. A compiled backward
+    # recomputes pure operations only, without the buffer updates.
+    return not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1

@@ -12,6 +12,7 @@ import functools
 
 from utils.core.errors import ConfigError
 from utils.models import torchvision_models as tv
+from utils.models.checkpointing import keep_batchnorm_statistics
 from utils.models.hf_library import Transformers
 from utils.models.pv_library import PyTorchVideo
 from utils.models.temporal_shift import add_temporal_shift
@@ -123,9 +124,12 @@ def layer_ids(model, name):
 
 
 def enable_grad_checkpointing(model, name):
-    """--grad_checkpointing, the way the model's library does it; returns the start-up line saying what was done."""
+    """--grad_checkpointing, the way the model's library does it, with BatchNorm's running statistics kept from a
+    second update in the recomputation (utils/models/checkpointing.py); returns the start-up line saying so."""
     lib, _ = library(name)
-    return lib.grad_checkpointing(model)
+    line = lib.grad_checkpointing(model)
+    kept = keep_batchnorm_statistics(model)
+    return line + (f"; {kept} BatchNorm layers update their statistics once" if kept else "")
 
 
 def save_in_library_form(model, name, folder, inputs, class_names):
@@ -138,22 +142,30 @@ def pretrained_model(name, num_classes, video, class_names, log=print):
     """`name` with its library's pretrained weights, whole: their classifier must have `num_classes` outputs (a
     --teacher NAME: a new classifier would teach nothing). A ModelError otherwise."""
     lib, arch = library(name)
-    have = lib.pretrained_classes(arch)
+    try:
+        have = lib.pretrained_classes(arch)
+    except (OSError, RuntimeError, ValueError) as e:  # offline without its config; a tag timm does not know
+        raise ModelError(f"{name}: its pretrained weights' classes cannot be read ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:150] if str(e) else 'no message'})") from None
     if have != num_classes:
-        raise ModelError(f"{name}'s pretrained classifier has {have or 'an unknown number of'} classes and the data "
-                         f"{num_classes}: its predictions are not of these classes; train a model on this data and "
-                         f"give its run folder")
+        count = f"has {have} classes" if have else "has a class count its library does not say"
+        raise ModelError(f"{name}'s pretrained classifier {count} and the data {num_classes}: its predictions are "
+                         f"not of these classes; train a model on this data and give its run folder")
     model = build_model(name, num_classes, video=video, pretrained=True, class_names=class_names)
     if not lib.builds_pretrained:
         tv.load_weights(model, "pretrained", tv.pretrained_state(name, None), log)
     return model
 
 
-def distillation_head(model):
+def distillation_head(model, video=False):
     """Switch on a distillation token's head where the model has one (timm's deit_*_distilled: in training it then
-    answers (class head, distillation head)); whether it did."""
+    answers (class head, distillation head)); whether it did. Not for video: frames scored one by one are averaged
+    into one answer (frame_averaged)."""
     if not hasattr(model, "set_distilled_training"):
         return False
+    if video:
+        raise ModelError("teacher: a model with a distillation token scores video frames one by one, and its two heads "
+                         "cannot be averaged over them; distil into a model without one")
     model.set_distilled_training(True)
     return True
 

@@ -173,7 +173,7 @@ def build_job(args, settings, accelerator, out):
                                                  ra_reps=args.ra_reps, seed=spread(args.seed))
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
     teacher = build_teacher(args, class_names, inp, accelerator)
-    if teacher is not None and distillation_head(model):
+    if teacher is not None and distillation_head(model, inp.video):
         accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
                           "from the labels (their mean is scored)")
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)

@@ -4,7 +4,7 @@ It is a run of this script (its folder, or one of its checkpoints), or a model n
 weights (--teacher_pretrained). It runs in eval mode and without gradients, on this process's device and under its
 mixed precision, outside DDP/FSDP and the optimizer, on exactly the input the student sees (erased and mixed); when
 it was trained on another normalisation, that input is put back into its own. Its weights are never saved with the
-student's; what it is (the option's value and a digest of its weights) goes into every checkpoint, so that a
+student's; what it is (its name or folder, and a digest of its weights) goes into every checkpoint, so that a
 resume with another teacher is refused (run_folder.check_teacher).
 """
 
@@ -15,9 +15,11 @@ import torch
 
 from utils.core.errors import UserError
 from utils.data.catalog import is_video, resolve_input
-from utils.models.libraries import data_config, pretrained_model
-from utils.training.checkpoints import STATE_FILE
+from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
+from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD
+from utils.models.libraries import check_clip_frames, check_image_size, data_config, pretrained_model
 from utils.run.trained import load_run
+from utils.training.checkpoints import STATE_FILE
 
 
 class TeacherError(UserError, ValueError):
@@ -25,19 +27,16 @@ class TeacherError(UserError, ValueError):
 
 
 class Teacher:
-    """Logits of the teacher for a batch of the student's model input."""
+    """Logits of the teacher for a batch of the student's model input (the caller holds no gradients for it)."""
 
     def __init__(self, model, identity, renormalise, autocast):
         self.model, self.identity, self.autocast = model, identity, autocast
-        self.scale, self.shift = renormalise or (None, None)
+        self.renormalise = renormalise  # (scale, shift) per channel, on the device; None: the student's input as it is
 
     def __call__(self, pixels):
-        """(The caller, utils/training/losses.Objective, holds no gradients for it.)"""
-        if self.scale is not None:
-            shape = (1, -1) + (1,) * (pixels.dim() - 2)
-            if self.scale.device != pixels.device:
-                self.scale, self.shift = self.scale.to(pixels.device), self.shift.to(pixels.device)
-            pixels = pixels * self.scale.view(shape) + self.shift.view(shape)
+        if self.renormalise is not None:
+            scale, shift = (t.view((1, -1) + (1,) * (pixels.dim() - 2)) for t in self.renormalise)
+            pixels = pixels * scale + shift
         with self.autocast():
             return self.model(pixels)
 
@@ -47,48 +46,72 @@ def build_teacher(args, class_names, inp, accelerator):
     if args.teacher is None or args.eval_only:
         return None
     with torch.random.fork_rng(devices=[]):  # its random initialisation leaves the run's random stream as it was
-        model, stats, origin = _model(args, class_names, inp)
+        model, stats, name, source, origin = _model(args, class_names, inp)
     model = model.to(accelerator.device).eval().requires_grad_(False)
-    identity = {"teacher": args.teacher, "weights_sha256": weights_digest(model)}
+    if args.channels_last:  # the student's input comes in this format
+        model = model.to(memory_format=torch.channels_last_3d if inp.video else torch.channels_last)
+    identity = {"teacher": source, "weights_sha256": weights_digest(model)}
     renormalise = _renormalisation(inp.mean_std, stats)
-    accelerator.print(f"teacher: {origin} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
-                      f"weights sha256 {identity['weights_sha256'][:12]}); --distill {args.distill}, alpha "
+    if renormalise is not None:
+        renormalise = tuple(t.to(accelerator.device) for t in renormalise)
+    accelerator.print(f"teacher: {name} with {origin} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f} M "
+                      f"parameters, sha256 {identity['weights_sha256'][:12]}); --distill {args.distill}, alpha "
                       f"{args.distill_alpha:g}" + (f", T {args.distill_temperature:g}" if args.distill == "soft" else "")
                       + ("; its input renormalised to its own mean/std" if renormalise else ""))
     return Teacher(model, identity, renormalise, accelerator.autocast)
 
 
 def _model(args, class_names, inp):
-    """(the teacher's model on the CPU, its input's (mean, std) or None when it declares none, what it is)."""
+    """(the teacher's model on the CPU, its input's (mean, std), its model name, the folder or name it was given by
+    (resolved), where its weights come from)."""
     folder = Path(args.teacher)
-    if folder.is_dir():
-        if args.teacher_pretrained:
-            raise TeacherError("teacher_pretrained: for a --teacher model name; a run folder brings its own weights")
-        checkpoint = folder if (folder / STATE_FILE).is_file() else None  # runs/<run>/checkpoints/<name>
-        run = folder.resolve().parent.parent if checkpoint else folder
-        ema = checkpoint is None and (run / "model_ema.safetensors").is_file()  # the weights --keep_best followed
-        run_args, names, model = load_run(run, ema=ema, checkpoint=checkpoint)
-        if names != list(class_names):
-            raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: "
-                               f"{', '.join(names[:5])}...) than this data's ({len(class_names)}); give a teacher "
-                               f"trained on the same classes")
-        if is_video(run_args) != inp.video:
-            kinds = ("videos", "images") if inp.video else ("images", "videos")
-            raise TeacherError(f"teacher: {folder} was trained on {kinds[1]}, this run trains on {kinds[0]}")
-        weights = "EMA weights" if ema else "weights"
-        return model, resolve_input(run_args).mean_std, f"{run_args.model} of {folder} ({weights})"
-    if not args.teacher_pretrained:
-        raise TeacherError(f"teacher: {args.teacher} is not a folder; a model name needs --teacher_pretrained (random "
-                           f"weights teach nothing), or give a run folder of this script")
-    model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None)
-    recommended = data_config(args.teacher)
-    stats = (recommended["mean"], recommended["std"]) if "mean" in recommended else None
-    return model, stats, f"{args.teacher} with its pretrained weights"
+    if not folder.is_dir():
+        _check_input(args, args.teacher, inp)
+        model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None)
+        recommended = data_config(args.teacher)  # a torchvision name recommends nothing: ImageNet's, Kinetics' then
+        stats = (recommended["mean"], recommended["std"]) if "mean" in recommended else \
+            (KINETICS_MEAN, KINETICS_STD) if inp.video else (IMAGENET_MEAN, IMAGENET_STD)
+        return model, stats, args.teacher, args.teacher, "its pretrained weights"
+    folder = folder.resolve()
+    checkpoint = folder if (folder / STATE_FILE).is_file() else None  # runs/<run>/checkpoints/<name>
+    run = folder.parent.parent if checkpoint else folder
+    ema = checkpoint is None and (run / "model_ema.safetensors").is_file()  # the weights --keep_best followed
+    weights = folder / ("model_ema.safetensors" if ema else "model.safetensors")
+    if (run / "config.yaml").is_file() and not weights.is_file():
+        raise TeacherError(f"teacher: {weights} does not exist: " + (
+            "a sharded (FSDP) checkpoint cannot teach; give the finished run's folder" if checkpoint else
+            "the run has not finished; give one of its checkpoints (<run>/checkpoints/<name>)"))
+    run_args, names, model = load_run(run, ema=ema, checkpoint=checkpoint)
+    if names != list(class_names):
+        raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
+                           f"than this data's ({len(class_names)}); give a teacher trained on the same classes")
+    if is_video(run_args) != inp.video:
+        kinds = ("videos", "images") if inp.video else ("images", "videos")
+        raise TeacherError(f"teacher: {folder} was trained on {kinds[1]}, this run trains on {kinds[0]}")
+    if inp.video and run_args.clip_len * run_args.num_segments != args.clip_len * args.num_segments:
+        raise TeacherError(f"teacher: {folder} took clips of {run_args.clip_len * run_args.num_segments} frames, this "
+                           f"run's have {args.clip_len * args.num_segments} (--clip_len x --num_segments): give the same")
+    _check_input(args, run_args.model, inp)
+    return model, resolve_input(run_args).mean_std, run_args.model, str(folder), \
+        f"{folder}'s {'EMA ' if ema else ''}weights"
+
+
+def _check_input(args, name, inp):
+    """The teacher takes the student's train input: its size (every train crop size; progressive resizing's first
+    and last), and for video its clip length."""
+    sizes = sorted({inp.train_crop(0), inp.train_crop(args.epochs - 1)})
+    try:
+        for size in sizes:
+            check_image_size(name, size, args.clip_len * args.num_segments if inp.video else None)
+        if inp.video:
+            check_clip_frames(name, args.clip_len * args.num_segments)
+    except ValueError as e:
+        raise TeacherError(f"teacher: {e}") from None
 
 
 def _renormalisation(student, teacher):
     """(scale, shift) per channel taking the student's normalised input to the teacher's; None when they agree
-    (or either is unknown: synthetic input is not normalised, a torchvision name declares nothing)."""
+    (or the student's input is not normalised: synthetic data)."""
     if student is None or teacher is None or tuple(map(tuple, student)) == tuple(map(tuple, teacher)):
         return None
     (mean_s, std_s), (mean_t, std_t) = (tuple(torch.tensor(v, dtype=torch.float32) for v in pair)

@@ -1,6 +1,8 @@
 """A trained run of this script read back: its options, its class names and its weights in its model (for
 predict.py, utils/inference.py, and a --teacher given as a run folder)."""
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -24,7 +26,7 @@ def load_run(run_dir, ema=False, checkpoint=None):
     for file in (config, labels):
         if not file.is_file():
             raise RunError(f"{run_dir}: no {file.name} (give a folder written by train_classification.py)")
-    args = parse_args(["--config", str(config)])
+    args = read_options(config)
     names = [name for _, name in sorted(json.loads(labels.read_text()).items(), key=lambda kv: int(kv[0]))]
     weights = Path(checkpoint) / "model.safetensors" if checkpoint else \
         run_dir / ("model_ema.safetensors" if ema else "model.safetensors")
@@ -40,3 +42,16 @@ def load_run(run_dir, ema=False, checkpoint=None):
         raise RunError(f"{weights}: does not fit {args.model} with {len(names)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
     return args, names, model.eval()
+
+
+def read_options(config):
+    """The options a run's config.yaml holds, as this version of the script parses them; a RunError naming the file
+    when it cannot (an option since renamed, a model whose library is not installed here)."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return parse_args(["--config", str(config)])
+    except SystemExit:
+        why = said.getvalue().strip().splitlines()[-1:] or ["no reason given"]
+        raise RunError(f"{config}: this version of the script cannot read it ({why[0].split('error: ', 1)[-1]})") \
+            from None

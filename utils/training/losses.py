@@ -4,9 +4,18 @@
 Each loss is kept per sample (cross-entropy) or per sample and class (BCE) until the loop averages it: the loop has
 already left out images that could not be decoded."""
 
+import importlib.util
+import os
+
 import torch
 import torch.nn.functional as F
 
+from utils.core.errors import ConfigError
+from utils.models.libraries import check_model_name
+
+# --distill, --distill_alpha, --distill_temperature: their defaults (utils/config/training_options.py), which a run
+# without --teacher must keep (it has no distillation for them to change)
+DISTILL_DEFAULTS = {"distill": "soft", "distill_alpha": 0.5, "distill_temperature": 1.0}
 
 class BinaryCrossEntropy:
     """timm's BinaryCrossEntropy (one-vs-all, as "ResNet strikes back" trains), per sample and class.
@@ -72,7 +81,24 @@ def check_options(args, need):
     """The loss and distillation."""
     need(args.bce_target_thresh is None or 0 <= args.bce_target_thresh < 1, "bce_target_thresh", "must be in [0, 1)")
     need(args.bce_target_thresh is None or args.bce_loss, "bce_target_thresh", "applies to --bce_loss only")
-    need(args.teacher is None or 0 < args.distill_alpha <= 1, "distill_alpha",
-         "must be in (0, 1] with --teacher (the weight of the distillation term)")
+    need(not args.bce_loss or importlib.util.find_spec("timm") is not None, "bce_loss", "is timm's "
+         "BinaryCrossEntropy, and timm is not installed: pip install -r requirements-models.txt (or pip install timm)")
+    if args.teacher is None:
+        changed = [f"--{key}" for key, value in DISTILL_DEFAULTS.items() if getattr(args, key) != value]
+        need(not changed, changed[0][2:] if changed else "", f"{', '.join(changed)}: set for a distillation, "
+             f"which needs --teacher")
+        need(not args.teacher_pretrained, "teacher_pretrained", "needs --teacher")
+        return
+    need(0 < args.distill_alpha <= 1, "distill_alpha", "must be in (0, 1] with --teacher (the weight of the "
+         "distillation term)")
     need(args.distill_temperature > 0, "distill_temperature", "must be > 0")
-    need(args.teacher is not None or not args.teacher_pretrained, "teacher_pretrained", "needs --teacher")
+    if os.path.isdir(args.teacher):  # a run folder, read when the run is built
+        need(not args.teacher_pretrained, "teacher_pretrained", "for a --teacher model name; a run folder brings its "
+             "own weights")
+        return
+    need(args.teacher_pretrained, "teacher", f"{args.teacher} is not a folder; a model name needs --teacher_pretrained "
+         f"(random weights teach nothing), or give a run folder of this script")
+    try:
+        check_model_name(args.teacher)
+    except ValueError as e:
+        raise ConfigError(f"teacher: {e}") from None

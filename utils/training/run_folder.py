@@ -179,11 +179,13 @@ def check_data(accelerator, state, signature):
 
 
 def check_teacher(state, identity):
-    """Refuse to continue a distillation with another teacher (its option's value, or other weights under it), or
-    without the one it had. A checkpoint written before teachers were recorded holds none: it had no teacher."""
+    """Refuse to continue a distillation with another teacher (other weights, wherever they lie and whatever they
+    are called), or without the one it had, or with one when it had none. A checkpoint written before teachers were
+    recorded holds none: it had no teacher."""
     recorded = state.get("teacher")
-    if recorded == identity:
+    if (recorded or {}).get("weights_sha256") == (identity or {}).get("weights_sha256"):
         return
+
     def describe(teacher):
         return f"{teacher['teacher']} (weights sha256 {teacher['weights_sha256'][:12]})" if teacher else "no teacher"
     raise FolderError(f"resume: the checkpoint was distilled from {describe(recorded)}, this run has "

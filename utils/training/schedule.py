@@ -163,6 +163,12 @@ def check_options(args, need):
     need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
     need(args.lr > 0, "lr", "must be > 0")
     need(args.layer_decay is None or 0 < args.layer_decay <= 1, "layer_decay", "must be in (0, 1]")
+    # One cosine floor for every layer would lift the slow layers' LR towards it: the floor of each would have to
+    # scale with its layer, which torch's schedulers do not do.
+    need(args.layer_decay is None or args.min_lr == 0, "layer_decay", "takes --min_lr 0 only (the cosine floor "
+         "would be the same for every layer, raising the LR of the first ones)")
+    need(args.layer_decay is None or not args.freeze_backbone, "layer_decay", "has nothing to decay with "
+         "--freeze_backbone (only the head trains)")
     _check_optimizer(args, need)
     need(0 <= args.momentum < 1, "momentum", "must be in [0, 1)")
     need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
