@@ -43,6 +43,32 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
     assert state["teacher"]["teacher"] == str(reference[1]) and len(state["teacher"]["weights_sha256"]) == 64
 
 
+def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images, reference):
+    """--teacher runs/<run> and --teacher runs/<run>/checkpoints/<last>: the same model, the same digest."""
+    from utils.config.options import parse_args
+    from utils.data.catalog import resolve_input
+    from utils.run.teacher import _model, weights_digest
+
+    last = sorted((reference[1] / "checkpoints").iterdir())[-1]
+    digests = []
+    for teacher in (reference[1], last):
+        args = parse_args([str(a) for a in resume_job(images, reference[1], 0, "--teacher", teacher)])
+        model, stats, name, source, origin = _model(args, ["cat", "dog", "eel"], resolve_input(args))
+        assert name == "resnet18" and source == str(teacher.resolve()) and stats == resolve_input(args).mean_std
+        digests.append(weights_digest(model))
+    assert digests[0] == digests[1] == weights_digest_of_file(reference[1] / "model.safetensors")
+
+
+def weights_digest_of_file(path):
+    import torchvision
+
+    from utils.run.teacher import weights_digest
+
+    model = torchvision.models.resnet18(num_classes=3)
+    model.load_state_dict(load_file(path))
+    return weights_digest(model)
+
+
 def test_a_teacher_taking_other_statistics_gets_the_students_input_in_its_own():
     raw = torch.rand(2, 3, 4, 4)
     student, teacher = ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3)), ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
