@@ -3,6 +3,7 @@
     python benchmarks/data_throughput.py                   # 400 generated 500x375 JPEGs, 1 and 2 workers
     python benchmarks/data_throughput.py --workers 4 8 --data_dir /path/to/imagefolder/train
     python benchmarks/data_throughput.py --streaming       # the same JPEGs as parquet shards, streamed
+    python benchmarks/data_throughput.py --decoders        # also: the image decoders alone, one thread
 
 The loaders read the same folder with the same train transforms (RandomResizedCrop 224, flip, float,
 ImageNet normalisation), batch size and worker count, and persistent workers. The baseline decodes with
@@ -149,6 +150,47 @@ def stream_loader(shards, batch_size, workers):
     return Epochs(loader), BatchInput(args, len(names), 0, resolve_input(args).mean_std)
 
 
+def decoder_rates(folder, files=100, repeats=5):
+    """Images/s of each decoder alone on the folder's first files, one thread, best of `repeats`: the project's
+    (utils/data/images.decode_rgb: torchcodec), torchcodec's and torchvision's own (while torchvision has them),
+    PIL's."""
+    import io
+    import warnings
+
+    from utils.data.images import decode_rgb
+
+    data = [f.read_bytes() for f in sorted(Path(folder).rglob("*.jpg"))[:files]]
+    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in data]
+    decoders = {"project (decode_rgb)": lambda i: decode_rgb({"bytes": data[i], "path": None})}
+    try:
+        from torchcodec.decoders import decode_image as torchcodec_decode
+
+        decoders["torchcodec decode_image"] = lambda i: torchcodec_decode(tensors[i], mode="RGB")
+    except ImportError:
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchvision's deprecation notice at every call
+        try:
+            from torchvision.io import ImageReadMode
+            from torchvision.io import decode_image as torchvision_decode
+
+            decoders["torchvision decode_image"] = lambda i: torchvision_decode(tensors[i], mode=ImageReadMode.RGB)
+        except ImportError:
+            pass
+        decoders["PIL"] = lambda i: np.array(Image.open(io.BytesIO(data[i])).convert("RGB"))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        rates = {}
+        for _ in range(repeats):  # interleaved, so that a slow moment of the machine hits each alike
+            for name, decode in decoders.items():
+                start = time.perf_counter()
+                for i in range(len(data)):
+                    decode(i)
+                rates[name] = max(rates.get(name, 0), len(data) / (time.perf_counter() - start))
+        torch.set_num_threads(threads)
+    return rates
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_dir", default=None, help="an image folder (default: generate 400 JPEGs)")
@@ -157,6 +199,7 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per figure (median)")
     p.add_argument("--streaming", action="store_true",
                    help="streamed parquet shards of the same JPEGs against the map-style folder path")
+    p.add_argument("--decoders", action="store_true", help="also time the image decoders alone, one thread")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.data_dir
@@ -166,6 +209,9 @@ def main(argv=None):
         n = sum(1 for _ in Path(folder).rglob("*.jpg"))
         print(f"{n} images in {folder}, batch {args.batch_size}, 224 px train transforms, "
               f"{torch.get_num_threads()} threads in the main process")
+        if args.decoders:
+            rates = decoder_rates(folder)
+            print("decoders alone, one thread: " + " | ".join(f"{name} {rate:.1f} img/s" for name, rate in rates.items()))
         if args.streaming:
             shards = write_shards(folder, Path(tmp) / "shards")
             for workers in args.workers:

@@ -82,8 +82,12 @@ def test_data_throughput_benchmark_runs_tiny_on_a_given_folder(tmp_path, capsys)
     benchmark_module("data_throughput.py").generate_folder(tmp_path / "images", classes=3, per_class=10, size=(64, 48))
 
     out = benchmark_in_process("data_throughput.py", capsys, "--data_dir", tmp_path / "images", "--workers", 0, 1,
-                               "--batch_size", 4, "--epochs", 1)
+                               "--batch_size", 4, "--epochs", 1, "--decoders")
     assert f"30 images in {tmp_path / 'images'}, batch 4, 224 px train transforms" in out
+    # (torchvision's own decoders are timed too while torchvision still has them)
+    decoders = figure(rf"^decoders alone, one thread: project \(decode_rgb\) {NUMBER} img/s \| torchcodec decode_image "
+                      rf"{NUMBER} img/s \| .*PIL {NUMBER} img/s$", out)
+    assert all(rate > 0 for rate in decoders)
     for workers in (0, 1):
         base, before, ours, ratio, uint8_ratio = figure(
             rf"^workers {workers}: ImageFolder\+PIL +{NUMBER} img/s \| project float +{NUMBER} img/s \| "

@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
 from utils.core.seeding import sample_rng
+from utils.data.images import decode_rgb
 
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".webm", ".mov"}
 FRAME_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -80,14 +81,12 @@ class PathFrames:
 
 def read_frame_folder(folder, choose):
     """(T, 3, H, W) uint8 frames of a folder of images (sorted names: img_00001.jpg, ...)."""
-    from torchvision.io import ImageReadMode, decode_image
-
     names = sorted(n for n in os.listdir(folder)
                    if not n.startswith(".") and os.path.splitext(n)[1].lower() in FRAME_SUFFIXES)
     if not names:
         raise ValueError(f"no frame images ({', '.join(sorted(FRAME_SUFFIXES))}) in the folder")
     indices = choose(len(names))
-    read = {i: decode_image(os.path.join(folder, names[i]), mode=ImageReadMode.RGB) for i in set(indices)}
+    read = {i: decode_rgb({"bytes": None, "path": os.path.join(folder, names[i])}) for i in set(indices)}
     return torch.stack([read[i] for i in indices])
 
 
