@@ -2,15 +2,15 @@
 built: each bad combination stops the run with one line naming the option (ConfigError, exit 2)."""
 
 from utils.core.errors import ConfigError, at_least, requirement
-from utils.data import catalog, on_device, presets, sampling, streaming, video_sources
+from utils.data import catalog, device_decode, on_device, presets, sampling, streaming, video_sources
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
 from utils.training import early_stop, losses, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 # The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video,
-# crops and progressive resizing, MixUp/CutMix and erasing, repeated augmentation.
-DATA = (catalog, streaming, video_sources, presets, on_device, sampling)
+# crops and progressive resizing, MixUp/CutMix and erasing, decoding on the device, repeated augmentation.
+DATA = (catalog, streaming, video_sources, presets, on_device, device_decode, sampling)
 
 
 def check_args(args):

@@ -52,6 +52,10 @@ def add_data_options(p):
                    type=int, default=256, help="val size of --dataset synthetic")
     g.add_argument("--num_workers", resume_key=False, type=int, default=None,
                    help="data-loading worker processes per process (default: chosen from the cores per process)")
+    g.add_argument("--decode_on_device", resume_key=False, action="store_true",
+                   help="image files: the workers read JPEG bytes and draw each sample's crop and flip; the batch is "
+                        "decoded (torchcodec: nvJPEG on CUDA), cropped, resized and flipped on the device (other "
+                        "files are decoded in the workers; not with --auto_augment/--rand_augment)")
     g = p.add_argument_group("video (list files, <class>/<video> folders, moving digits)")
     g.add_argument("--train_list", resume_key=False, type=str, default=None,
                    help="list file of training videos: 'path label' or 'path num_frames label' per line; a path "

@@ -26,7 +26,7 @@ def decode_rgb(image):
     decode them (torchcodec turns a JPEG upright by its EXIF tag: such files go to PIL, which gives the bytes
     torchvision gave)."""
     data = image["bytes"] if image["bytes"] is not None else Path(image["path"]).read_bytes()
-    if decode_image is not None and not _turned_by_exif(data):
+    if decode_image is not None and not turned_by_exif(data):
         try:
             pixels = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode="RGB")
             return pixels[0] if pixels.dim() == 4 else pixels
@@ -38,7 +38,7 @@ def decode_rgb(image):
         return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
-def _turned_by_exif(data):
+def turned_by_exif(data):
     """Whether `data` is a JPEG whose EXIF orientation tag asks for a turn or a flip. The segments before the
     image are walked (a few, each a marker and a length) and PIL reads the tag only when EXIF is there."""
     if data[:2] != b"\xff\xd8":
@@ -55,10 +55,10 @@ def _turned_by_exif(data):
     return False
 
 
-def load_item(image, label, key, epoch, transform, size, seed, decode, classes=None):
+def load_item(image, label, key, epoch, transform, size, seed, decode, classes=None, blank=None):
     """One training or validation item: the image decoded and transformed with the randomness of
     (seed, epoch, key) when seeded; one that fails (or a label outside [0, classes)) becomes a zero
-    image with valid=False and its path in `source`."""
+    image (`blank(size)` when given) with valid=False and its path in `source`."""
     try:
         if classes is not None and not 0 <= label < classes:
             raise ValueError(f"label {label} is not one of the {classes} classes (0..{classes - 1})")
@@ -68,7 +68,7 @@ def load_item(image, label, key, epoch, transform, size, seed, decode, classes=N
         source, error = "", ""
     # PIL raises all of the first four; TypeError/KeyError: a row without an image or label (None)
     except (OSError, ValueError, RuntimeError, SyntaxError, TypeError, KeyError) as e:
-        pixels, label = torch.zeros(3, size, size, dtype=torch.uint8), 0
+        pixels, label = torch.zeros(3, size, size, dtype=torch.uint8) if blank is None else blank(size), 0
         path = image.get("path") if isinstance(image, dict) else None
         source, error = path or "<embedded image bytes>", f"{type(e).__name__}: {e}"
     return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
@@ -85,12 +85,13 @@ class ImageRows(Dataset):
     every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
     """
 
-    def __init__(self, ds, preset, decoded, seed=None):
+    def __init__(self, ds, preset, decoded, seed=None, on_device=False):
         import datasets
 
         # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
         self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
         self.preset, self.decoded, self.seed = preset, decoded, seed
+        self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/device_decode.py)
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
 
     def __len__(self):
@@ -111,11 +112,21 @@ class ImageRows(Dataset):
                 for image, label, key in zip(rows["image"], rows["label"], keys)]
 
     def _item(self, image, label, key, epoch, transform, size):
+        if self.on_device:
+            return load_on_device(image, label, key, epoch, transform, size, self.seed)
         decode = (lambda image: image.convert("RGB")) if self.decoded else decode_rgb
         return load_item(image, label, key, epoch, transform, size, self.seed, decode)
 
 
-def with_transform(ds, preset, decoded, seed=None):
+def load_on_device(image, label, key, epoch, transform, size, seed, classes=None):
+    """load_item for --decode_on_device: the file's bytes and the preset's draws, for the device to finish."""
+    from utils.data.device_decode import Deferred, blank
+
+    return load_item(image, label, key, epoch, Deferred(transform, size), size, seed, lambda image: image, classes,
+                     blank=blank)
+
+
+def with_transform(ds, preset, decoded, seed=None, on_device=False):
     """ImageRows over `ds`, its epoch set through EpochSeeded."""
-    rows = ImageRows(ds, preset, decoded, seed)
+    rows = ImageRows(ds, preset, decoded, seed, on_device)
     return EpochSeeded(rows, rows.epoch)

@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 from utils.core.preemption import worker_init_fn
 from utils.data import presets
 from utils.data.catalog import source_for
+from utils.data.device_decode import Decoded
 from utils.data.sampling import RepeatedAugmentationSampler
 from utils.data.sources import DataError
 from utils.data.stream_loader import StreamLoader
@@ -43,8 +44,9 @@ class BadImages:
         return sum(not source and not error for source, error in zip(batch["source"], batch["error"]))  # not padding
 
 
-def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0):
-    """Plain DataLoaders, prepared: Accelerate shards them and seeds the shuffle with (seed, epoch).
+def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
+    """Plain DataLoaders, prepared: Accelerate shards them and seeds the shuffle with (seed, epoch); with `decode`
+    (--decode_on_device: a utils/data/device_decode.DeviceDecoder) every batch goes through it on its way out.
 
     No DistributedSampler here: `prepare` already shards, and would shard it a second time. Call
     `train_loader.batches(epoch)` for each epoch's: the permutation depends on (seed, epoch) alone.
@@ -59,8 +61,9 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
     # of a single image would make BatchNorm fail in training, so that one image waits an epoch.
     if isinstance(train_ds, StreamRows):  # not prepared: see utils/data/streaming.py
         train = StreamLoader(train_ds, batch_size, num_workers, train_ds.micro_batches, accelerator.device,
-                             common["worker_init_fn"])
-        return train, accelerator.prepare(DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common))
+                             common["worker_init_fn"], decode)
+        val = accelerator.prepare(DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common))
+        return train, val if decode is None else Decoded(val, decode)
     lone_last = accelerator.num_processes == 1 and len(train_ds) % batch_size == 1
     # Own generator: creating an epoch's iterator then draws nothing from the global RNG (which
     # a checkpoint restores), so a resumed run's random streams line up with an uninterrupted one.
@@ -73,7 +76,7 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
     # validation of each process (persistent workers), which a resumed run meets at another point.
     val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)
     train, val = accelerator.prepare(train, val)
-    return MapLoader(accelerator, train), val
+    return MapLoader(accelerator, train, decode), val if decode is None else Decoded(val, decode)
 
 
 class MapLoader:
@@ -81,8 +84,8 @@ class MapLoader:
     training loader has (a StreamLoader too), so that the loop never asks which one it holds: len() micro-
     batches an epoch, `batches(epoch, skipped)`, and `save_position` / `load_position` of a checkpoint."""
 
-    def __init__(self, accelerator, loader):
-        self.accelerator, self.loader = accelerator, loader
+    def __init__(self, accelerator, loader, decode=None):
+        self.accelerator, self.loader, self.decode = accelerator, loader, decode
 
     def __len__(self):
         return len(self.loader)
@@ -99,7 +102,7 @@ class MapLoader:
             # draw epoch 0's permutation: give it this epoch.
             loader = self.accelerator.skip_first_batches(loader, skipped)
             loader.set_epoch(epoch)
-        return loader
+        return loader if self.decode is None else map(self.decode, loader)
 
     def save_position(self, folder, rank):
         """Nothing of its own: the checkpoint's step count and the sampler's (seed, epoch) say where it stood."""

@@ -277,5 +277,7 @@ class ImageFiles(DataSource):
     def datasets(self, args, inp, rank=0, world=1):
         train_preset, val_preset = presets.image_presets(inp)
         train, val, names, notes = load_splits(args)
-        return (with_transform(train, train_preset, decoded=False, seed=args.seed),
-                with_transform(val, val_preset, decoded=False), names, notes + presets.progressive_notes(inp, args.epochs))
+        on_device = args.decode_on_device  # bytes and draws, not pixels (utils/data/device_decode.py)
+        return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device),
+                with_transform(val, val_preset, decoded=False, on_device=on_device), names,
+                notes + presets.progressive_notes(inp, args.epochs))

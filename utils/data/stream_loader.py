@@ -26,10 +26,11 @@ class StreamLoader:
     blank image marked not valid (the loop trains on none, and still joins the all-reduce).
     """
 
-    def __init__(self, rows, batch_size, num_workers, micro_batches, device, worker_init_fn):
+    def __init__(self, rows, batch_size, num_workers, micro_batches, device, worker_init_fn, decode=None):
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         self.dataset, self.micro_batches, self.device, self.num_workers = rows, micro_batches, device, num_workers
+        self.decode = decode or (lambda batch: batch)  # --decode_on_device (utils/data/device_decode.py)
         self.loader = StatefulDataLoader(rows, batch_size=batch_size, num_workers=num_workers,
                                          worker_init_fn=worker_init_fn, pin_memory=device.type == "cuda",
                                          snapshot_every_n_steps=1,
@@ -63,7 +64,7 @@ class StreamLoader:
                          "labels": torch.zeros(1, dtype=torch.int64), "valid": torch.zeros(1, dtype=torch.bool),
                          "source": [""], "error": [PADDING]}
             self.position["taken"] = taken + 1
-            yield send_to_device(batch, self.device, non_blocking=True)
+            yield self.decode(send_to_device(batch, self.device, non_blocking=True))
 
     def state_dict(self):
         # Only mid-epoch, from the live iterator: without one, StatefulDataLoader.state_dict() would start

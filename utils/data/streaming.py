@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.core.seeding import spread
 from utils.data import presets
-from utils.data.images import decode_rgb, load_item, with_transform
+from utils.data.images import decode_rgb, load_item, load_on_device, with_transform
 from utils.data.sources import VAL_SPLITS, DataError, ImageFiles, image_and_label, normalise, subset
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
@@ -138,6 +138,7 @@ class StreamRows(IterableDataset):
         self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume, self._position = None, None
+        self.on_device = False  # --decode_on_device: bytes and draws, not pixels (utils/data/device_decode.py)
 
     def set_epoch(self, epoch):
         self.epoch.fill_(epoch)
@@ -180,8 +181,12 @@ class StreamRows(IterableDataset):
                     self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
                     row = chunk[order[taken]]
                     key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
-                    yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed, decode_rgb,
-                                    classes=self.classes)
+                    if self.on_device:
+                        yield load_on_device(row["image"], row["label"], key, epoch, transform, size, self.seed,
+                                             classes=self.classes)
+                    else:
+                        yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed,
+                                        decode_rgb, classes=self.classes)
                 start, block, skip = after, block + 1, 0
 
 
@@ -255,7 +260,9 @@ class Streamed(ImageFiles):
     def datasets(self, args, inp, rank=0, world=1):
         train_preset, val_preset = presets.image_presets(inp)
         train, val, names, notes = build_stream(args, rank, world, train_preset)
-        return (train, with_transform(subset(val, args.max_val_samples), val_preset, decoded=False), names,
+        train.on_device = args.decode_on_device
+        return (train, with_transform(subset(val, args.max_val_samples), val_preset, decoded=False,
+                                      on_device=args.decode_on_device), names,
                 notes + presets.progressive_notes(inp, args.epochs))
 
     def sample_count(self, train):

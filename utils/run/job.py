@@ -17,6 +17,7 @@ from utils.core.elastic import join_restarted_group
 from utils.core.preemption import StopRequest
 from utils.core.seeding import spread
 from utils.core.threads import cores_per_process
+from utils.data.device_decode import DeviceDecoder
 from utils.data.loaders import BadImages, build_dataloaders, build_test_loader
 from utils.data.on_device import BatchInput
 from utils.data.video_sources import test_views
@@ -169,8 +170,9 @@ def build_job(args, settings, accelerator, out):
     inp, source = settings.input, settings.source
     train_ds, val_ds, class_names = load_datasets(args, settings, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
+    decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
-                                                 ra_reps=args.ra_reps, seed=spread(args.seed))
+                                                 ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode)
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
     teacher = build_teacher(args, class_names, inp, accelerator)
     if teacher is not None and distillation_head(model, inp.video):

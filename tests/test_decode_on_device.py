@@ -1,0 +1,147 @@
+"""--decode_on_device on the CPU: the workers hand over JPEG bytes with the crop and flip drawn from the per-sample
+generator, the main process decodes and crops them; the draws are the workers' own and the pixels the same bit for
+bit, so a run, its SIGKILL + resume on 2 processes and its validation on 1 and 2 are those without the flag; other
+files are decoded in the workers; a JPEG the device cannot decode is named or skipped; what it cannot take is one
+line."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY, assert_same_weights, main_fails, read_json, resume_job, resumed_from, run_main
+from PIL import Image
+from ranks import ranks_killed, ranks_ok
+
+from utils.core.seeding import sample_rng
+from utils.data.device_decode import JPEG, PIXELS, Deferred, DeviceDecoder
+from utils.data.images import decode_rgb
+
+
+@pytest.fixture
+def decoded_jpegs(monkeypatch):
+    """How many JPEGs the main process decoded, counted."""
+    seen = []
+    decode = DeviceDecoder._decode
+
+    def counted(self, files):
+        seen.extend(files)
+        return decode(self, files)
+    monkeypatch.setattr(DeviceDecoder, "_decode", counted)
+    return seen
+
+
+@pytest.mark.parametrize("no_hflip", [False, True])
+def test_a_workers_draws_and_the_devices_pixels_are_the_train_presets_own(no_hflip):
+    from utils.config.options import parse_args
+    from utils.data.catalog import resolve_input
+    from utils.data.presets import eval_preset, train_preset
+
+    args = parse_args(["--train_dir", "x", "--image_size", "24", *(["--no_hflip"] if no_hflip else [])])
+    inp = resolve_input(args)
+    decoder = DeviceDecoder(inp.interpolation, torch.device("cpu"))
+    rng = np.random.default_rng(1)
+    for key, (height, width) in enumerate([(37, 53), (64, 40), (24, 24), (90, 31)]):
+        out = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (height, width, 3), dtype=np.uint8)).save(out, "JPEG", quality=90)
+        image = {"bytes": out.getvalue(), "path": None}
+        for preset, size in ((train_preset(inp, 24), 24), (eval_preset(inp), inp.val_crop_size)):
+            with sample_rng(0, 3, key):  # as ImageRows draws for (seed, epoch, key)
+                expected = preset(decode_rgb(image))
+                after = torch.rand(1)  # the generator's next draw: the preset took as many as before
+            with sample_rng(0, 3, key):
+                payload = Deferred(preset, size)(image)
+                assert torch.equal(torch.rand(1), after)
+            assert payload["params"][0] == JPEG
+            batch = {"pixel_values": {k: [v] if k != "params" else v[None] for k, v in payload.items()},
+                     "valid": torch.ones(1, dtype=torch.bool), "source": [""], "error": [""]}
+            assert torch.equal(decoder(batch)["pixel_values"][0], expected)
+
+
+@pytest.mark.slow
+def test_a_run_is_bitwise_the_one_decoded_in_the_workers(images, reference, tmp_path, decoded_jpegs):
+    """One process, 2 epochs of the reference job (workers 0: the main process reads, the decoder runs alike)."""
+    run_main(resume_job(images, tmp_path / "run", 0, "--decode_on_device"))
+    assert_same_weights(tmp_path / "run", reference[1])
+    ran, whole = read_json(tmp_path / "run" / "results.json"), read_json(reference[1] / "results.json")
+    assert (ran["val_loss"], ran["val_top1"]) == (whole["val_loss"], whole["val_top1"])
+    # half of the fixture's files are JPEGs (decoded here), the PNGs come decoded from the workers: 3 epochs of the
+    # 18 train JPEGs, 3 validations of the 3 val JPEGs
+    assert len(decoded_jpegs) == 3 * 18 + 3 * 3
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_with_decoding_on_the_device_is_bitwise_the_run_without(images, reference, tmp_path):
+    """2 processes with a worker each, killed after step 7, resumed from step_6: the reference 2-process run's weights
+    (decoded in its workers); its validation too, and on 1 and 2 processes alike with --eval_only."""
+    out = tmp_path / "run"
+    argv = resume_job(images, out, 1, "--decode_on_device", "--checkpoint_every_steps", "1", "--keep_last", "2")
+    ranks_killed(argv, "step:7", nproc=2)
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
+    assert resumed_from(proc.stdout) == out / "checkpoints" / "step_6"
+    assert_same_weights(out, reference[2])
+    whole = read_json(reference[2] / "results.json")
+    assert read_json(out / "results.json")["val_loss"] == whole["val_loss"]
+    scored = {}
+    for nproc in (1, 2):
+        evaluation = tmp_path / f"eval{nproc}"
+        ranks_ok([*resume_job(images, evaluation, 1, "--decode_on_device", "--eval_only", "--init_from", out)],
+                 nproc=nproc)
+        scored[nproc] = read_json(evaluation / "results.json")
+    assert scored[1]["val_samples"] == scored[2]["val_samples"] == 7
+    assert (scored[1]["val_top1"], scored[1]["per_class_accuracy"]) == (scored[2]["val_top1"], scored[2]["per_class_accuracy"])
+    assert scored[1]["val_loss"] == pytest.approx(scored[2]["val_loss"], abs=1e-6) == whole["val_loss"]
+
+
+def test_a_jpeg_the_device_cannot_decode_is_named_or_skipped(tmp_path, capsys):
+    from conftest import make_folder
+
+    make_folder(tmp_path / "tr", {"cat": 4, "dog": 4})
+    make_folder(tmp_path / "va", {"cat": 2, "dog": 2})
+    data = bytearray((tmp_path / "tr" / "dog" / "3.jpg").read_bytes())
+    at = data.find(b"\xff\xc4")
+    data[at + 5:at + 21] = b"\xff" * 16  # an impossible Huffman table: the header reads, the image does not
+    (tmp_path / "tr" / "dog" / "3.jpg").write_bytes(bytes(data))
+    job = ["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", "--image_size", "16", "--batch_size", "4",
+           "--epochs", "1", "--num_workers", "0", "--decode_on_device"]
+    code, err = main_fails([*job, "--output_dir", tmp_path / "stops"], capsys)
+    assert code == 2 and f"cannot decode {tmp_path / 'tr' / 'dog' / '3.jpg'} (RuntimeError" in err, err
+    run_main([*job, "--skip_bad_images", "--output_dir", tmp_path / "skips"])
+    assert read_json(tmp_path / "skips" / "results.json")["skipped_images"] == [str(tmp_path / "tr" / "dog" / "3.jpg")]
+
+
+def test_non_jpeg_files_and_jpegs_that_exif_turns_come_decoded_from_the_workers():
+    from utils.config.options import parse_args
+    from utils.data.catalog import resolve_input
+    from utils.data.presets import train_preset
+
+    inp = resolve_input(parse_args(["--train_dir", "x", "--image_size", "16"]))
+    picture = Image.fromarray(np.random.default_rng(2).integers(0, 255, (20, 30, 3), dtype=np.uint8))
+    turned = picture.getexif()
+    turned[0x0112] = 6
+    for fmt, save in (("PNG", {}), ("JPEG", {"exif": turned})):
+        out = io.BytesIO()
+        picture.save(out, fmt, **save)
+        image = {"bytes": out.getvalue(), "path": None}
+        with sample_rng(0, 0, 5):
+            payload = Deferred(train_preset(inp, 16), 16)(image)
+        with sample_rng(0, 0, 5):
+            expected = train_preset(inp, 16)(decode_rgb(image))  # not turned, as the workers decode it
+        assert payload["params"][0] == PIXELS, fmt
+        assert torch.equal(torch.frombuffer(bytearray(payload["encoded"]), dtype=torch.uint8).view(3, 16, 16), expected)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([*TINY, "--decode_on_device"], "decode_on_device: decodes image files (JPEG) on the device; this data "
+                                    "(synthetic) has none"),
+    (["--train_dir", "TRAIN", "--val_dir", "VAL", "--decode_on_device", "--auto_augment", "ta_wide"],
+     "decode_on_device: with --auto_augment or --rand_augment"),
+])
+def test_what_decoding_on_the_device_cannot_take_is_one_line(argv, message, images, capsys):
+    argv = [str(images / "tr") if a == "TRAIN" else str(images / "va") if a == "VAL" else a for a in argv]
+    from utils.config.options import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err

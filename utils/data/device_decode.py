@@ -1,0 +1,170 @@
+"""--decode_on_device: the heavy part of loading an image, decoding and resizing it, moved from the DataLoader
+workers to the device, with every random draw left where it was.
+
+A worker reads a JPEG's bytes and its size (the header only), and draws the sample's crop and flip from the
+per-sample generator exactly as the train preset would (utils/core/seeding.sample_rng: the same calls of
+RandomResizedCrop.make_params and the flip's coin, in the same order); it hands over the bytes and those draws.
+The main process decodes the batch with torchcodec's `decode_jpeg` on its device (nvJPEG on CUDA, in one call)
+and applies the drawn crop, resize and flip there with torchvision's own kernels: on the CPU, the very pixels
+the workers made before, so a run and its resume are bitwise those of a run without the flag; on a GPU, the same
+crops to the resize kernels' rounding. Validation's resize and centre crop go the same way.
+
+What a worker cannot leave to the device it does itself and hands over as pixels: files that are not JPEG (PNG,
+WebP...), JPEGs that EXIF turns (decoded as before, utils/data/images.decode_rgb), and images that cannot be read.
+The random-augmentation policies that need whole pixels in the workers (--auto_augment, --rand_augment) are
+refused with the flag (check_options).
+"""
+
+import io
+
+import torch
+from torchvision.transforms import v2
+
+from utils.data.images import decode_rgb, turned_by_exif
+
+JPEG, PIXELS = 0, 1  # what a sample's `encoded` holds: the file's bytes, or its (3, S, S) uint8 pixels
+TRAIN, EVAL = 0, 1
+# One row of int64 per sample: [what, preset, a, b, c, d, flip, side]: TRAIN a-d = top, left, height, width of the
+# crop; EVAL a = the resize of the shorter side, b = the centre crop.
+
+
+def read_bytes(image):
+    """The undecoded file of a `datasets.Image` value ({"bytes", "path"})."""
+    return image["bytes"] if image["bytes"] is not None else open(image["path"], "rb").read()
+
+
+class Deferred:
+    """A preset (utils/data/presets.py: RandomResizedCrop with or without a flip, or Resize then CenterCrop) applied
+    to a file's bytes in a worker: its draws now, its pixels on the device (decode_batch). Call it under the sample's
+    generator, as the preset itself is called."""
+
+    def __init__(self, transform, size):
+        self.transform, self.size = transform, size
+        steps = list(transform.transforms)
+        kinds = [type(step) for step in steps]
+        if kinds[:1] == [v2.RandomResizedCrop] and kinds[1:] in ([], [v2.RandomHorizontalFlip]):
+            self.crop, self.flip = steps[0], steps[1] if len(steps) > 1 else None
+            self.preset = TRAIN
+        elif kinds == [v2.Resize, v2.CenterCrop]:
+            self.preset = EVAL
+            self.resize, self.center = steps[0].size[0], steps[1].size[0]
+        else:
+            raise ValueError(f"decode_on_device: the preset {[k.__name__ for k in kinds]} needs pixels in the workers")
+
+    def __call__(self, image):
+        """`image`: an undecoded `datasets.Image` value ({"bytes", "path"})."""
+        data = read_bytes(image)
+        if data[:2] == b"\xff\xd8" and not turned_by_exif(data):
+            from PIL import Image
+
+            with Image.open(io.BytesIO(data)) as img:  # the header: its size, nothing decoded
+                width, height = img.size
+            return {"encoded": data, "params": self._draws(height, width), "path": image["path"] or ""}
+        pixels = self.transform(decode_rgb({"bytes": data, "path": None}))
+        return as_pixels(pixels, self.size, self.preset)
+
+    def _draws(self, height, width):
+        if self.preset == EVAL:
+            return torch.tensor([JPEG, EVAL, self.resize, self.center, 0, 0, 0, self.size])
+        # An image of that size, nothing allocated: make_params asks for its size only.
+        box = self.crop.make_params([torch.empty((1, 1, 1), dtype=torch.uint8).expand(3, height, width)])
+        flip = self.flip is not None and bool(torch.rand(1) < self.flip.p)  # as RandomHorizontalFlip draws it
+        return torch.tensor([JPEG, TRAIN, box["top"], box["left"], box["height"], box["width"], flip, self.size])
+
+
+def as_pixels(pixels, size, preset=TRAIN):
+    """A sample handed over as its finished (3, size, size) uint8 pixels."""
+    return {"encoded": pixels.contiguous().numpy().tobytes(), "params": torch.tensor([PIXELS, preset, 0, 0, 0, 0, 0,
+                                                                                       size]), "path": ""}
+
+
+def blank(size):
+    """A sample that could not be read: zeros, as utils/data/images.load_item makes them."""
+    return as_pixels(torch.zeros(3, size, size, dtype=torch.uint8), size)
+
+
+class DeviceDecoder:
+    """Turns a batch whose `pixel_values` are workers' Deferred output into uint8 pixels on `device`; a batch of
+    pixels passes unchanged. A JPEG the decoder cannot read becomes a blank image marked invalid, with its error,
+    as a worker marks one (the loop then stops or skips it: --skip_bad_images)."""
+
+    def __init__(self, interpolation, device):
+        self.interpolation, self.device = v2.InterpolationMode(interpolation), device
+
+    def __call__(self, batch):
+        payload = batch["pixel_values"]
+        if not isinstance(payload, dict):
+            return batch
+        params = payload["params"].tolist()
+        side = params[0][7]
+        out = torch.empty(len(params), 3, side, side, dtype=torch.uint8, device=self.device)
+        jpegs = [i for i, row in enumerate(params) if row[0] == JPEG]
+        for i, decoded in zip(jpegs, self._decode([payload["encoded"][i] for i in jpegs])):
+            if isinstance(decoded, Exception):
+                out[i] = 0
+                batch["valid"][i] = False
+                batch["source"][i] = payload["path"][i] or "<embedded image bytes>"
+                batch["error"][i] = f"{type(decoded).__name__}: {decoded}"
+            else:
+                out[i] = self._finish(decoded, params[i])
+        for i, row in enumerate(params):
+            if row[0] == PIXELS:
+                pixels = torch.frombuffer(bytearray(payload["encoded"][i]), dtype=torch.uint8).view(3, side, side)
+                out[i] = pixels.to(self.device, non_blocking=True)
+        batch["pixel_values"] = out
+        return batch
+
+    def _decode(self, files):
+        """The decoded (3, H, W) images, in one call; when it fails, one by one, so that the failing file is
+        named (its exception in its place)."""
+        from torchcodec.decoders import decode_jpeg
+
+        if not files:
+            return []
+        try:
+            return decode_jpeg(files, mode="RGB", device=self.device)
+        except (RuntimeError, ValueError):
+            decoded = []
+            for data in files:
+                try:
+                    decoded.append(decode_jpeg(data, mode="RGB", device=self.device))
+                except (RuntimeError, ValueError) as e:
+                    decoded.append(e)
+            return decoded
+
+    def _finish(self, image, row):
+        """The preset's geometry on the decoded image, with the kernels its transforms call."""
+        _, preset, a, b, c, d, flip, side = row
+        if preset == EVAL:
+            image = v2.functional.resize(image, [a], interpolation=self.interpolation, antialias=True)
+            return v2.functional.center_crop(image, [b, b])
+        image = v2.functional.resized_crop(image, a, b, c, d, size=[side, side], interpolation=self.interpolation,
+                                           antialias=True)
+        return v2.functional.horizontal_flip(image) if flip else image
+
+
+class Decoded:
+    """A prepared loader whose batches go through a DeviceDecoder (the validation loader): iterated, measured and
+    asked for its dataset as the loader itself."""
+
+    def __init__(self, loader, decode):
+        self.loader, self.decode = loader, decode
+
+    def __iter__(self):
+        return map(self.decode, self.loader)
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+def check_options(args, need, source):
+    """What --decode_on_device can take: image files, presets without whole-pixel policies."""
+    if not args.decode_on_device:
+        return
+    need(source.kind == "images", "decode_on_device", f"decodes image files (JPEG) on the device; this data "
+         f"({source.kind}) has none")
+    need(not args.auto_augment and args.rand_augment is None, "decode_on_device", "with --auto_augment or "
+         "--rand_augment: their policies need whole pixels in the workers; drop one of them")
