@@ -145,3 +145,39 @@ def test_what_decoding_on_the_device_cannot_take_is_one_line(argv, message, imag
         parse_args(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_a_stream_of_jpeg_shards_gives_the_same_batches_decoded_on_the_device(tmp_path, decoded_jpegs):
+    """--streaming's loader (utils/data/stream_loader.py), 2 shards of JPEG bytes, a worker: every batch of an epoch
+    holds the pixels the workers made without the flag."""
+    import datasets
+
+    from utils.config.options import parse_args
+    from utils.core.preemption import worker_init_fn
+    from utils.data.catalog import resolve_input
+    from utils.data.stream_loader import StreamLoader
+    from utils.data.streaming import Streamed
+
+    rng = np.random.default_rng(3)
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=["a", "b"]))
+    for name, count in (("train-00000-of-00002", 10), ("train-00001-of-00002", 10), ("validation-00000-of-00001", 4)):
+        files = []
+        for _ in range(count):
+            out = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (24, 30, 3), dtype=np.uint8)).save(out, "JPEG")
+            files.append({"bytes": out.getvalue(), "path": None})
+        datasets.Dataset.from_dict({"image": files, "label": [i % 2 for i in range(count)]},
+                                   features=features).to_parquet(tmp_path / f"{name}.parquet")
+    epochs = {}
+    for on_device in (False, True):
+        args = parse_args(["--dataset", str(tmp_path), "--streaming", "--image_size", "16", "--batch_size", "4",
+                           "--num_workers", "1", *(["--decode_on_device"] if on_device else [])])
+        inp = resolve_input(args)
+        rows, _, _, _ = Streamed().datasets(args, inp)  # as the run builds it
+        decode = DeviceDecoder(inp.interpolation, torch.device("cpu")) if on_device else None
+        loader = StreamLoader(rows, 4, 1, rows.micro_batches, torch.device("cpu"), worker_init_fn(), decode)
+        epochs[on_device] = list(loader.batches(1))
+    assert len(epochs[True]) == len(epochs[False]) == 5 and len(decoded_jpegs) == 20
+    for plain, decoded in zip(epochs[False], epochs[True]):
+        assert torch.equal(plain["labels"], decoded["labels"]) and torch.equal(plain["pixel_values"],
+                                                                               decoded["pixel_values"])
