@@ -2,8 +2,9 @@
 
 Runbook (one NVIDIA GPU, H200 class; nothing to prepare, no network needed):
 
-    python benchmarks/gpu_throughput.py               # ~5-7 min (estimate: not yet timed on an H200); stops itself at 8
+    python benchmarks/gpu_throughput.py               # ~6-8 min (estimate: not yet timed on an H200); stops itself at 8
     python benchmarks/gpu_throughput.py --modes compiled --inputs synthetic   # the headline figure alone, ~2-3 min
+    python benchmarks/gpu_throughput.py --modes compiled --inputs jpeg jpeg_device   # decoding: workers vs the GPU
     python benchmarks/gpu_throughput.py --allow_cpu   # no GPU: the same code paths, tiny (~4 min on a 2-core CPU)
 
 With no CUDA device it prints one line and exits 1, unless --allow_cpu is given.
@@ -24,6 +25,8 @@ batch 256, bf16 (mixed precision), channels-last model and input; first eager, t
   benchmarks/data_throughput.py's `generate_folder` (photo-like 500x375 JPEGs, in parallel on all
   cores; 1000 classes, one epoch's worth of images for the run, 1 image per class for validation),
   default workers: decoding, RandomResizedCrop 224 and flips in the workers, as in real training.
+- (c) the same JPEGs with --decode_on_device ("jpeg_device"): the workers read the bytes and draw the
+  crops, the batch is decoded by nvJPEG (torchcodec) and cropped, resized and flipped on the GPU.
 
 Each side runs --log_every (10) warm-up steps, then --steps (60) timed ones. The project's img/s is
 the median of its metrics.jsonl windows after the first (the first holds the warm-up: the DataLoader's
@@ -32,7 +35,8 @@ Printed for every configuration: img/s, project/raw, the project's data-wait sha
 the DataLoader: above a few % the input pipeline limits the figure, not the GPU), the warm-up (raw:
 its first --log_every steps; project: its first window and its whole launch, which also holds
 validation's eval-mode recompile, start-up and saving), and whether each goal of the issue is met:
-project >= 0.97x the raw loop, and >= 5,000 img/s for ResNet-50 on an H200-class GPU.
+project >= 0.97x the raw loop, >= 5,000 img/s for ResNet-50 on an H200-class GPU, and JPEGs decoded on
+the device >= 2x those decoded in the workers, on the same cores.
 
 Compilation: one fresh, empty TorchInductor cache for the whole benchmark (TORCHINDUCTOR_CACHE_DIR in
 a temporary folder): the first compiled run (raw) compiles cold, later ones may reuse its kernels
@@ -70,6 +74,7 @@ from data_throughput import generate_folder  # noqa: E402  (the photo-like JPEG 
 
 GOAL_RATIO = 0.97
 GOAL_IMG_PER_S = 5000.0
+GOAL_DEVICE_DECODING = 2.0  # --decode_on_device against decoding in the workers, JPEGs, same mode
 SIZES = {  # option: (on a GPU, tiny on a CPU with --allow_cpu)
     "model": ("resnet50", "resnet18"),
     "image_size": (224, 32),
@@ -181,7 +186,8 @@ def main():
     p.add_argument("--jpeg_size", type=int, nargs=2, default=None, metavar=("W", "H"),
                    help="generated JPEGs; default: 500 375 (CPU: 64 48)")
     p.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=("eager", "compiled"))
-    p.add_argument("--inputs", nargs="+", default=["synthetic", "jpeg"], choices=("synthetic", "jpeg"))
+    p.add_argument("--inputs", nargs="+", default=["synthetic", "jpeg", "jpeg_device"],
+                   choices=("synthetic", "jpeg", "jpeg_device"))
     p.add_argument("--compile_mode", default="default",
                    choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
     p.add_argument("--cold_compile", action="store_true", help="a fresh compile cache for every compiled run")
@@ -219,7 +225,7 @@ def main():
             inputs["synthetic"] = ["--dataset", "synthetic", "--num_classes", str(args.num_classes),
                                    "--synthetic_train_samples", str((args.log_every + args.steps) * args.batch_size),
                                    "--synthetic_val_samples", str(args.batch_size)]
-        if "jpeg" in args.inputs:
+        if {"jpeg", "jpeg_device"} & set(args.inputs):
             start = time.perf_counter()
             per_class = math.ceil((args.log_every + args.steps) * args.batch_size / args.num_classes)
             processes = os.cpu_count() or 1
@@ -228,7 +234,9 @@ def main():
             n_val = generate_jpegs(f"{tmp}/val", args.num_classes, 1, size, 1_000_000, processes, tmp)
             print(f"generated {n} train + {n_val} val JPEGs ({size[0]}x{size[1]}, {args.num_classes} classes) on "
                   f"{processes} processes in {time.perf_counter() - start:.1f} s", flush=True)
-            inputs["jpeg"] = ["--train_dir", f"{tmp}/train", "--val_dir", f"{tmp}/val"]
+            folders = ["--train_dir", f"{tmp}/train", "--val_dir", f"{tmp}/val"]
+            inputs.update({name: folders + (["--decode_on_device"] if name == "jpeg_device" else [])
+                           for name in ("jpeg", "jpeg_device") if name in args.inputs})
         for mode in args.modes:
             try:
                 raws[mode] = raw_run(args, mode, clock)
@@ -256,12 +264,12 @@ def main():
 def summary(args, raws, ours, cuda):
     print(f"\nsummary: project img/s against the raw loop, same mode; goals: project >= {GOAL_RATIO:.2f}x raw, "
           f">= {GOAL_IMG_PER_S:.0f} img/s (ResNet-50, 224 px, H200-class GPU)")
-    print(f"{'configuration':22s} {'project':>9s} {'raw':>9s} {'project/raw':>11s} {'data wait':>9s} "
+    print(f"{'configuration':24s} {'project':>9s} {'raw':>9s} {'project/raw':>11s} {'data wait':>9s} "
           f"{'>=' + format(GOAL_RATIO, '.2f') + 'x raw':>11s} {'>=' + format(GOAL_IMG_PER_S, '.0f') + ' img/s':>12s}")
     for (mode, source), r in ours.items():
         raw = raws.get(mode)
         ratio = r["img_per_s"] / raw["img_per_s"] if raw else float("nan")
-        print(f"{source + ', ' + mode:22s} {r['img_per_s']:9.1f} {raw['img_per_s'] if raw else float('nan'):9.1f} "
+        print(f"{source + ', ' + mode:24s} {r['img_per_s']:9.1f} {raw['img_per_s'] if raw else float('nan'):9.1f} "
               f"{ratio:11.3f} {100 * r['data_wait']:8.1f}% {verdict(ratio >= GOAL_RATIO, raw):>11s} "
               f"{verdict(r['img_per_s'] >= GOAL_IMG_PER_S, True):>12s}")
     if ours:
@@ -274,6 +282,12 @@ def summary(args, raws, ours, cuda):
               f"{source}, {mode}, {best['img_per_s']:.1f} img/s){target}")
         print(f"goal >= {GOAL_RATIO:.2f}x the raw loop: {verdict(ratio >= GOAL_RATIO, raw)} (the same configuration: "
               f"{ratio:.3f})")
+    pairs = [(mode, ours[mode, "jpeg_device"]["img_per_s"] / ours[mode, "jpeg"]["img_per_s"])
+             for mode in args.modes if (mode, "jpeg") in ours and (mode, "jpeg_device") in ours]
+    if pairs:
+        mode, gain = max(pairs, key=lambda pair: pair[1])
+        print(f"goal JPEGs decoded on the device >= {GOAL_DEVICE_DECODING:.0f}x in the workers: "
+              f"{verdict(gain >= GOAL_DEVICE_DECODING, True)} ({', '.join(f'{m} {g:.2f}x' for m, g in pairs)})")
 
 
 def verdict(met, measured):

@@ -127,7 +127,7 @@ def test_gpu_throughput_benchmark_stops_without_a_gpu_and_runs_tiny_on_the_cpu_w
         and proc.stderr.count("\n") == 1, proc.stderr
     # --allow_cpu, eager and JPEGs only (compiling takes minutes here): the generated folder, the raw loop
     # (overhead.py --raw), one `accelerate launch` of the project, and the summary with the goals.
-    out = run_benchmark("gpu_throughput.py", "--allow_cpu", "--modes", "eager", "--inputs", "jpeg",
+    out = run_benchmark("gpu_throughput.py", "--allow_cpu", "--modes", "eager", "--inputs", "jpeg", "jpeg_device",
                         "--launcher", f"{sys.executable} -m accelerate.commands.launch --num_processes 1", env=no_gpu)
     assert out.startswith("resnet18, 32x32, batch 8, ")
     assert "generated 50 train + 10 val JPEGs (64x48, 10 classes)" in out
@@ -139,8 +139,13 @@ def test_gpu_throughput_benchmark_stops_without_a_gpu_and_runs_tiny_on_the_cpu_w
     assert (project, raw_again, wait_again) == pytest.approx((ours, raw, wait), abs=0.051)
     # rates printed with 1 decimal (a few img/s here, so that rounding shows in the ratio), ratios with 3
     assert (ours - 0.05) / (raw + 0.05) - 0.0005 <= ratio <= (ours + 0.05) / (raw - 0.05) + 0.0005
-    assert re.search(r"^goal >= 5000 img/s: (met|NOT MET) \(best: jpeg, eager, ", out, re.MULTILINE)
+    assert re.search(r"^goal >= 5000 img/s: (met|NOT MET) \(best: jpeg(_device)?, eager, ", out, re.MULTILINE)
     assert re.search(r"^goal >= 0\.97x the raw loop: (met|NOT MET) ", out, re.MULTILINE)
+    # --decode_on_device on the same JPEGs, and its goal against decoding in the workers
+    (device,) = figure(rf"^eager +project, jpeg_device: {NUMBER} img/s \(windows: .*\); data wait", out)
+    (gain,) = figure(rf"^goal JPEGs decoded on the device >= 2x in the workers: (?:met|NOT MET) \(eager {NUMBER}x\)$",
+                     out)
+    assert device > 0 and gain == pytest.approx(device / ours, abs=0.02)
 
 
 def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model(capsys):
