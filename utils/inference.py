@@ -11,7 +11,7 @@ from torchvision.transforms import v2
 from utils.data import presets, video_presets
 from utils.data.images import with_transform
 from utils.data.sources import IMAGE_SUFFIXES
-from utils.data.video import FRAME_SUFFIXES, VIDEO_SUFFIXES, PathFrames, VideoClips
+from utils.data.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFIXES, PathFrames, VideoClips
 from utils.run.trained import RunError, load_run  # noqa: F401 (predict.py's, with what follows)
 
 
@@ -72,8 +72,9 @@ def _video_dataset(args, inp, files, multi_view):
     shape = (3, args.clip_len * args.num_segments, size, size)
     clips, crops = (args.test_clips or 1, args.test_crops or 1) if multi_view else (1, None)
     transform = video_presets.video_test(inp, crops) if multi_view else video_presets.video_eval(inp)
-    dataset = VideoClips(PathFrames(paths), [0] * len(paths), clip_len=args.clip_len, interval=args.frame_interval,
-                         segments=args.num_segments, transform=transform, clips=clips, names=paths,
+    dataset = VideoClips(PathFrames(paths, VIDEO_READERS[args.video_decoder]), [0] * len(paths), clip_len=args.clip_len,
+                         interval=args.frame_interval, segments=args.num_segments, transform=transform, clips=clips,
+                         names=paths,
                          shape=(crops, *shape) if multi_view else shape)
     return dataset, clips
 

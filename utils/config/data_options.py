@@ -71,6 +71,9 @@ def add_data_options(p):
                    type=int, default=2, help="take every N-th frame of the video in a clip")
     g.add_argument("--num_segments", resume_key=True, type=int, default=1,
                    help="cut each video into N segments and take a clip in each (TSN); a model sees them all")
+    g.add_argument("--video_decoder", resume_key=False, type=str, default="pyav", choices=("pyav", "torchcodec"),
+                   help="who decodes video files: PyAV (its wheels bring FFmpeg), or torchcodec's VideoDecoder (needs "
+                        "FFmpeg's shared libraries on the machine); the same frames")
     g.add_argument("--test_clips", resume_key=False, type=int, default=None,
                    help="after training (and with --eval_only): test on N clips per video, spread evenly")
     g.add_argument("--test_crops", resume_key=False, type=int, default=None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from utils.data.source import DataSource
 from utils.data.sources import LABEL_COLUMNS, VAL_SPLITS, DataError, hub_features, load_hub, pick_column, subset
-from utils.data.video import StoredFrames
+from utils.data.video import VIDEO_READERS, StoredFrames
 from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD, _clip_datasets
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
@@ -61,7 +61,7 @@ def _split(ds, args, names=None):
     rows = ds.cast_column(video, datasets.Video(decode=False)).select_columns([video])
     paths = rows.data.column(video).combine_chunks().field("path").to_pylist()  # the paths alone, not the bytes
     where = [path or f"{video}[{i}]" for i, path in enumerate(paths)]
-    return StoredFrames(rows, video), labels, where, names
+    return StoredFrames(rows, video, VIDEO_READERS[args.video_decoder]), labels, where, names
 
 
 class StoredVideos(DataSource):

@@ -55,28 +55,28 @@ class ArrayFrames:
 
 class StoredFrames:
     """Videos stored by `datasets`: a split whose Video column is cast to decode=False, read one row at a time
-    ({"bytes", "path"}: the arrow file stays memory-mapped, no video is held in memory), decoded with PyAV from
-    the bytes when stored, else from the file (not torchcodec, which needs FFmpeg's shared libraries)."""
+    ({"bytes", "path"}: the arrow file stays memory-mapped, no video is held in memory), decoded from the bytes
+    when stored, else from the file, by `reader` (VIDEO_READERS)."""
 
-    def __init__(self, rows, column):
-        self.rows, self.column = rows, column
+    def __init__(self, rows, column, reader=None):
+        self.rows, self.column, self.reader = rows, column, reader or read_video_file
 
     def read(self, video, choose):
         import io
 
         value = self.rows[video][self.column]
-        return read_video_file(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"], choose)
+        return self.reader(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"], choose)
 
 
 class PathFrames:
-    """Videos named by path: video files (PyAV) or folders of frame images."""
+    """Videos named by path: video files (read by `reader`, VIDEO_READERS) or folders of frame images."""
 
-    def __init__(self, paths):
-        self.paths = paths
+    def __init__(self, paths, reader=None):
+        self.paths, self.reader = paths, reader or read_video_file
 
     def read(self, video, choose):
         path = self.paths[video]
-        return read_frame_folder(path, choose) if os.path.isdir(path) else read_video_file(path, choose)
+        return read_frame_folder(path, choose) if os.path.isdir(path) else self.reader(path, choose)
 
 
 def read_frame_folder(folder, choose):
@@ -140,6 +140,44 @@ def read_video_file(path, choose, seek=True):
     known = sorted(decoded)
     frames = [decoded[known[max(np.searchsorted(known, i, side="right") - 1, 0)]] for i in indices]
     return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).contiguous()
+
+
+def read_video_torchcodec(source, choose):
+    """read_video_file's frames through torchcodec's VideoDecoder (FFmpeg's shared libraries; one thread, as PyAV's):
+    the same frame count (the header's, else duration x rate), the same frames, a frame past the stream's end
+    replaced by its last."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(source, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NCHW")
+    meta = decoder.metadata
+    count = meta.num_frames_from_header or (
+        max(int(round(meta.duration_seconds_from_header * meta.average_fps_from_header)), 1)
+        if meta.duration_seconds_from_header and meta.average_fps_from_header else len(decoder))
+    indices = choose(count)
+    if not len(decoder):
+        raise ValueError("no frame could be decoded")
+    return decoder.get_frames_at([min(i, len(decoder) - 1) for i in indices]).data.contiguous()
+
+
+# --video_decoder: who decodes a video file (a folder of frames is read by utils/data/images.decode_rgb)
+VIDEO_READERS = {"pyav": read_video_file, "torchcodec": read_video_torchcodec}
+
+
+def torchcodec_video_problem():
+    """None when torchcodec's video decoder loads here, else what is missing, in one line."""
+    try:
+        from torchcodec.decoders import VideoDecoder
+    except (ImportError, OSError, RuntimeError) as e:
+        return f"torchcodec is not installed ({type(e).__name__}): pip install torchcodec"
+    try:
+        VideoDecoder(b"")  # loads the libraries first, then finds nothing to decode
+    except RuntimeError as e:
+        if "Could not load libtorchcodec" in str(e):
+            return ("torchcodec's video decoder needs FFmpeg's shared libraries (versions 4 to 9), which this machine "
+                    "lacks: install FFmpeg (e.g. apt install ffmpeg), or keep --video_decoder pyav")
+    except Exception:  # noqa: BLE001 - an empty video is refused one way or another: the libraries loaded
+        pass
+    return None
 
 
 class VideoClips(Dataset):

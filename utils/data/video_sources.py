@@ -12,7 +12,8 @@ from utils.core.seeding import EpochSeeded
 from utils.data import moving_digits, video_presets
 from utils.data.source import DataSource
 from utils.data.sources import SPLIT_SEED, DataError, folder_files
-from utils.data.video import VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips
+from utils.data.video import (VIDEO_READERS, VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips,
+                              torchcodec_video_problem)
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -141,8 +142,9 @@ class VideoFiles(DataSource):
             _from_lists(args) if args.train_list else _from_folders(args)
         train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
         val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
-        return (*_clip_datasets(args, inp, (PathFrames(train_names), train_labels, train_names),
-                                (PathFrames(val_names), val_labels, val_names)), names, [])
+        reader = VIDEO_READERS[args.video_decoder]
+        return (*_clip_datasets(args, inp, (PathFrames(train_names, reader), train_labels, train_names),
+                                (PathFrames(val_names, reader), val_labels, val_names)), names, [])
 
 
 class MovingDigits(DataSource):
@@ -180,3 +182,6 @@ def check_options(args, need, source):
     sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
     given = [key for key in sizes if getattr(args, key) is not None]
     need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
+    if args.video_decoder == "torchcodec":
+        problem = torchcodec_video_problem()
+        need(problem is None, "video_decoder", problem)
