@@ -12,12 +12,13 @@ PIL and transforms PIL images (what torchvision's ImageFolder does); the project
 those. The project is timed twice: "float" converts and normalises in the workers (how it did before),
 "uint8" hands uint8 batches over (a quarter of the bytes through worker IPC and, on a GPU, the
 host-to-device copy) and normalises each batch in the main process, as training does on its device
-(here the CPU: that cost is inside the figure). Each figure is the median of several epochs, timed
-from the first batch of the epoch on.
+(here the CPU: that cost is inside the figure).
 
 --streaming adds the --streaming path (utils/data/streaming.py): the same JPEG bytes written into 8 parquet
 shards, read as a stream by the training loader (shards split among workers, blocks shuffled, the
 same transforms and uint8 hand-over), against the map-style folder path on the same files.
+
+Every figure is the median of whole epochs after an untimed first one (images_per_second says why).
 """
 
 import argparse
@@ -56,16 +57,21 @@ def generate_folder(root, classes=10, per_class=40, size=(500, 375), seed=0):
 
 
 def images_per_second(loader, epochs, prepare=None):
+    """The median over `epochs` whole epochs, each timed from asking for its batches to its last, after one
+    untimed epoch (the workers' first start, imports, caches). Whole epochs, because what an epoch's start costs
+    differs between loaders (workers kept or started again, a stream's first block read) and belongs in the
+    figure; and because a window that starts at an epoch's first batch misleads: Accelerate's loader holds each
+    batch until the next one has arrived (it looks one ahead to know the last), so its first batch comes a batch
+    late and its last at once, and such a window credits it with a batch it made before the clock started."""
     rates = []
-    for _ in range(epochs):
-        it = iter(loader)
-        next(it)  # the first batch carries worker start-up and prefetch: not timed
+    for epoch in range(epochs + 1):
         start, n = time.perf_counter(), 0
-        for batch in it:
+        for batch in loader:
             if prepare is not None:
                 prepare(batch["pixel_values"])
             n += len(batch["labels"] if isinstance(batch, dict) else batch[1])
-        rates.append(n / (time.perf_counter() - start))
+        if epoch:
+            rates.append(n / (time.perf_counter() - start))
     return statistics.median(rates)
 
 

@@ -22,7 +22,8 @@ class StreamLoader:
 
     A torchdata StatefulDataLoader underneath, which asks each worker's StreamRows where it stands
     after every batch, so that state_dict() is the position after the last batch handed out (not
-    the ones prefetched). Past the end of this process's shards it hands out padding batches: one
+    the ones prefetched). Its workers are kept from epoch to epoch (started again, each cost an epoch's
+    start a fork and the shards' reopening); StreamRows reads the epoch from shared memory. Past the end of this process's shards it hands out padding batches: one
     blank image marked not valid (the loop trains on none, and still joins the all-reduce).
     """
 
@@ -33,7 +34,7 @@ class StreamLoader:
         self.decode = decode or (lambda batch: batch)  # --decode_on_device (utils/data/device_decode.py)
         self.loader = StatefulDataLoader(rows, batch_size=batch_size, num_workers=num_workers,
                                          worker_init_fn=worker_init_fn, pin_memory=device.type == "cuda",
-                                         snapshot_every_n_steps=1,
+                                         snapshot_every_n_steps=1, persistent_workers=num_workers > 0,
                                          # Own generator: an epoch's iterator draws nothing from the global RNG,
                                          # which a checkpoint restores (as build_dataloaders does).
                                          generator=torch.Generator())
