@@ -116,6 +116,15 @@ def main_fails(args, capsys):
     return stopped.value.code, capsys.readouterr().err
 
 
+def parse_fails(argv, capsys):
+    """The options' parse of `argv`, which must stop: (its exit code, the lines it wrote to stderr)."""
+    from utils.config.options import parse_args
+
+    with pytest.raises(SystemExit) as stopped:
+        parse_args([str(a) for a in argv])
+    return stopped.value.code, capsys.readouterr().err.strip().splitlines()
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 

@@ -9,7 +9,8 @@ import io
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, assert_same_weights, main_fails, read_json, resume_job, resumed_from, run_main
+from conftest import (TINY, assert_same_weights, main_fails, parse_fails, read_json, resume_job, resumed_from,
+                      run_main)
 from PIL import Image
 from ranks import ranks_killed, ranks_ok
 
@@ -139,12 +140,8 @@ def test_non_jpeg_files_and_jpegs_that_exif_turns_come_decoded_from_the_workers(
 ])
 def test_what_decoding_on_the_device_cannot_take_is_one_line(argv, message, images, capsys):
     argv = [str(images / "tr") if a == "TRAIN" else str(images / "va") if a == "VAL" else a for a in argv]
-    from utils.config.options import parse_args
-
-    with pytest.raises(SystemExit) as e:
-        parse_args(argv)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    code, lines = parse_fails(argv, capsys)
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
 def test_a_stream_of_jpeg_shards_gives_the_same_batches_decoded_on_the_device(tmp_path, decoded_jpegs):

@@ -5,7 +5,7 @@ and hard kinds, alpha, the two heads of a distillation-token model)."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY, read_json, read_jsonl, run_main
+from conftest import TINY, parse_fails, read_json, read_jsonl, run_main
 
 from utils.config.options import parse_args
 from utils.training.losses import Objective, distillation_loss
@@ -53,10 +53,8 @@ def test_mixed_targets_are_smoothed_then_thresholded():
     (["--teacher", "resnet1", "--teacher_pretrained"], "teacher: 'resnet1' is not a torchvision classification or video model; did you mean"),
 ])
 def test_a_bad_loss_or_distillation_option_is_one_line_exit_2(argv, message, capsys):
-    with pytest.raises(SystemExit) as e:
-        parse_args(argv)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    code, lines = parse_fails(argv, capsys)
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
 def test_soft_and_hard_distillation_losses_against_a_hand_computation():

@@ -108,6 +108,8 @@ class ImageRows(Dataset):
         rows = self.rows[[key % len(self.rows) for key in keys]]  # one batched read
         epoch = int(self.epoch)
         transform, size = self.preset(epoch)
+        if self.on_device:  # once a batch: which steps the preset has, read from it
+            transform = deferred(transform, size)
         return [self._item(image, label, key, epoch, transform, size)
                 for image, label, key in zip(rows["image"], rows["label"], keys)]
 
@@ -118,12 +120,19 @@ class ImageRows(Dataset):
         return load_item(image, label, key, epoch, transform, size, self.seed, decode)
 
 
-def load_on_device(image, label, key, epoch, transform, size, seed, classes=None):
-    """load_item for --decode_on_device: the file's bytes and the preset's draws, for the device to finish."""
-    from utils.data.device_decode import Deferred, blank
+def deferred(transform, size):
+    """--decode_on_device: the preset `transform` as its draws in the worker, its pixels on the device."""
+    from utils.data.device_decode import Deferred
 
-    return load_item(image, label, key, epoch, Deferred(transform, size), size, seed, lambda image: image, classes,
-                     blank=blank)
+    return Deferred(transform, size)
+
+
+def load_on_device(image, label, key, epoch, transform, size, seed, classes=None):
+    """load_item for --decode_on_device, `transform` a `deferred` preset: the file's bytes and the preset's draws,
+    for the device to finish."""
+    from utils.data.device_decode import blank
+
+    return load_item(image, label, key, epoch, transform, size, seed, lambda image: image, classes, blank=blank)
 
 
 def with_transform(ds, preset, decoded, seed=None, on_device=False):

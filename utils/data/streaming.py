@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.core.seeding import spread
 from utils.data import presets
-from utils.data.images import decode_rgb, load_item, load_on_device, with_transform
+from utils.data.images import decode_rgb, deferred, load_item, load_on_device, with_transform
 from utils.data.sources import VAL_SPLITS, DataError, ImageFiles, image_and_label, normalise, subset
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
@@ -173,6 +173,8 @@ class StreamRows(IterableDataset):
         share.load_state_dict(resume["stream"])  # None: from the start of this epoch's pass
         start, block, skip = resume["stream"], resume["block"], resume["taken"]
         transform, size = self.preset(epoch)
+        if self.on_device:  # once an epoch: which steps the preset has, read from it
+            transform = deferred(transform, size)
         with contextlib.closing(iter(share)) as rows:  # closed here, not by the garbage collector at exit
             while chunk := list(islice(rows, self.block)):
                 after = share.state_dict()  # where the next block starts
