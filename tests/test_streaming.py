@@ -135,6 +135,31 @@ def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, t
             tmp_path, rank=0)
 
 
+def test_blocks_read_ahead_give_each_epoch_what_a_fresh_loader_reads(parquet_shards, tmp_path):
+    """A block is read in a thread while the one before is used, and a kept worker reads the next epoch's first
+    block once its pass runs out. Blocks of 5 (several per worker and epoch): a loader whose workers are kept
+    over epochs 0, 1 and then 3 (2 skipped: its read-ahead is of the wrong epoch) hands out, epoch by epoch, the
+    ids and pixels of a new loader reading that epoch alone; and resumed 3 batches into epoch 1 (mid-block), the
+    rest of that epoch and all of the next."""
+    args = stream_args(parquet_shards, "--label_column", "id", "--shuffle_buffer", "5")
+    kept = loader_for(args, 0, 2)
+    for epoch in (0, 1, 3):
+        batches, alone = list(kept.batches(epoch)), list(loader_for(args, 0, 2).batches(epoch))
+        assert ids_of(batches) == ids_of(alone) and len(ids_of(batches)) == 12, epoch
+        assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(batches, alone))
+        if epoch == 1:
+            epoch1 = ids_of(batches)
+    first = loader_for(args, 0, 2)
+    for taken, _ in enumerate(first.batches(1), 1):
+        if taken == 3:
+            break
+    first.save_position(tmp_path, rank=0)
+    again = loader_for(args, 0, 2)
+    again.load_position(tmp_path, rank=0)
+    assert ids_of(again.batches(1, skipped=3)) == epoch1[3:]
+    assert ids_of(again.batches(2)) == ids_of(loader_for(args, 0, 2).batches(2))
+
+
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
     """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
     from utils.data.loaders import BadImages

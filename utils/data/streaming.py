@@ -12,7 +12,9 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
   shuffle), and samples are shuffled in blocks of --shuffle_buffer read in a row (a permutation
   seeded by seed, epoch, rank, worker and block). Not `datasets`' rolling buffer: its content is
   not in its state_dict, so a resumed run would lose up to a buffer of samples. A block is re-read
-  from its start on resume, which makes resuming exact: the same samples in the same order.
+  from its start on resume, which makes resuming exact: the same samples in the same order. Each
+  worker reads the next block in a thread while it decodes the current one (two blocks of rows in
+  its memory: 2 x --shuffle_buffer encoded files), and, once its pass runs out, the next epoch's first.
 - An epoch is --steps_per_epoch optimizer steps (default: the split's size from its metadata, over
   the global batch). Every process takes exactly that many batches: one whose shards run out first
   feeds padding batches (no update of its own, its all-reduce share is zero); samples past the
@@ -28,9 +30,7 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
   are 0 .. the validation split's largest label, and a training label past it is a bad sample.
 """
 
-import contextlib
 import hashlib
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +41,7 @@ from utils.core.seeding import spread
 from utils.data import presets
 from utils.data.images import decode_rgb, deferred, load_item, load_on_device, with_transform
 from utils.data.sources import VAL_SPLITS, DataError, ImageFiles, image_and_label, normalise, subset
+from utils.data.stream_blocks import Blocks
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -138,6 +139,7 @@ class StreamRows(IterableDataset):
         self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume, self._position = None, None
+        self.blocks = Blocks(block)  # read in a thread, a block ahead (utils/data/stream_blocks.py)
         self.on_device = False  # --decode_on_device: bytes and draws, not pixels (utils/data/device_decode.py)
 
     def set_epoch(self, epoch):
@@ -169,27 +171,23 @@ class StreamRows(IterableDataset):
         resume, self._resume = self._resume, None
         if resume is None or resume["epoch"] != epoch:
             resume = {"epoch": epoch, "stream": None, "block": 0, "taken": 0}
-        share = self.share(epoch)
-        share.load_state_dict(resume["stream"])  # None: from the start of this epoch's pass
-        start, block, skip = resume["stream"], resume["block"], resume["taken"]
+        skip = resume["taken"]
         transform, size = self.preset(epoch)
         if self.on_device:  # once an epoch: which steps the preset has, read from it
             transform = deferred(transform, size)
-        with contextlib.closing(iter(share)) as rows:  # closed here, not by the garbage collector at exit
-            while chunk := list(islice(rows, self.block)):
-                after = share.state_dict()  # where the next block starts
-                order = np.random.default_rng([self.seed, epoch, self.rank, worker, block]).permutation(len(chunk))
-                for taken in range(skip, len(chunk)):
-                    self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
-                    row = chunk[order[taken]]
-                    key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
-                    if self.on_device:
-                        yield load_on_device(row["image"], row["label"], key, epoch, transform, size, self.seed,
-                                             classes=self.classes)
-                    else:
-                        yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed,
-                                        decode_rgb, classes=self.classes)
-                start, block, skip = after, block + 1, 0
+        for start, block, chunk in self.blocks.read(epoch, resume["stream"], resume["block"], self.share):
+            order = np.random.default_rng([self.seed, epoch, self.rank, worker, block]).permutation(len(chunk))
+            for taken in range(skip, len(chunk)):
+                self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
+                row = chunk[order[taken]]
+                key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
+                if self.on_device:
+                    yield load_on_device(row["image"], row["label"], key, epoch, transform, size, self.seed,
+                                         classes=self.classes)
+                else:
+                    yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed,
+                                    decode_rgb, classes=self.classes)
+            skip = 0
 
 
 def _normalise_stream(stream, args):
