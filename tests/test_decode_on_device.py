@@ -133,13 +133,17 @@ def test_non_jpeg_files_and_jpegs_that_exif_turns_come_decoded_from_the_workers(
 
 
 @pytest.mark.parametrize("argv, message", [
-    ([*TINY, "--decode_on_device"], "decode_on_device: decodes image files (JPEG) on the device; this data "
-                                    "(synthetic) has none"),
+    ([*TINY, "--decode_on_device"], "decode_on_device: decodes image files (JPEG) and video files on the device; "
+                                    "this data (synthetic) has none"),
+    (["--dataset", "moving_digits", "--decode_on_device"], "this data (moving_digits) has none"),
+    (["--train_dir", "VIDEOS/tr", "--val_dir", "VIDEOS/va", "--decode_on_device"],
+     "decode_on_device: decodes videos with torchcodec (NVDEC on CUDA): add --video_decoder torchcodec"),
     (["--train_dir", "TRAIN", "--val_dir", "VAL", "--decode_on_device", "--auto_augment", "ta_wide"],
      "decode_on_device: with --auto_augment or --rand_augment"),
 ])
-def test_what_decoding_on_the_device_cannot_take_is_one_line(argv, message, images, capsys):
+def test_what_decoding_on_the_device_cannot_take_is_one_line(argv, message, images, videos, capsys):
     argv = [str(images / "tr") if a == "TRAIN" else str(images / "va") if a == "VAL" else a for a in argv]
+    argv = [a.replace("VIDEOS", str(videos)) for a in argv]
     code, lines = parse_fails(argv, capsys)
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
 

@@ -3,11 +3,14 @@ PyAV's frame counts and frames for MP4, WebM and AVI (past the stream's end: its
 where they are not, the option is one line naming what is missing. (Nothing is installed or faked here: without
 FFmpeg the comparison is skipped, saying why.)"""
 
+import numpy as np
 import pytest
 import torch
 from conftest import make_video
+from PIL import Image
 
 from utils.config.options import parse_args
+from utils.core.seeding import sample_rng
 from utils.data import video_sources
 from utils.data.video import VIDEO_READERS, read_video_file, read_video_torchcodec, torchcodec_video_problem
 
@@ -53,3 +56,73 @@ def test_torchcodec_where_it_cannot_load_is_one_line(videos, monkeypatch, capsys
     assert e.value.code == 2 and err.strip() == f"train_classification.py: error: video_decoder: {missing}, got " \
                                                 "'torchcodec'"
     assert PROBLEM is None or "FFmpeg" in PROBLEM or "not installed" in PROBLEM  # the probe says which, when it fails
+
+
+@pytest.mark.skipif(PROBLEM is not None, reason=f"torchcodec's video decoder does not load here: {PROBLEM}")
+@pytest.mark.parametrize("no_hflip", [False, True])
+def test_clips_decoded_on_the_device_are_the_workers_clips(videos, tmp_path, no_hflip):
+    """--decode_on_device with torchcodec: a worker hands over the file, the clip's frame indices and the preset's
+    draws (its generator left where the preset leaves it); the main process's decoder (here the CPU) gives the
+    workers' pixels bit for bit, train (epoch 2) and validation; a folder of frames comes decoded from the worker;
+    a file the main process cannot decode is marked invalid with its path."""
+    from utils.data.catalog import resolve_input, source_for
+    from utils.data.device_decode import PIXELS, VIDEO, DeviceDecoder
+
+    frames_dir = tmp_path / "frames"  # a video as a folder of frame images, listed beside the files
+    frames_dir.mkdir()
+    for t in range(6):
+        Image.fromarray(np.full((24, 32, 3), 40 * t, dtype=np.uint8)).save(frames_dir / f"img_{t:05d}.jpg")
+    for split in ("tr", "va"):
+        files = sorted((videos / split).glob("*/*.mp4"))
+        lines = [f"{f} {int(f.parent.name == 'right')}" for f in files] + ([f"{frames_dir} 0"] if split == "tr" else [])
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    items, after = {}, {}
+    for on_device in (False, True):
+        args = parse_args(["--train_list", str(tmp_path / "tr.txt"), "--val_list", str(tmp_path / "va.txt"),
+                           "--image_size", "16", "--clip_len", "4", "--video_decoder", "torchcodec",
+                           *(["--decode_on_device"] if on_device else []), *(["--no_hflip"] if no_hflip else [])])
+        train, val, _, _ = source_for(args).datasets(args, resolve_input(args))
+        train.set_epoch(2)
+        items[on_device] = [train[i] for i in range(len(train))] + [val[i] for i in range(len(val))]
+        clips = train.dataset
+        with sample_rng(args.seed, 2, 3):  # as VideoClips draws for (seed, epoch, key): offsets, then the preset
+            clips._load(3, torch.rand(clips.segments).tolist())
+            after[on_device] = torch.rand(1)  # the generator's next draw: as many taken either way
+    assert torch.equal(after[False], after[True])
+    decoder = DeviceDecoder("bilinear", torch.device("cpu"))
+    kinds = [item["pixel_values"]["params"][0].item() for item in items[True]]
+    assert kinds.count(PIXELS) == 1 and kinds.count(VIDEO) == len(kinds) - 1 == 13
+    batch = torch.utils.data.default_collate(items[True])
+    decoded = decoder(batch)
+    assert all(torch.equal(a["pixel_values"], b) for a, b in zip(items[False], decoded["pixel_values"]))
+    assert decoded["valid"].all()
+    # a file that goes bad between the worker's look and the device's decoding
+    broken = torch.utils.data.default_collate(items[True][:2])
+    broken["pixel_values"]["encoded"][1] = b"not a video"
+    out = decoder(broken)
+    assert out["valid"].tolist() == [True, False] and "Error" in out["error"][1]
+    assert torch.equal(out["pixel_values"][0], items[False][0]["pixel_values"]) and not out["pixel_values"][1].any()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PROBLEM is not None, reason=f"torchcodec's video decoder does not load here: {PROBLEM}")
+def test_sigkill_then_resume_with_clips_decoded_on_the_device_is_bitwise_the_run_decoded_in_the_workers(videos, tmp_path):
+    """r3d_18, 2 processes with a worker each, torchcodec: a --decode_on_device run SIGKILLed after step 7 and resumed
+    from step_6 (mid-epoch) ends with the weights and validation of the run whose workers decoded the clips."""
+    from ranks import ranks_killed, ranks_ok
+    from conftest import assert_same_weights, read_json, resumed_from
+
+    def job(out, *extra):
+        return ["--train_dir", videos / "tr", "--val_dir", videos / "va", "--model", "r3d_18", "--image_size", "16",
+                "--clip_len", "4", "--frame_interval", "2", "--batch_size", "1", "--epochs", "2", "--lr", "0.001",
+                "--video_decoder", "torchcodec", "--num_workers", "1", "--output_dir", out, *extra]
+
+    ranks_ok(job(tmp_path / "workers"), nproc=2)
+    argv = job(tmp_path / "device", "--decode_on_device", "--checkpoint_every_steps", "1", "--keep_last", "2")
+    ranks_killed(argv, "step:7", nproc=2)
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
+    assert "decode_on_device: the workers read each video file's index" in proc.stdout
+    assert resumed_from(proc.stdout) == tmp_path / "device" / "checkpoints" / "step_6"
+    assert_same_weights(tmp_path / "device", tmp_path / "workers")
+    one, two = read_json(tmp_path / "device" / "results.json"), read_json(tmp_path / "workers" / "results.json")
+    assert (one["val_loss"], one["val_top1"], one["val_samples"]) == (two["val_loss"], two["val_top1"], 5)

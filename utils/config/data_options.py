@@ -34,7 +34,8 @@ def add_data_options(p):
                         "the global batch)")
     g.add_argument("--shuffle_buffer", resume_key=True, type=int, default=1000,
                    help="--streaming: samples are shuffled in blocks of this many read in a row (the shard order "
-                        "is shuffled too); each worker holds one block of undecoded samples")
+                        "is shuffled too); each worker holds two blocks of undecoded samples (the next one is read while "
+                        "the current one is used)")
     g.add_argument("--max_train_samples", resume_key=False,
                    type=int, default=None, help="train on a seeded subset of this size")
     g.add_argument("--max_val_samples", resume_key=False,
@@ -55,7 +56,9 @@ def add_data_options(p):
     g.add_argument("--decode_on_device", resume_key=False, action="store_true",
                    help="image files: the workers read JPEG bytes and draw each sample's crop and flip; the batch is "
                         "decoded (torchcodec: nvJPEG on CUDA), cropped, resized and flipped on the device (other "
-                        "files are decoded in the workers; not with --auto_augment/--rand_augment)")
+                        "files are decoded in the workers; not with --auto_augment/--rand_augment). Video files, "
+                        "with --video_decoder torchcodec: the workers choose each clip's frames and draws, the "
+                        "device decodes them (NVDEC on CUDA)")
     g = p.add_argument_group("video (list files, <class>/<video> folders, moving digits)")
     g.add_argument("--train_list", resume_key=False, type=str, default=None,
                    help="list file of training videos: 'path label' or 'path num_frames label' per line; a path "

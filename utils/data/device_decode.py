@@ -13,6 +13,12 @@ What a worker cannot leave to the device it does itself and hands over as pixels
 WebP...), JPEGs that EXIF turns (decoded as before, utils/data/images.decode_rgb), and images that cannot be read.
 The random-augmentation policies that need whole pixels in the workers (--auto_augment, --rand_augment) are
 refused with the flag (check_options).
+
+Video files go the same way with --video_decoder torchcodec (DeferredVideo): a worker reads the file's index only
+(torchcodec's exact scan, no frame decoded) for its frame count and size, chooses the clip's frames and draws the
+short-side resize, crop and flip as the preset would; the main process decodes those frames with torchcodec's
+VideoDecoder on its device (NVDEC on CUDA) and resizes, crops and flips them there. Folders of frame images are
+decoded in the workers and handed over as pixels; the multi-view test set is always decoded in the workers.
 """
 
 import io
@@ -22,10 +28,14 @@ from torchvision.transforms import v2
 
 from utils.data.images import decode_rgb, turned_by_exif
 
-JPEG, PIXELS = 0, 1  # what a sample's `encoded` holds: the file's bytes, or its (3, S, S) uint8 pixels
+JPEG, PIXELS, VIDEO = 0, 1, 2  # what a sample's `encoded` holds: a JPEG's bytes, its finished uint8 pixels, or a
+# video file (its path, or its bytes when a dataset stores them)
 TRAIN, EVAL = 0, 1
 # One row of int64 per sample: [what, preset, a, b, c, d, flip, side]: TRAIN a-d = top, left, height, width of the
-# crop; EVAL a = the resize of the shorter side, b = the centre crop.
+# crop; EVAL a = the resize of the shorter side, b = the centre crop. A video's row: [what, preset, resize, top, left, flip, side,
+# interpolation], its frames' indices beside it (`frames`): TRAIN resize = the shorter side's random size, then the
+# crop at (top, left); EVAL the shorter side's size, then the centre crop.
+INTERPOLATIONS = list(v2.InterpolationMode)
 
 
 def read_bytes(image):
@@ -83,6 +93,53 @@ def blank(size):
     return as_pixels(torch.zeros(3, size, size, dtype=torch.uint8), size)
 
 
+class DeferredVideo:
+    """A video preset (utils/data/video_presets.py: RandomResize, RandomCrop and maybe a flip; or Resize then
+    CenterCrop) applied to a video file in a worker: which frames and the draws now, decoding and pixels on the device.
+    Call it under the clip's generator, after the clip's offsets are drawn, as the preset itself is called."""
+
+    def __init__(self, transform, size):
+        steps = list(transform.transforms)
+        kinds = [type(step) for step in steps]
+        self.size, self.steps = size, steps
+        if kinds[:2] == [v2.RandomResize, v2.RandomCrop] and kinds[2:] in ([], [v2.RandomHorizontalFlip]):
+            self.preset = TRAIN
+        elif kinds == [v2.Resize, v2.CenterCrop]:
+            self.preset = EVAL
+        else:
+            raise ValueError(f"decode_on_device: the video preset {[k.__name__ for k in kinds]} needs pixels in the "
+                             f"workers")
+        self.interpolation = INTERPOLATIONS.index(v2.InterpolationMode(steps[0].interpolation))
+
+    def __call__(self, source, choose):
+        """`source`: a video file's path or bytes; `choose(frame count)`: the clip's frame indices."""
+        from utils.data.video import video_index
+
+        indices, height, width = video_index(source, choose)
+        if self.preset == EVAL:
+            resize = self.steps[0].size[0]
+            top = left = flip = 0
+        else:
+            from torchvision.transforms.v2.functional._geometry import _compute_resized_output_size
+
+            # RandomResize's draw, then RandomCrop's on the size the resize gives (torchvision's own rule, private:
+            # the public resize would compute the pixels), then the flip's coin: the preset's calls, in its order.
+            resize = self.steps[0].make_params([])["size"][0]
+            resized = _compute_resized_output_size((height, width), [resize])
+            box = self.steps[1].make_params([torch.empty((1, 1, 1), dtype=torch.uint8).expand(3, *resized)])
+            top, left = box["top"], box["left"]
+            flip = len(self.steps) > 2 and bool(torch.rand(1) < self.steps[2].p)
+        return {"encoded": source, "params": torch.tensor([VIDEO, self.preset, resize, top, left, flip, self.size,
+                                                           self.interpolation]),
+                "frames": torch.tensor(indices), "path": source if isinstance(source, str) else ""}
+
+    def as_pixels(self, clip):
+        """A clip handed over as its finished (3, T, S, S) uint8 pixels (a folder of frames, or zeros)."""
+        return {"encoded": clip.contiguous().numpy().tobytes(),
+                "params": torch.tensor([PIXELS, self.preset, 0, 0, 0, 0, self.size, self.interpolation]),
+                "frames": torch.zeros(clip.shape[1], dtype=torch.int64), "path": ""}
+
+
 class DeviceDecoder:
     """Turns a batch whose `pixel_values` are workers' Deferred output into uint8 pixels on `device`; a batch of
     pixels passes unchanged. A JPEG the decoder cannot read becomes a blank image marked invalid, with its error,
@@ -95,6 +152,8 @@ class DeviceDecoder:
         payload = batch["pixel_values"]
         if not isinstance(payload, dict):
             return batch
+        if "frames" in payload:
+            return self._videos(batch, payload)
         params = payload["params"].tolist()
         side = params[0][7]
         out = torch.empty(len(params), 3, side, side, dtype=torch.uint8, device=self.device)
@@ -113,6 +172,44 @@ class DeviceDecoder:
                 out[i] = pixels.to(self.device, non_blocking=True)
         batch["pixel_values"] = out
         return batch
+
+    def _videos(self, batch, payload):
+        """Each clip's frames decoded on the device by torchcodec (NVDEC on CUDA), the preset's geometry applied
+        there: (B, 3, T, S, S) uint8."""
+        params, frames = payload["params"].tolist(), payload["frames"]
+        side, length = params[0][6], frames.shape[1]
+        out = torch.empty(len(params), 3, length, side, side, dtype=torch.uint8, device=self.device)
+        for i, row in enumerate(params):
+            if row[0] == PIXELS:
+                pixels = torch.frombuffer(bytearray(payload["encoded"][i]), dtype=torch.uint8)
+                out[i] = pixels.view(3, length, side, side).to(self.device, non_blocking=True)
+                continue
+            try:
+                out[i] = self._clip(payload["encoded"][i], frames[i].tolist(), row)
+            except Exception as e:  # noqa: BLE001 - FFmpeg raises many kinds; each is this video's fault
+                out[i] = 0
+                batch["valid"][i] = False
+                batch["source"][i] = payload["path"][i] or "<embedded video bytes>"
+                batch["error"][i] = f"{type(e).__name__}: {e}"
+        batch["pixel_values"] = out
+        return batch
+
+    def _clip(self, source, indices, row):
+        """(3, T, S, S): the frames at `indices`, resized, cropped and flipped as the row says."""
+        from torchcodec.decoders import VideoDecoder
+
+        _, preset, resize, top, left, flip, side, interpolation = row
+        decoder = VideoDecoder(source, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NCHW",
+                               device=self.device)
+        clip = decoder.get_frames_at(indices).data  # (T, 3, H, W)
+        mode = INTERPOLATIONS[interpolation]
+        clip = v2.functional.resize(clip, [resize], interpolation=mode, antialias=True)
+        if preset == EVAL:
+            clip = v2.functional.center_crop(clip, [side, side])
+        else:
+            clip = v2.functional.crop(clip, top, left, side, side)
+            clip = v2.functional.horizontal_flip(clip) if flip else clip
+        return clip.transpose(0, 1)
 
     def _decode(self, files):
         """The decoded (3, H, W) images, in one call; when it fails, one by one, so that the failing file is
@@ -164,7 +261,9 @@ def check_options(args, need, source):
     """What --decode_on_device can take: image files, presets without whole-pixel policies."""
     if not args.decode_on_device:
         return
-    need(source.kind == "images", "decode_on_device", f"decodes image files (JPEG) on the device; this data "
-         f"({source.kind}) has none")
+    need(source.kind in ("images", "video"), "decode_on_device", f"decodes image files (JPEG) and video files on "
+         f"the device; this data ({source.kind}) has none")
+    need(source.kind != "video" or args.video_decoder == "torchcodec", "decode_on_device", "decodes videos with "
+         "torchcodec (NVDEC on CUDA): add --video_decoder torchcodec")
     need(not args.auto_augment and args.rand_augment is None, "decode_on_device", "with --auto_augment or "
          "--rand_augment: their policies need whole pixels in the workers; drop one of them")

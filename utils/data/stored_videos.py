@@ -9,7 +9,7 @@ from pathlib import Path
 from utils.data.source import DataSource
 from utils.data.sources import LABEL_COLUMNS, VAL_SPLITS, DataError, hub_features, load_hub, pick_column, subset
 from utils.data.video import VIDEO_READERS, StoredFrames
-from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD, _clip_datasets
+from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD, _clip_datasets, decoding_notes
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -91,5 +91,6 @@ class StoredVideos(DataSource):
         val_frames, val_labels, val_where, _ = _split(val_ds, args, names)
         train, val = _clip_datasets(args, inp, (train_frames, train_labels, train_where),
                                     (val_frames, val_labels, val_where))
+        decoder = {"pyav": "PyAV", "torchcodec": "torchcodec"}[args.video_decoder]
         return train, val, names, [f"video dataset: {len(train_labels)} train / {len(val_labels)} val videos "
-                                   f"(split {val_split!r}), decoded with PyAV"]
+                                   f"(split {val_split!r}), decoded with {decoder}", *decoding_notes(train)]

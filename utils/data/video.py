@@ -52,6 +52,9 @@ class ArrayFrames:
             return picked[:, None].expand(-1, 3, -1, -1).contiguous()
         return picked.permute(0, 3, 1, 2).contiguous()
 
+    def source(self, video):
+        return None  # frames in memory: never a file to decode elsewhere
+
 
 class StoredFrames:
     """Videos stored by `datasets`: a split whose Video column is cast to decode=False, read one row at a time
@@ -67,6 +70,11 @@ class StoredFrames:
         value = self.rows[video][self.column]
         return self.reader(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"], choose)
 
+    def source(self, video):
+        """The video as a decoder opens it in the main process (--decode_on_device): its bytes, or its file."""
+        value = self.rows[video][self.column]
+        return value["bytes"] if value.get("bytes") else value["path"]
+
 
 class PathFrames:
     """Videos named by path: video files (read by `reader`, VIDEO_READERS) or folders of frame images."""
@@ -77,6 +85,11 @@ class PathFrames:
     def read(self, video, choose):
         path = self.paths[video]
         return read_frame_folder(path, choose) if os.path.isdir(path) else self.reader(path, choose)
+
+    def source(self, video):
+        """A video file's path (--decode_on_device); None for a folder of frames, decoded in the worker."""
+        path = self.paths[video]
+        return None if os.path.isdir(path) else path
 
 
 def read_frame_folder(folder, choose):
@@ -146,9 +159,16 @@ def read_video_torchcodec(source, choose):
     """read_video_file's frames through torchcodec's VideoDecoder (FFmpeg's shared libraries; one thread, as PyAV's):
     the same frame count (the header's, else duration x rate), the same frames, a frame past the stream's end
     replaced by its last."""
+    decoder, indices = _torchcodec_clip(source, choose)
+    return decoder.get_frames_at(indices).data.contiguous()
+
+
+def _torchcodec_clip(source, choose):
+    """(torchcodec's VideoDecoder on the CPU, the clip's frame indices): the file's index is read (an exact scan:
+    no frame decoded yet)."""
     from torchcodec.decoders import VideoDecoder
 
-    decoder = VideoDecoder(source, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NCHW")
+    decoder = VideoDecoder(source, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NCHW", device="cpu")
     meta = decoder.metadata
     count = meta.num_frames_from_header or (
         max(int(round(meta.duration_seconds_from_header * meta.average_fps_from_header)), 1)
@@ -156,7 +176,14 @@ def read_video_torchcodec(source, choose):
     indices = choose(count)
     if not len(decoder):
         raise ValueError("no frame could be decoded")
-    return decoder.get_frames_at([min(i, len(decoder) - 1) for i in indices]).data.contiguous()
+    return decoder, [min(i, len(decoder) - 1) for i in indices]
+
+
+def video_index(source, choose):
+    """(frame indices of the clip, height, width) of a video file, read_video_torchcodec's frames without decoding
+    any (--decode_on_device: the main process decodes them)."""
+    decoder, indices = _torchcodec_clip(source, choose)
+    return indices, decoder.metadata.height, decoder.metadata.width
 
 
 # --video_decoder: who decodes a video file (a folder of frames is read by utils/data/images.decode_rgb)
@@ -196,11 +223,17 @@ class VideoClips(Dataset):
     """
 
     def __init__(self, frames, labels, *, clip_len, interval, segments, transform, shape, seed=None, clips=1,
-                 names=None):
+                 names=None, on_device=False):
         self.frames, self.labels = frames, list(labels)
         self.clip_len, self.interval, self.segments = clip_len, interval, segments
         self.transform, self.shape, self.seed, self.clips = transform, shape, seed, clips
         self.names = names  # what `source` says of a broken video
+        # --decode_on_device: a video file's frame indices and draws, for the device to decode (device_decode.py)
+        self.deferred = None
+        if on_device:
+            from utils.data.device_decode import DeferredVideo
+
+            self.deferred = DeferredVideo(transform, shape[-1])
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
 
     def __len__(self):
@@ -220,14 +253,23 @@ class VideoClips(Dataset):
             item.update(valid=False, source=self.names[video] if self.names else f"video {video}",
                         error=f"{type(pixels).__name__}: {pixels}")
             pixels = torch.zeros(self.shape, dtype=torch.uint8)
+        if self.deferred is not None and not isinstance(pixels, dict):  # decoded here after all: its pixels
+            pixels = self.deferred.as_pixels(pixels)
         item["pixel_values"] = pixels
         item["video"] = video  # the multi-view test gathers a video's clips by it
         return item
 
     def _load(self, video, offsets):
-        """The transformed clip, or the exception that reading it raised."""
+        """The transformed clip (or, decoded on the device, what the device needs), or the exception that reading
+        it raised."""
+        def choose(count):
+            return frame_indices(count, self.clip_len, self.interval, offsets)
+
         try:
-            frames = self.frames.read(video, lambda n: frame_indices(n, self.clip_len, self.interval, offsets))
+            source = self.frames.source(video) if self.deferred is not None else None
+            if source is not None:
+                return self.deferred(source, choose)
+            frames = self.frames.read(video, choose)
         except Exception as e:  # PyAV, PIL and torchvision raise many kinds; each is this video's fault
             return e
         out = self.transform(tv_tensors.Video(frames))  # (T, C, H, W), or (views, T, C, H, W)

@@ -122,10 +122,19 @@ def _clip_datasets(args, inp, train, val):
     common = dict(clip_len=args.clip_len, interval=args.frame_interval, segments=args.num_segments,
                   shape=(3, args.clip_len * args.num_segments, inp.image_size, inp.image_size))
     (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
+    common["on_device"] = args.decode_on_device  # files decoded by the main process (utils/data/device_decode.py)
     train = VideoClips(train_src, train_labels, transform=video_presets.video_train(inp), seed=args.seed,
                        names=train_names, **common)
     val = VideoClips(val_src, val_labels, transform=video_presets.video_eval(inp), names=val_names, **common)
     return EpochSeeded(train, train.epoch), val
+
+
+def decoding_notes(train):
+    """The start-up line of --decode_on_device for video, said only when the clips are indeed left to the device."""
+    if train.dataset.deferred is None:
+        return []
+    return ["decode_on_device: the workers read each video file's index and draw its clip; the main process decodes "
+            "the frames with torchcodec on its device (NVDEC on CUDA); folders of frames are decoded in the workers"]
 
 
 class VideoFiles(DataSource):
@@ -143,8 +152,9 @@ class VideoFiles(DataSource):
         train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
         val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
         reader = VIDEO_READERS[args.video_decoder]
-        return (*_clip_datasets(args, inp, (PathFrames(train_names, reader), train_labels, train_names),
-                                (PathFrames(val_names, reader), val_labels, val_names)), names, [])
+        train, val = _clip_datasets(args, inp, (PathFrames(train_names, reader), train_labels, train_names),
+                                    (PathFrames(val_names, reader), val_labels, val_names))
+        return train, val, names, decoding_notes(train)
 
 
 class MovingDigits(DataSource):
