@@ -101,6 +101,7 @@ def test_clips_decoded_on_the_device_are_the_workers_clips(videos, tmp_path, no_
     broken["pixel_values"]["encoded"][1] = b"not a video"
     out = decoder(broken)
     assert out["valid"].tolist() == [True, False] and "Error" in out["error"][1]
+    assert out["source"][1] == str(sorted((videos / "tr").glob("*/*.mp4"))[1])  # named as the worker names it
     assert torch.equal(out["pixel_values"][0], items[False][0]["pixel_values"]) and not out["pixel_values"][1].any()
 
 

@@ -34,8 +34,8 @@ def add_data_options(p):
                         "the global batch)")
     g.add_argument("--shuffle_buffer", resume_key=True, type=int, default=1000,
                    help="--streaming: samples are shuffled in blocks of this many read in a row (the shard order "
-                        "is shuffled too); each worker holds two blocks of undecoded samples (the next one is read while "
-                        "the current one is used)")
+                        "is shuffled too); each worker holds two blocks of undecoded samples (the next one is read "
+                        "while the current one is used)")
     g.add_argument("--max_train_samples", resume_key=False,
                    type=int, default=None, help="train on a seeded subset of this size")
     g.add_argument("--max_val_samples", resume_key=False,

@@ -32,9 +32,9 @@ JPEG, PIXELS, VIDEO = 0, 1, 2  # what a sample's `encoded` holds: a JPEG's bytes
 # video file (its path, or its bytes when a dataset stores them)
 TRAIN, EVAL = 0, 1
 # One row of int64 per sample: [what, preset, a, b, c, d, flip, side]: TRAIN a-d = top, left, height, width of the
-# crop; EVAL a = the resize of the shorter side, b = the centre crop. A video's row: [what, preset, resize, top, left, flip, side,
-# interpolation], its frames' indices beside it (`frames`): TRAIN resize = the shorter side's random size, then the
-# crop at (top, left); EVAL the shorter side's size, then the centre crop.
+# crop; EVAL a = the resize of the shorter side, b = the centre crop. A video's row: [what, preset, resize, top,
+# left, flip, side, interpolation], its frames' indices beside it (`frames`): TRAIN resize = the shorter side's
+# random size, then the crop at (top, left); EVAL the shorter side's size, then the centre crop.
 INTERPOLATIONS = list(v2.InterpolationMode)
 
 
@@ -102,9 +102,13 @@ class DeferredVideo:
         steps = list(transform.transforms)
         kinds = [type(step) for step in steps]
         self.size, self.steps = size, steps
-        if kinds[:2] == [v2.RandomResize, v2.RandomCrop] and kinds[2:] in ([], [v2.RandomHorizontalFlip]):
+        # What _clip does: an antialiased short-side resize, then a crop of `size` (no padding, no max_size)
+        plain = steps and getattr(steps[0], "antialias", None) is True and (
+            kinds[0] is not v2.Resize or steps[0].max_size is None)  # RandomResize's max_size is its size's bound
+        if plain and kinds[:2] == [v2.RandomResize, v2.RandomCrop] and kinds[2:] in ([], [v2.RandomHorizontalFlip]) \
+                and steps[1].padding is None and not steps[1].pad_if_needed:
             self.preset = TRAIN
-        elif kinds == [v2.Resize, v2.CenterCrop]:
+        elif plain and kinds == [v2.Resize, v2.CenterCrop] and list(steps[1].size) == [size, size]:
             self.preset = EVAL
         else:
             raise ValueError(f"decode_on_device: the video preset {[k.__name__ for k in kinds]} needs pixels in the "
@@ -141,9 +145,9 @@ class DeferredVideo:
 
 
 class DeviceDecoder:
-    """Turns a batch whose `pixel_values` are workers' Deferred output into uint8 pixels on `device`; a batch of
-    pixels passes unchanged. A JPEG the decoder cannot read becomes a blank image marked invalid, with its error,
-    as a worker marks one (the loop then stops or skips it: --skip_bad_images)."""
+    """Turns a batch whose `pixel_values` are workers' Deferred (or DeferredVideo) output into uint8 pixels on
+    `device`; a batch of pixels passes unchanged. A JPEG or video the decoder cannot read becomes a blank marked
+    invalid, with its error, as a worker marks one (the loop then stops or skips it: --skip_bad_images)."""
 
     def __init__(self, interpolation, device):
         self.interpolation, self.device = v2.InterpolationMode(interpolation), device
@@ -176,8 +180,8 @@ class DeviceDecoder:
     def _videos(self, batch, payload):
         """Each clip's frames decoded on the device by torchcodec (NVDEC on CUDA), the preset's geometry applied
         there: (B, 3, T, S, S) uint8."""
-        params, frames = payload["params"].tolist(), payload["frames"]
-        side, length = params[0][6], frames.shape[1]
+        params, frames = payload["params"].tolist(), payload["frames"].tolist()  # once: no sync a clip on a GPU
+        side, length = params[0][6], len(frames[0])
         out = torch.empty(len(params), 3, length, side, side, dtype=torch.uint8, device=self.device)
         for i, row in enumerate(params):
             if row[0] == PIXELS:
@@ -185,7 +189,9 @@ class DeviceDecoder:
                 out[i] = pixels.view(3, length, side, side).to(self.device, non_blocking=True)
                 continue
             try:
-                out[i] = self._clip(payload["encoded"][i], frames[i].tolist(), row)
+                out[i] = self._clip(payload["encoded"][i], frames[i], row)
+            except torch.OutOfMemoryError:  # the device's fault, not the video's
+                raise
             except Exception as e:  # noqa: BLE001 - FFmpeg raises many kinds; each is this video's fault
                 out[i] = 0
                 batch["valid"][i] = False
@@ -258,7 +264,8 @@ class Decoded:
 
 
 def check_options(args, need, source):
-    """What --decode_on_device can take: image files, presets without whole-pixel policies."""
+    """What --decode_on_device can take: image files with presets without whole-pixel policies; video files
+    decoded by torchcodec."""
     if not args.decode_on_device:
         return
     need(source.kind in ("images", "video"), "decode_on_device", f"decodes image files (JPEG) and video files on "

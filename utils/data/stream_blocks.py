@@ -9,6 +9,7 @@ first block is read ahead too. Positions are unchanged: the stream's state after
 the thread right after reading it, before anything else reads the stream.
 """
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
@@ -16,19 +17,20 @@ from torch.utils.data import get_worker_info
 
 
 class Blocks:
-    """One process's (a DataLoader worker's) reading thread, and the next epoch's first block read ahead."""
+    """One process's (a DataLoader worker's) reading thread, and the next epoch's first block read ahead (not
+    past epoch `last`, the run's last)."""
 
-    def __init__(self, size):
-        self.size, self.pool, self.ahead = size, None, None
+    def __init__(self, size, last=None):
+        self.size, self.last, self.pool, self.ahead, self.pid = size, last, None, None, None
 
     def __getstate__(self):  # to a DataLoader worker: its thread and read-ahead are its own
-        return {"size": self.size, "pool": None, "ahead": None}
+        return {**self.__dict__, "pool": None, "ahead": None, "pid": None}
 
     def read(self, epoch, start, block, open_pass):
         """`epoch`'s blocks from `start` (the stream's state at block number `block`; None: the epoch's start), as
         (state at the block's start, block number, rows); `open_pass(epoch)` gives an epoch's stream."""
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="stream-blocks")
+        if self.pid != os.getpid():  # first here, or a forked copy: a thread of its own (a fork copies none)
+            self.pool, self.ahead, self.pid = ThreadPoolExecutor(1, thread_name_prefix="stream-blocks"), None, os.getpid()
         ahead, self.ahead = self.ahead, None
         if ahead is not None and (ahead.epoch, start, block) == (epoch, None, 0):
             reader = ahead
@@ -38,7 +40,7 @@ class Blocks:
             reader = BlockReader(open_pass(epoch), epoch, start, self.size, self.pool)
 
         def next_epoch():  # in the reading thread, once this epoch's pass has run out
-            if get_worker_info() is not None:  # only a kept worker starts the next epoch itself
+            if get_worker_info() is not None and (self.last is None or epoch < self.last):  # a kept worker
                 self.ahead = BlockReader(open_pass(epoch + 1), epoch + 1, None, self.size, self.pool)
 
         reader.then = next_epoch
@@ -79,5 +81,8 @@ class BlockReader:
 
     def close(self):
         """After the read under way, the stream's files are closed in the thread (not by the garbage collector
-        at exit, when pyarrow is half gone)."""
-        self.pool.submit(self.rows.close).result()
+        at exit, when pyarrow is half gone); here when the thread is this one or the pool is shutting down."""
+        try:
+            self.pool.submit(self.rows.close).result()
+        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+            self.rows.close()

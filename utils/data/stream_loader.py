@@ -23,8 +23,8 @@ class StreamLoader:
     A torchdata StatefulDataLoader underneath, which asks each worker's StreamRows where it stands
     after every batch, so that state_dict() is the position after the last batch handed out (not
     the ones prefetched). Its workers are kept from epoch to epoch (started again, each cost an epoch's
-    start a fork and the shards' reopening; kept, each has the next epoch's first block read when the
-    epoch starts); StreamRows reads the epoch from shared memory. Past the end of this process's shards
+    start a fork and the shards' reopening; kept, each reads the next epoch's first block as soon as
+    its pass runs out: utils/data/stream_blocks.py); StreamRows reads the epoch from shared memory. Past the end of this process's shards
     it hands out padding batches: one blank image marked not valid (the loop trains on none, and still
     joins the all-reduce).
     """

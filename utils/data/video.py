@@ -268,7 +268,10 @@ class VideoClips(Dataset):
         try:
             source = self.frames.source(video) if self.deferred is not None else None
             if source is not None:
-                return self.deferred(source, choose)
+                payload = self.deferred(source, choose)
+                if self.names:  # what a failure on the device names: the file, or a stored video's place
+                    payload["path"] = str(self.names[video])
+                return payload
             frames = self.frames.read(video, choose)
         except Exception as e:  # PyAV, PIL and torchvision raise many kinds; each is this video's fault
             return e

@@ -130,7 +130,7 @@ def _clip_datasets(args, inp, train, val):
 
 
 def decoding_notes(train):
-    """The start-up line of --decode_on_device for video, said only when the clips are indeed left to the device."""
+    """The start-up line of --decode_on_device for video, said when the datasets leave their files to the device."""
     if train.dataset.deferred is None:
         return []
     return ["decode_on_device: the workers read each video file's index and draw its clip; the main process decodes "
