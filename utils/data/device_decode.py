@@ -115,8 +115,9 @@ class DeferredVideo:
                              f"workers")
         self.interpolation = INTERPOLATIONS.index(v2.InterpolationMode(steps[0].interpolation))
 
-    def __call__(self, source, choose):
-        """`source`: a video file's path or bytes; `choose(frame count)`: the clip's frame indices."""
+    def __call__(self, source, choose, name):
+        """`source`: a video file's path or bytes; `choose(frame count)`: the clip's frame indices; `name`: what a
+        failure to decode it names."""
         from utils.data.video import video_index
 
         indices, height, width = video_index(source, choose)
@@ -135,7 +136,7 @@ class DeferredVideo:
             flip = len(self.steps) > 2 and bool(torch.rand(1) < self.steps[2].p)
         return {"encoded": source, "params": torch.tensor([VIDEO, self.preset, resize, top, left, flip, self.size,
                                                            self.interpolation]),
-                "frames": torch.tensor(indices), "path": source if isinstance(source, str) else ""}
+                "frames": torch.tensor(indices), "path": name}
 
     def as_pixels(self, clip):
         """A clip handed over as its finished (3, T, S, S) uint8 pixels (a folder of frames, or zeros)."""

@@ -20,7 +20,7 @@ class Blocks:
     """One process's (a DataLoader worker's) reading thread, and the next epoch's first block read ahead (not
     past epoch `last`, the run's last)."""
 
-    def __init__(self, size, last=None):
+    def __init__(self, size, last):
         self.size, self.last, self.pool, self.ahead, self.pid = size, last, None, None, None
 
     def __getstate__(self):  # to a DataLoader worker: its thread and read-ahead are its own
@@ -30,7 +30,8 @@ class Blocks:
         """`epoch`'s blocks from `start` (the stream's state at block number `block`; None: the epoch's start), as
         (state at the block's start, block number, rows); `open_pass(epoch)` gives an epoch's stream."""
         if self.pid != os.getpid():  # first here, or a forked copy: a thread of its own (a fork copies none)
-            self.pool, self.ahead, self.pid = ThreadPoolExecutor(1, thread_name_prefix="stream-blocks"), None, os.getpid()
+            self.pool, self.ahead = ThreadPoolExecutor(1, thread_name_prefix="stream-blocks"), None
+            self.pid = os.getpid()
         ahead, self.ahead = self.ahead, None
         if ahead is not None and (ahead.epoch, start, block) == (epoch, None, 0):
             reader = ahead
@@ -40,7 +41,7 @@ class Blocks:
             reader = BlockReader(open_pass(epoch), epoch, start, self.size, self.pool)
 
         def next_epoch():  # in the reading thread, once this epoch's pass has run out
-            if get_worker_info() is not None and (self.last is None or epoch < self.last):  # a kept worker
+            if get_worker_info() is not None and epoch < self.last:  # a kept worker, an epoch still to come
                 self.ahead = BlockReader(open_pass(epoch + 1), epoch + 1, None, self.size, self.pool)
 
         reader.then = next_epoch

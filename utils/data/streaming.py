@@ -132,14 +132,14 @@ class StreamRows(IterableDataset):
     of its block, the block's number and how many of its samples were taken.
     """
 
-    def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature, epochs=None):
+    def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature, epochs):
         self.stream, self.preset, self.seed, self.block, self.rank, self.world, self.classes = \
             stream, preset, seed, block, rank, world, classes
         # The split's size (None: unknown), the batches every process takes per epoch, what a resume must find again
         self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume, self._position = None, None
-        self.blocks = Blocks(block, epochs and epochs - 1)  # read in a thread, a block ahead (stream_blocks.py)
+        self.blocks = Blocks(block, epochs - 1)  # read in a thread, a block ahead (stream_blocks.py)
         self.on_device = False  # --decode_on_device: bytes and draws, not pixels (utils/data/device_decode.py)
 
     def set_epoch(self, epoch):

@@ -67,11 +67,11 @@ class StoredFrames:
     def read(self, video, choose):
         import io
 
-        value = self.rows[video][self.column]
-        return self.reader(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"], choose)
+        source = self.source(video)
+        return self.reader(io.BytesIO(source) if isinstance(source, bytes) else source, choose)
 
     def source(self, video):
-        """The video as a decoder opens it in the main process (--decode_on_device): its bytes, or its file."""
+        """The video's bytes when stored, else its file (what a decoder opens, here or in the main process)."""
         value = self.rows[video][self.column]
         return value["bytes"] if value.get("bytes") else value["path"]
 
@@ -267,11 +267,8 @@ class VideoClips(Dataset):
 
         try:
             source = self.frames.source(video) if self.deferred is not None else None
-            if source is not None:
-                payload = self.deferred(source, choose)
-                if self.names:  # what a failure on the device names: the file, or a stored video's place
-                    payload["path"] = str(self.names[video])
-                return payload
+            if source is not None:  # a failure on the device names it as here: the file, or a stored video's place
+                return self.deferred(source, choose, str(self.names[video]) if self.names else "")
             frames = self.frames.read(video, choose)
         except Exception as e:  # PyAV, PIL and torchvision raise many kinds; each is this video's fault
             return e
