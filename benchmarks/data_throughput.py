@@ -56,23 +56,34 @@ def generate_folder(root, classes=10, per_class=40, size=(500, 375), seed=0):
             Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
 
 
+def epoch_rate(loader, prepare=None):
+    """Images/s of one whole epoch, timed from asking for its batches to its last. Whole epochs, because what an
+    epoch's start costs differs between loaders (workers kept or started again, a stream's first block read) and
+    belongs in the figure; and because a window that starts at an epoch's first batch misleads: Accelerate's
+    loader holds each batch until the next one has arrived (it looks one ahead to know the last), so its first
+    batch comes a batch late and its last at once, and such a window credits it with a batch it made before the
+    clock started."""
+    start, n = time.perf_counter(), 0
+    for batch in loader:
+        if prepare is not None:
+            prepare(batch["pixel_values"])
+        n += len(batch["labels"] if isinstance(batch, dict) else batch[1])
+    return n / (time.perf_counter() - start)
+
+
 def images_per_second(loader, epochs, prepare=None):
-    """The median over `epochs` whole epochs, each timed from asking for its batches to its last, after one
-    untimed epoch (the workers' first start, imports, caches). Whole epochs, because what an epoch's start costs
-    differs between loaders (workers kept or started again, a stream's first block read) and belongs in the
-    figure; and because a window that starts at an epoch's first batch misleads: Accelerate's loader holds each
-    batch until the next one has arrived (it looks one ahead to know the last), so its first batch comes a batch
-    late and its last at once, and such a window credits it with a batch it made before the clock started."""
-    rates = []
-    for epoch in range(epochs + 1):
-        start, n = time.perf_counter(), 0
-        for batch in loader:
-            if prepare is not None:
-                prepare(batch["pixel_values"])
-            n += len(batch["labels"] if isinstance(batch, dict) else batch[1])
-        if epoch:
-            rates.append(n / (time.perf_counter() - start))
-    return statistics.median(rates)
+    """The median over `epochs` whole epochs after one untimed epoch (the workers' first start, imports, caches)."""
+    return statistics.median([epoch_rate(loader, prepare) for _ in range(epochs + 1)][1:])
+
+
+def paired_rates(first, second, epochs):
+    """(first's img/s, second's, the median of second / first over `epochs` pairs of epochs): the two loaders'
+    epochs taken in turn, after an untimed one each, so that the machine's changes of speed (which moved one
+    loader's figure by 15 % from run to run here) fall on both alike. Both loaders keep their workers; the idle
+    ones wait without using a core."""
+    pairs = [(epoch_rate(*first), epoch_rate(*second)) for _ in range(epochs + 1)][1:]
+    return (statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs),
+            statistics.median(y / x for x, y in pairs))
 
 
 def baseline_loader(folder, batch_size, workers):
@@ -221,12 +232,11 @@ def main(argv=None):
         if args.streaming:
             shards = write_shards(folder, Path(tmp) / "shards")
             for workers in args.workers:
-                loader, prepare = project_loader(folder, args.batch_size, workers)
-                folder_rate = images_per_second(loader, args.epochs, prepare)
-                loader, prepare = stream_loader(shards, args.batch_size, workers)
-                stream_rate = images_per_second(loader, args.epochs, prepare)
+                folder_rate, stream_rate, ratio = paired_rates(project_loader(folder, args.batch_size, workers),
+                                                               stream_loader(shards, args.batch_size, workers),
+                                                               args.epochs)
                 print(f"workers {workers}: project folder (map-style) {folder_rate:7.1f} img/s | streaming parquet "
-                      f"(8 shards) {stream_rate:7.1f} img/s | ratio {stream_rate / folder_rate:.2f}")
+                      f"(8 shards) {stream_rate:7.1f} img/s | ratio {ratio:.2f} (median of {args.epochs} epoch pairs)")
             return
         for workers in args.workers:
             base = images_per_second(baseline_loader(folder, args.batch_size, workers), args.epochs)

@@ -160,6 +160,60 @@ def test_blocks_read_ahead_give_each_epoch_what_a_fresh_loader_reads(parquet_sha
     assert ids_of(again.batches(2)) == ids_of(loader_for(args, 0, 2).batches(2))
 
 
+def _counting_decodes(monkeypatch, workers):
+    """Samples each DataLoader worker decodes (shared memory: the workers are forked after this)."""
+    from torch.utils.data import get_worker_info
+
+    from utils.data import streaming
+
+    counts, load_item = torch.zeros(workers, dtype=torch.int64).share_memory_(), streaming.load_item
+
+    def counted(*args, **kwargs):
+        counts[get_worker_info().id] += 1
+        return load_item(*args, **kwargs)
+
+    monkeypatch.setattr(streaming, "load_item", counted)
+    return counts
+
+
+def test_workers_make_only_the_batches_an_epoch_takes(parquet_shards, monkeypatch):
+    """An epoch shorter than the stream (--steps_per_epoch 9 of 24; 2 workers of 48 rows, blocks of 5): each
+    worker decodes the samples of its turns (batches 0, 2, .. 8 and 1, 3, .. 7) and nothing past them (the
+    loader asks 2 batches ahead a worker), and hands out what it would reading its whole pass, epoch by epoch,
+    the next epoch's first block read ahead."""
+    from utils.data.stream_loader import Turns
+
+    args = stream_args(parquet_shards, "--label_column", "id", "--steps_per_epoch", "9", "--shuffle_buffer", "5")
+    whole = loader_for(args, 0, 1)
+    whole.dataset.turns = Turns()  # no turns: every worker reads its whole pass
+    reference = [list(whole.batches(epoch)) for epoch in (0, 1, 2)]
+    del whole  # its workers gone before the count starts
+    counts, dealt = _counting_decodes(monkeypatch, 2), loader_for(args, 0, 1)
+    for epoch in (0, 1, 2):
+        batches = list(dealt.batches(epoch))
+        assert counts.tolist() == [20, 16], epoch
+        counts.zero_()
+        assert ids_of(batches) == ids_of(reference[epoch]) and len(batches) == 9
+        assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(batches, reference[epoch]))
+
+
+def test_a_worker_that_runs_out_first_leaves_its_turns_to_the_others(parquet_shards, monkeypatch):
+    """3 workers on 4 shards: one reads 2 (48 rows), two read 1 (24 rows, 6 batches of their 8 turns). The one
+    with more goes on past its turns, and the epoch takes what it takes without turns: every sample once, in the
+    same order."""
+    from utils.data.stream_loader import Turns
+
+    args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "3")
+    whole = loader_for(args, 0, 1)
+    whole.dataset.turns = Turns()
+    reference = ids_of(whole.batches(0))
+    del whole
+    counts = _counting_decodes(monkeypatch, 3)
+    batches = ids_of(loader_for(args, 0, 1).batches(0))
+    assert sorted(counts.tolist()) == [24, 24, 48]
+    assert batches == reference and sorted(sum(batches, [])) == list(range(96))
+
+
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
     """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
     from utils.data.loaders import BadImages

@@ -26,25 +26,26 @@ class Blocks:
     def __getstate__(self):  # to a DataLoader worker: its thread and read-ahead are its own
         return {**self.__dict__, "pool": None, "ahead": None, "pid": None}
 
-    def read(self, epoch, start, block, open_pass):
+    def read(self, epoch, start, block, open_pass, needed):
         """`epoch`'s blocks from `start` (the stream's state at block number `block`; None: the epoch's start), as
-        (state at the block's start, block number, rows); `open_pass(epoch)` gives an epoch's stream."""
+        (state at the block's start, block number, rows); `open_pass(epoch)` gives an epoch's stream. Blocks are
+        read ahead until they hold the `needed` rows of the epoch (from its start); past them, when asked for."""
         if self.pid != os.getpid():  # first here, or a forked copy: a thread of its own (a fork copies none)
             self.pool, self.ahead = ThreadPoolExecutor(1, thread_name_prefix="stream-blocks"), None
             self.pid = os.getpid()
         ahead, self.ahead = self.ahead, None
-        if ahead is not None and (ahead.epoch, start, block) == (epoch, None, 0):
+        if ahead is not None and (ahead.epoch, start, block, ahead.needed) == (epoch, None, 0, needed):
             reader = ahead
         else:
             if ahead is not None:
                 ahead.close()
-            reader = BlockReader(open_pass(epoch), epoch, start, self.size, self.pool)
+            reader = BlockReader(open_pass(epoch), epoch, start, block * self.size, needed, self.size, self.pool)
 
-        def next_epoch():  # in the reading thread, once this epoch's pass has run out
+        def next_epoch():  # in the reading thread, once this epoch's needed rows are read or its pass has run out
             if get_worker_info() is not None and epoch < self.last:  # a kept worker, an epoch still to come
-                self.ahead = BlockReader(open_pass(epoch + 1), epoch + 1, None, self.size, self.pool)
+                self.ahead = BlockReader(open_pass(epoch + 1), epoch + 1, None, 0, needed, self.size, self.pool)
 
-        reader.then = next_epoch
+        reader.then(next_epoch)
         try:
             for start, rows in reader:
                 yield start, block, rows
@@ -55,34 +56,54 @@ class Blocks:
 
 class BlockReader:
     """One epoch's pass over a process's stream, read a block at a time in `pool`'s thread, one block ahead
-    of the one in use. Iterating gives (the stream's state at the block's start, its rows); `then` is called
-    in the thread once the pass has run out. Only the thread touches the stream."""
+    of the one in use until the `needed` rows of the epoch are read (`count`: rows before `start`). Iterating
+    gives (the stream's state at the block's start, its rows). Only the thread touches the stream and the
+    reader's state."""
 
-    def __init__(self, share, epoch, start, size, pool):
-        self.share, self.epoch, self.start, self.size, self.pool, self.then = share, epoch, start, size, pool, None
+    def __init__(self, share, epoch, start, count, needed, size, pool):
+        self.share, self.epoch, self.start, self.size, self.pool = share, epoch, start, size, pool
+        self.count, self.needed, self.ran_out, self.next, self.closed = count, needed, False, None, False
         share.load_state_dict(start)  # None: from the start of this epoch's pass
         self.rows = iter(share)
         self.pending = pool.submit(self._read)
 
+    def then(self, what):
+        """Call `what` in the thread once the needed rows are read or the pass has run out (now, if already)."""
+        self.pool.submit(self._arm, what)
+
+    def _arm(self, what):
+        self.next = what
+        self._go_on()
+
+    def _go_on(self):
+        if self.next is not None and not self.closed and (self.ran_out or self.count >= self.needed):
+            what, self.next = self.next, None
+            what()
+
     def _read(self):
         rows = list(islice(self.rows, self.size))
         start, self.start = self.start, self.share.state_dict()  # where the next block starts
-        if len(rows) < self.size and self.then is not None:  # the pass ran out: what comes next, while this is used
-            then, self.then = self.then, None
-            then()
-        return start, rows
+        self.count += len(rows)
+        self.ran_out = len(rows) < self.size
+        self._go_on()  # what comes next, read while this is used
+        return start, rows, self.count < self.needed
 
     def __iter__(self):
         while True:
-            start, rows = self.pending.result()
+            start, rows, more = self.pending.result()
             if not rows:
                 return
-            self.pending = self.pool.submit(self._read)
+            # The next block now, while this one is used; past the rows needed, only if asked for
+            self.pending = self.pool.submit(self._read) if more else None
             yield start, rows
+            if self.pending is None:
+                self.pending = self.pool.submit(self._read)
 
     def close(self):
         """After the read under way, the stream's files are closed in the thread (not by the garbage collector
-        at exit, when pyarrow is half gone); here when the thread is this one or the pool is shutting down."""
+        at exit, when pyarrow is half gone); here when the thread is this one or the pool is shutting down.
+        A pass left before its needed rows (a loader started again mid-epoch) reads no epoch ahead."""
+        self.closed = True
         try:
             self.pool.submit(self.rows.close).result()
         except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"

@@ -42,6 +42,7 @@ from utils.data import presets
 from utils.data.images import decode_rgb, deferred, load_item, load_on_device, with_transform
 from utils.data.sources import VAL_SPLITS, DataError, ImageFiles, image_and_label, normalise, subset
 from utils.data.stream_blocks import Blocks
+from utils.data.stream_loader import Turns
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -140,6 +141,7 @@ class StreamRows(IterableDataset):
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume, self._position = None, None
         self.blocks = Blocks(block, epochs - 1)  # read in a thread, a block ahead (stream_blocks.py)
+        self.turns = Turns()  # how a loader deals its batches to the workers: StreamLoader gives its own
         self.on_device = False  # --decode_on_device: bytes and draws, not pixels (utils/data/device_decode.py)
 
     def set_epoch(self, epoch):
@@ -175,9 +177,17 @@ class StreamRows(IterableDataset):
         transform, size = self.preset(epoch)
         if self.on_device:  # once an epoch: which steps the preset has, read from it
             transform = deferred(transform, size)
-        for start, block, chunk in self.blocks.read(epoch, resume["stream"], resume["block"], self.share):
+        turns = self.turns.samples(worker)  # this worker's turns' samples (more only if another runs out first)
+        handed = resume["block"] * self.block + skip  # handed out this epoch (the blocks before this one are whole)
+        self.turns.mark(worker, epoch, self.turns.DONE if handed >= turns else self.turns.READING)
+        for start, block, chunk in self.blocks.read(epoch, resume["stream"], resume["block"], self.share, turns):
             order = np.random.default_rng([self.seed, epoch, self.rank, worker, block]).permutation(len(chunk))
             for taken in range(skip, len(chunk)):
+                if handed == turns and not self.turns.needed_past_turns(worker, epoch):
+                    return
+                handed += 1
+                if handed == turns:
+                    self.turns.mark(worker, epoch, self.turns.DONE)
                 self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
                 row = chunk[order[taken]]
                 key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
@@ -188,6 +198,8 @@ class StreamRows(IterableDataset):
                     yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed,
                                     decode_rgb, classes=self.classes)
             skip = 0
+        if handed < turns:  # ran out before its turns: the others make its batches
+            self.turns.mark(worker, epoch, self.turns.SHORT)
 
 
 def _normalise_stream(stream, args):
