@@ -214,6 +214,25 @@ def test_a_worker_that_runs_out_first_leaves_its_turns_to_the_others(parquet_sha
     assert batches == reference and sorted(sum(batches, [])) == list(range(96))
 
 
+def test_a_pass_left_open_at_exit_ends_quietly(parquet_shards):
+    """Without workers, an epoch that ends before its pass leaves the pass open (nothing asks for the sample that
+    would close it) until the interpreter exits: it must end without a traceback then (the reading thread's pool
+    and pyarrow are half gone by the time such a generator is collected)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    code = (f"import sys; sys.path[:0] = [{str(tests)!r}, {str(tests.parent)!r}]\n"
+            "from test_streaming import loader_for, stream_args\n"
+            f"args = stream_args({str(parquet_shards)!r}, '--num_workers', '0', '--steps_per_epoch', '2')\n"
+            "loader = loader_for(args, 0, 1)\n"  # kept to the end, as the script keeps its loader
+            "print(len(list(loader.batches(0))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["2"], done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
     """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
     from utils.data.loaders import BadImages

@@ -10,6 +10,7 @@ the thread right after reading it, before anything else reads the stream.
 """
 
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
@@ -99,11 +100,14 @@ class BlockReader:
             if self.pending is None:
                 self.pending = self.pool.submit(self._read)
 
-    def close(self):
+    def close(self, finalizing=sys.is_finalizing):  # (bound here: at exit the module's names may be gone)
         """After the read under way, the stream's files are closed in the thread (not by the garbage collector
-        at exit, when pyarrow is half gone); here when the thread is this one or the pool is shutting down.
-        A pass left before its needed rows (a loader started again mid-epoch) reads no epoch ahead."""
+        at exit, when pyarrow is half gone); here when the pool is shutting down; not at all once the interpreter
+        is (a pass left open at exit, as without workers: the files close with the process). A pass left before
+        its needed rows (a loader started again mid-epoch) reads no epoch ahead."""
         self.closed = True
+        if finalizing():
+            return
         try:
             self.pool.submit(self.rows.close).result()
         except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
