@@ -14,7 +14,9 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
   not in its state_dict, so a resumed run would lose up to a buffer of samples. A block is re-read
   from its start on resume, which makes resuming exact: the same samples in the same order. Each
   worker reads the next block in a thread while it decodes the current one (two blocks of rows in
-  its memory: 2 x --shuffle_buffer encoded files), and, once its pass runs out, the next epoch's first.
+  its memory: 2 x --shuffle_buffer encoded files), and, once it has read the rows of its turns or its
+  pass has run out, the next epoch's first.
+  A worker makes only the batches the loader takes from it (utils/data/stream_loader.Turns).
 - An epoch is --steps_per_epoch optimizer steps (default: the split's size from its metadata, over
   the global batch). Every process takes exactly that many batches: one whose shards run out first
   feeds padding batches (no update of its own, its all-reduce share is zero); samples past the
