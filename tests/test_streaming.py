@@ -160,8 +160,11 @@ def test_blocks_read_ahead_give_each_epoch_what_a_fresh_loader_reads(parquet_sha
     assert ids_of(again.batches(2)) == ids_of(loader_for(args, 0, 2).batches(2))
 
 
-def _counting_decodes(monkeypatch, workers):
-    """Samples each DataLoader worker decodes (shared memory: the workers are forked after this)."""
+def _counting_decodes(monkeypatch, workers, slow=(), seconds=0.02):
+    """Samples each DataLoader worker decodes (shared memory: the workers are forked after this); the workers
+    in `slow` take `seconds` longer a sample."""
+    import time
+
     from torch.utils.data import get_worker_info
 
     from utils.data import streaming
@@ -169,7 +172,10 @@ def _counting_decodes(monkeypatch, workers):
     counts, load_item = torch.zeros(workers, dtype=torch.int64).share_memory_(), streaming.load_item
 
     def counted(*args, **kwargs):
-        counts[get_worker_info().id] += 1
+        worker = get_worker_info().id
+        counts[worker] += 1
+        if worker in slow:
+            time.sleep(seconds)
         return load_item(*args, **kwargs)
 
     monkeypatch.setattr(streaming, "load_item", counted)
@@ -206,12 +212,58 @@ def test_a_worker_that_runs_out_first_leaves_its_turns_to_the_others(parquet_sha
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "3")
     whole = loader_for(args, 0, 1)
     whole.dataset.turns = Turns()
-    reference = ids_of(whole.batches(0))
+    reference = [ids_of(whole.batches(epoch)) for epoch in (0, 1)]
     del whole
-    counts = _counting_decodes(monkeypatch, 3)
-    batches = ids_of(loader_for(args, 0, 1).batches(0))
-    assert sorted(counts.tolist()) == [24, 24, 48]
-    assert batches == reference and sorted(sum(batches, [])) == list(range(96))
+    # The two short ones slow, and slower still to find their pass's end (a stream's last read can be): the long
+    # one is asked past its 8 turns before they know they are short, and must wait to hear it.
+    import time
+
+    from torch.utils.data import get_worker_info
+
+    from utils.data import stream_blocks
+
+    read = stream_blocks.BlockReader._read
+
+    def read_late(reader):
+        start, rows, more = read(reader)
+        if not rows and get_worker_info().id in (1, 2):
+            time.sleep(1)
+        return start, rows, more
+
+    monkeypatch.setattr(stream_blocks.BlockReader, "_read", read_late)
+    counts = _counting_decodes(monkeypatch, 3, slow=(1, 2))
+    dealt = loader_for(args, 0, 1)
+    batches = ids_of(dealt.batches(0))
+    assert counts.tolist() == [48, 24, 24]
+    assert batches == reference[0] and sorted(sum(batches, [])) == list(range(96))
+    earlier = dealt.batches(1)
+    next(earlier)  # an epoch left after a batch, its generator closed only once the next has begun
+    batches = dealt.batches(1)
+    head = next(batches)
+    del earlier  # must not end the round under way
+    assert ids_of([head, *batches]) == reference[1]
+
+
+def test_more_workers_than_batches_and_an_epoch_left_early(parquet_shards, monkeypatch):
+    """One batch an epoch and 2 workers: the second has no turns and decodes nothing. 3 workers, an epoch left
+    after 5 of its 9 batches (a run's last step, a preemption) while the slow third still owes a turn that the
+    shutdown makes it skip: the first, asked past its turns and waiting on the third's, is let go, and the
+    workers stop at once (not after the 5 s the loader gives a stuck worker)."""
+    import time
+
+    counts = _counting_decodes(monkeypatch, 3, slow=(2,), seconds=0.1)
+    one = loader_for(stream_args(parquet_shards, "--label_column", "id", "--steps_per_epoch", "1"), 0, 1)
+    assert len(list(one.batches(0))) == 1 and counts.tolist()[1] == 0
+    del one
+    args = stream_args(parquet_shards, "--label_column", "id", "--steps_per_epoch", "9", "--num_workers", "3")
+    left = loader_for(args, 0, 1)
+    for taken, _ in enumerate(left.batches(0), 1):
+        if taken == 5:
+            break
+    time.sleep(0.2)  # worker 0 has made its 3 turns and is asked for a batch past them
+    start = time.perf_counter()
+    del left, _
+    assert time.perf_counter() - start < 4
 
 
 def test_a_pass_left_open_at_exit_ends_quietly(parquet_shards):

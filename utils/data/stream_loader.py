@@ -29,11 +29,12 @@ class Turns:
     made past its turns would be thrown away: a partial batch at the end of its pass, or the batches the loader
     asks ahead (prefetch_factor a worker), each decoded and then waited for when the next epoch starts (4 % of
     the work of a 1,200-image epoch, measured). So a worker that has made its turns waits until every other
-    worker has made its own or run out, and goes on only if one ran out: the batches handed out are those it
-    would make without stopping, in the same order.
+    worker has made its own or run out, or the loader has left the epoch, and goes on only if one ran out:
+    the batches handed out are those it would make without stopping, in the same order.
 
-    `state` is shared memory, one entry a worker: epoch * 3 + READING, DONE (its turns made) or SHORT (ran out
-    before them). An entry of a later epoch means that worker, and so the loader, has moved on.
+    `state` is shared memory: one entry a worker, round * 3 + READING, DONE (its turns made) or SHORT (ran out
+    before them), and the loader's last, 2 x round while it takes that round's batches, + 1 once it has left
+    it. A round is one epoch's `batches()`, numbered by the loader (an epoch asked for twice is two rounds).
     """
 
     READING, DONE, SHORT = range(3)
@@ -41,8 +42,23 @@ class Turns:
     def __init__(self, batch_size=None, micro_batches=None, workers=1):
         """Without a batch size: no loader deals the batches (a StreamRows read on its own), its pass is read whole."""
         self.batch_size, self.micro_batches, self.workers = batch_size, micro_batches, max(1, workers)
-        self.state = torch.full((self.workers,), -1, dtype=torch.int64).share_memory_()
-        self.parent = os.getpid()  # the process whose loader deals the batches
+        self.state = torch.full((self.workers + 1,), -1, dtype=torch.int64).share_memory_()
+        self.pid = self.parent = None  # a worker's own process, and its parent (the loader's, or a fork server)
+
+    def begin(self):
+        """(the loader) A new round: its number."""
+        round = int(self.state[-1]) // 2 + 1
+        self.state[-1] = round * 2
+        return round
+
+    def end(self, round):
+        """(the loader) `round` takes no more batches (if it is still the loader's: a late close of an old one
+        leaves the new one alone)."""
+        if int(self.state[-1]) == round * 2:
+            self.state[-1] = round * 2 + 1
+
+    def round(self):
+        return int(self.state[-1]) // 2
 
     def samples(self, worker):
         """The samples of `worker`'s turns in an epoch."""
@@ -50,19 +66,39 @@ class Turns:
             return math.inf
         return len(range(worker, self.micro_batches, self.workers)) * self.batch_size
 
-    def mark(self, worker, epoch, what):
+    def mark(self, worker, round, what):
         if self.batch_size is not None:  # (read whole, nobody waits for it)
-            self.state[worker] = epoch * 3 + what
+            self.state[worker] = round * 3 + what
+            if self.pid != os.getpid():  # first here: the parent to watch while waiting
+                self.pid, self.parent = os.getpid(), os.getppid()
 
-    def needed_past_turns(self, worker, epoch):
-        """Once `worker`'s turns are made: whether the loader will take more of its batches this epoch (another
-        worker ran out first). Waits for the others to make theirs; False if the loader's process is gone."""
+    def deal(self, worker, handed, samples):
+        """`samples` (`worker`'s of this round, from its `handed`-th) as the loader takes them: its turns, and past
+        them only if another worker ran out first (asked before the next sample is made)."""
+        round, turns = self.round(), self.samples(worker)
+        self.mark(worker, round, self.DONE if handed >= turns else self.READING)
+        while handed != turns or self.needed_past_turns(worker, round):
+            sample = next(samples, None)
+            if sample is None:
+                if handed < turns:  # ran out before its turns: the others make its batches
+                    self.mark(worker, round, self.SHORT)
+                return
+            handed += 1
+            if handed == turns:
+                self.mark(worker, round, self.DONE)
+            yield sample
+
+    def needed_past_turns(self, worker, round):
+        """Once `worker`'s turns are made: whether the loader will take more of its batches this round (another
+        worker ran out first). Waits for the others to make theirs; False once the loader has left the round or
+        the worker's parent is gone."""
         others = [w for w in range(self.workers) if w != worker]
         while True:
             states = self.state.tolist()
-            if any(states[w] == epoch * 3 + self.SHORT for w in others):
+            if any(states[w] == round * 3 + self.SHORT for w in others):
                 return True
-            if all(states[w] >= epoch * 3 + self.DONE for w in others) or os.getppid() != self.parent:
+            if (all(states[w] >= round * 3 + self.DONE for w in others) or states[-1] != round * 2
+                    or os.getppid() != self.parent):
                 return False
             time.sleep(0.001)
 
@@ -108,17 +144,21 @@ class StreamLoader:
         if skipped and not exhausted:
             self.loader.load_state_dict(self.position["loader"])
         self.position = {"epoch": epoch, "taken": skipped, "exhausted": exhausted, "loader": None}
+        round = self.dataset.turns.begin()
         stream = iter(()) if exhausted else iter(self.loader)
         _, size = self.dataset.preset(epoch)
-        for taken in range(skipped, self.micro_batches):
-            batch = next(stream, None)
-            if batch is None:
-                self.position["exhausted"] = True
-                batch = {"pixel_values": torch.zeros(1, 3, size, size, dtype=torch.uint8),
-                         "labels": torch.zeros(1, dtype=torch.int64), "valid": torch.zeros(1, dtype=torch.bool),
-                         "source": [""], "error": [PADDING]}
-            self.position["taken"] = taken + 1
-            yield self.decode(send_to_device(batch, self.device, non_blocking=True))
+        try:
+            for taken in range(skipped, self.micro_batches):
+                batch = next(stream, None)
+                if batch is None:
+                    self.position["exhausted"] = True
+                    batch = {"pixel_values": torch.zeros(1, 3, size, size, dtype=torch.uint8),
+                             "labels": torch.zeros(1, dtype=torch.int64), "valid": torch.zeros(1, dtype=torch.bool),
+                             "source": [""], "error": [PADDING]}
+                self.position["taken"] = taken + 1
+                yield self.decode(send_to_device(batch, self.device, non_blocking=True))
+        finally:  # all taken, or left early (a run's last step, a preemption): no worker waits on this round
+            self.dataset.turns.end(round)
 
     def state_dict(self):
         # Only mid-epoch, from the live iterator: without one, StatefulDataLoader.state_dict() would start

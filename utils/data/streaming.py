@@ -175,21 +175,19 @@ class StreamRows(IterableDataset):
         resume, self._resume = self._resume, None
         if resume is None or resume["epoch"] != epoch:
             resume = {"epoch": epoch, "stream": None, "block": 0, "taken": 0}
+        handed = resume["block"] * self.block + resume["taken"]  # this epoch's samples handed out (blocks are whole)
+        yield from self.turns.deal(worker, handed, self._samples(epoch, worker, resume))
+
+    def _samples(self, epoch, worker, resume):
+        """This worker's samples of `epoch` from `resume`, shuffled in blocks, read ahead as far as its turns."""
         skip = resume["taken"]
         transform, size = self.preset(epoch)
         if self.on_device:  # once an epoch: which steps the preset has, read from it
             transform = deferred(transform, size)
-        turns = self.turns.samples(worker)  # this worker's turns' samples (more only if another runs out first)
-        handed = resume["block"] * self.block + skip  # handed out this epoch (the blocks before this one are whole)
-        self.turns.mark(worker, epoch, self.turns.DONE if handed >= turns else self.turns.READING)
+        turns = self.turns.samples(worker)
         for start, block, chunk in self.blocks.read(epoch, resume["stream"], resume["block"], self.share, turns):
             order = np.random.default_rng([self.seed, epoch, self.rank, worker, block]).permutation(len(chunk))
             for taken in range(skip, len(chunk)):
-                if handed == turns and not self.turns.needed_past_turns(worker, epoch):
-                    return
-                handed += 1
-                if handed == turns:
-                    self.turns.mark(worker, epoch, self.turns.DONE)
                 self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
                 row = chunk[order[taken]]
                 key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
@@ -200,8 +198,6 @@ class StreamRows(IterableDataset):
                     yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed,
                                     decode_rgb, classes=self.classes)
             skip = 0
-        if handed < turns:  # ran out before its turns: the others make its batches
-            self.turns.mark(worker, epoch, self.turns.SHORT)
 
 
 def _normalise_stream(stream, args):
@@ -263,7 +259,6 @@ def build_stream(args, rank, world, train_preset):
     train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
                        steps * args.grad_accum_steps, signature, args.epochs)
     return train, val, names, notes
-
 
 
 class Streamed(ImageFiles):
