@@ -170,6 +170,8 @@ def test_image_resnets_start_with_identity_residual_blocks_unless_asked_not_to()
 def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsys, fresh_accelerate_state):
     import train_classification
 
+    from utils.models.torchvision_models import ModelError
+
     model = build_model("efficientnet_b0", num_classes=3, drop_path=0.3, dropout=0.4)
     depths = [m.p for m in model.modules() if type(m).__name__ == "StochasticDepth"]
     assert depths[-1] == pytest.approx(0.3 * (len(depths) - 1) / len(depths))  # torchvision ramps it per block
@@ -182,6 +184,10 @@ def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsy
     assert e.value.code == 2 and not out.exists()  # the folder this refused run made is gone
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         "train_classification.py: error: --dropout: resnet18 has no dropout to set")
+    # swin has stochastic depth, but torchvision's builder sets it: not "has none", and not "pick swin"
+    with pytest.raises(ModelError, match=r"^--drop_path: torchvision's swin_t builder sets its own drop path \(it "
+                       r"takes no stochastic_depth_prob argument\); .*\(e\.g\. efficientnet, convnext, mvit, or a timm/"):
+        build_model("swin_t", num_classes=3, drop_path=0.1)
 
 
 def test_sync_bn_and_channels_last_reshape_the_model_and_sync_bn_is_refused_on_cpu_processes():

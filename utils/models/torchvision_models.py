@@ -76,12 +76,15 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
                      if key in asked and key in str(e)), None)
         if flag is None:
             raise
-        drop_path_flag = flag == "--drop_path"
-        raise ModelError(f"{flag}: {name} has no {flag[2:].replace('_', ' ')} to set (torchvision's builder takes no "
-                         f"{'stochastic_depth_prob' if drop_path_flag else 'dropout'} argument); drop the option or "
-                         f"pick a model that has it (e.g. "
-                         f"{'efficientnet, convnext, swin, maxvit' if drop_path_flag else 'efficientnet, mobilenet, vgg, vit, swin'})"
-                         ) from None
+        key, others = (("stochastic_depth_prob", "efficientnet, convnext, mvit") if flag == "--drop_path" else
+                       ("dropout", "efficientnet, mobilenet, vgg, vit, swin"))
+        # "multiple values": the model has one, but its builder sets it itself (swin, maxvit, swin3d's depth)
+        what = flag[2:].replace("_", " ")
+        why = (f"torchvision's {name} builder sets its own {what} (it takes no {key} argument)"
+               if "multiple values" in str(e) else
+               f"{name} has no {what} to set (torchvision's builder takes no {key} argument)")
+        raise ModelError(f"{flag}: {why}; drop the option or pick a model whose builder takes it (e.g. {others}, "
+                         f"or a timm/ model)") from None
     return frame_averaged(model) if video and not is_video_model(name) else model
 
 
