@@ -6,8 +6,9 @@ samples' decoding then overlap, where reading a block and then decoding it added
 time over a folder's. Once the rows the epoch needs of this worker are read (its turns:
 stream_loader.Turns) or its pass has run out, the thread goes on to the next epoch's first block, which
 the next epoch takes if it starts there (a DataLoader worker is kept from epoch to epoch): an epoch's
-first block is read ahead too, and no block past the needed rows is read unless asked for. Positions are unchanged: the stream's state after a block is taken in
-the thread right after reading it, before anything else reads the stream.
+first block is read ahead too, and no block past the needed rows is read unless asked for. Positions
+are unchanged: the stream's state after a block is taken in the thread right after reading it, before
+anything else reads the stream.
 """
 
 import os
