@@ -324,13 +324,11 @@ def test_webdataset_tar_shards_train(webdataset_shards, tmp_path, fresh_accelera
     import train_classification
 
     results = train_classification.main(["--dataset", str(webdataset_shards), "--streaming", "--image_size", "16",
-                                         "--batch_size", "8", "--epochs", "2", "--num_workers", "2", "--lr", "0.05",
+                                         "--batch_size", "8", "--epochs", "3", "--num_workers", "2", "--lr", "0.05",
                                          "--output_dir", str(tmp_path / "run")])
     assert results["train_samples"] == 60 and results["val_samples"] == 12
-    assert results["class_names"] == ["0", "1", "2"] and results["global_step"] == 2 * (60 // 8)
-    # Twice chance (3 classes): 1.0 in the suite's workers, 0.83 in a pytest process with 2 torch threads (its
-    # float sums differ); a misread label or image stays near 1/3.
-    assert results["val_top1"] >= 2 / 3
+    assert results["class_names"] == ["0", "1", "2"] and results["global_step"] == 3 * (60 // 8)
+    assert results["val_top1"] >= 0.9
 
 
 def test_what_streaming_cannot_read_is_refused_in_one_line(parquet_shards, tmp_path, capsys):
