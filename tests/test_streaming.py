@@ -135,6 +135,54 @@ def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, t
             tmp_path, rank=0)
 
 
+def _shuffled_pass(rows, epoch):
+    """A process's pass as `datasets`' shuffle() ordered it (a buffer of one): how StreamRows read before."""
+    from datasets.distributed import split_dataset_by_node
+
+    from utils.core.seeding import spread
+
+    order = rows.stream.shuffle(seed=spread(rows.seed, epoch), buffer_size=1, max_buffer_input_shards=1)
+    return split_dataset_by_node(order, rank=rows.rank, world_size=rows.world)
+
+
+def test_the_shard_order_is_the_one_datasets_shuffle_gives(parquet_shards):
+    """The pass is `datasets`' set_epoch shard order, our seed as its epoch (0, --seed 0's first epoch, through
+    shuffle()): the samples, in order, of the shuffle(seed) the earlier reader used, on each of 2 processes."""
+    from utils.data import presets
+    from utils.data.catalog import resolve_input
+    from utils.data.streaming import build_stream
+
+    for seed, epoch in ((0, 0), (0, 1), (5, 2)):
+        args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0", "--seed", seed)
+        for rank in (0, 1):
+            rows, _, _, _ = build_stream(args, rank, 2, presets.image_presets(resolve_input(args))[0])
+            ids = [row["label"] for row in rows.share(epoch)]
+            assert len(ids) == 2 * ROWS_PER_SHARD
+            assert ids == [row["label"] for row in _shuffled_pass(rows, epoch)], (seed, epoch, rank)
+
+
+def test_a_position_written_by_the_shuffle_reader_resumes_exactly(parquet_shards, tmp_path):
+    """A checkpoint of the earlier reader (shuffle(), whose stream state `datasets` would not load into a
+    set_epoch pass, and would silently start the epoch again) resumes at the same sample: 5 batches into
+    epoch 1, blocks of 5 (the position is mid-block, in the 2nd block of a worker), the rest of the epoch
+    and the next as an uninterrupted loader gives them, ids and pixels."""
+    args = stream_args(parquet_shards, "--label_column", "id", "--shuffle_buffer", "5")
+    whole = loader_for(args, 0, 2)
+    epoch1, epoch2 = list(whole.batches(1)), list(whole.batches(2))
+    earlier = loader_for(args, 0, 2)
+    earlier.dataset.share = lambda epoch: _shuffled_pass(earlier.dataset, epoch)  # (forked: the workers have it)
+    for taken, _ in enumerate(earlier.batches(1), 1):
+        if taken == 5:
+            break
+    earlier.save_position(tmp_path, rank=0)
+    again = loader_for(args, 0, 2)
+    again.load_position(tmp_path, rank=0)
+    rest = list(again.batches(1, skipped=5))
+    assert ids_of(rest) == ids_of(epoch1)[5:]
+    assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(rest, epoch1[5:]))
+    assert ids_of(again.batches(2)) == ids_of(epoch2)
+
+
 def test_blocks_read_ahead_give_each_epoch_what_a_fresh_loader_reads(parquet_shards, tmp_path):
     """A block is read in a thread while the one before is used, and a kept worker reads the next epoch's first
     block once its pass runs out. Blocks of 5 (several per worker and epoch): a loader whose workers are kept

@@ -1,7 +1,7 @@
 """How a --streaming worker reads its pass over the shards (utils/data/streaming.py): in blocks of
 --shuffle_buffer rows, each read in a thread while the one before it is used.
 
-The read (parquet decompression and `datasets`' rows, ~0.1 ms a row of JPEG bytes here) and the
+The read (parquet decompression and `datasets`' rows, ~0.05 ms a row of JPEG bytes here) and the
 samples' decoding then overlap, where reading a block and then decoding it added ~6 % to a stream's
 time over a folder's. Once the rows the epoch needs of this worker are read (its turns:
 stream_loader.Turns) or its pass has run out, the thread goes on to the next epoch's first block, which
@@ -13,6 +13,7 @@ anything else reads the stream.
 
 import os
 import sys
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
@@ -66,8 +67,12 @@ class BlockReader:
     def __init__(self, share, epoch, start, count, needed, size, pool):
         self.share, self.epoch, self.start, self.size, self.pool = share, epoch, start, size, pool
         self.count, self.needed, self.ran_out, self.next, self.closed = count, needed, False, None, False
-        share.load_state_dict(start)  # None: from the start of this epoch's pass
-        self.rows = iter(share)
+        if start is not None and start["epoch"] != share.epoch:
+            # A position in a pass read otherwise (with shuffle(), before set_epoch: `datasets` would ignore it and
+            # start again): the same rows, found again by reading those before them
+            start = self.start = None
+        share.load_state_dict(start)  # None: from the start of this epoch's pass, `count` rows in
+        self.rows, self.skip = iter(share), count if start is None else 0
         self.pending = pool.submit(self._read)
 
     def then(self, what):
@@ -84,6 +89,9 @@ class BlockReader:
             what()
 
     def _read(self):
+        if self.skip:  # a position without the stream's state: the rows before it read again
+            deque(islice(self.rows, self.skip), maxlen=0)
+            self.start, self.skip = self.share.state_dict(), 0
         rows = list(islice(self.rows, self.size))
         start, self.start = self.start, self.share.state_dict()  # where the next block starts
         self.count += len(rows)

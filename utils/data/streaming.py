@@ -9,7 +9,7 @@ Nothing of the training split is downloaded or cached ahead: `datasets` reads it
   again. Accelerate does not prepare this loader: its iterable-dataset path would have every rank
   read everything (or rank 0 read for all, with dispatch_batches).
 - Each epoch, the shard order is shuffled (seeded by --seed and the epoch, `datasets`' own
-  shuffle), and samples are shuffled in blocks of --shuffle_buffer read in a row (a permutation
+  shard shuffle), and samples are shuffled in blocks of --shuffle_buffer read in a row (a permutation
   seeded by seed, epoch, rank, worker and block). Not `datasets`' rolling buffer: its content is
   not in its state_dict, so a resumed run would lose up to a buffer of samples. A block is re-read
   from its start on resume, which makes resuming exact: the same samples in the same order. Each
@@ -152,15 +152,17 @@ class StreamRows(IterableDataset):
     def share(self, epoch):
         """This process's shards of the epoch's pass, their order shuffled by (seed, epoch) alike on every process.
 
-        Our own seed per epoch, not `datasets`' set_epoch: in DataLoader workers its per-epoch shard order came
-        out different on two processes (two read the same shard). A buffer of one holds nothing that a state_dict
-        would miss; one shard is read at a time, as the state of several interleaved ones does not load in a
-        worker (datasets 5.2). Samples are shuffled in blocks, in __iter__.
+        `datasets`' shard order for a nonzero epoch (set_epoch: default_rng(epoch), as shuffle(seed) orders them),
+        our seed standing for the epoch: shuffle() with a buffer of one would copy every row into a table of its
+        own (half of a row's read). 0, --seed 0's first epoch, is "unshuffled" to set_epoch: shuffle(0) then.
         """
         from datasets.distributed import split_dataset_by_node
 
-        order = self.stream.shuffle(seed=spread(self.seed, epoch), buffer_size=1, max_buffer_input_shards=1)
-        return split_dataset_by_node(order, rank=self.rank, world_size=self.world)
+        seed = spread(self.seed, epoch)
+        order = self.stream if seed else self.stream.shuffle(seed=0, buffer_size=1, max_buffer_input_shards=1)
+        share = split_dataset_by_node(order, rank=self.rank, world_size=self.world)
+        share.set_epoch(seed)
+        return share
 
     def state_dict(self):
         return self._position
