@@ -167,6 +167,21 @@ def stream_loader(shards, batch_size, workers):
     return Epochs(loader), BatchInput(args, len(names), 0, resolve_input(args).mean_std)
 
 
+def stream_read_rate(shards, repeats=3):
+    """Rows a second of one process's pass over the shards (epoch 1), read as a streaming worker reads them and
+    not decoded: `datasets` and parquet alone. The best of `repeats` passes."""
+    from utils.config.options import parse_args
+    from utils.data.loaders import build_datasets
+
+    rows = build_datasets(parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224"]))[0]
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        n = sum(1 for _ in rows.share(1))
+        best = max(best, n / (time.perf_counter() - start))
+    return best
+
+
 def decoder_rates(folder, files=100, repeats=5):
     """Images/s of each decoder alone on the folder's first files, one thread, best of `repeats`: the project's
     (utils/data/images.decode_rgb: torchcodec), torchcodec's and torchvision's own (while torchvision has them),
@@ -231,6 +246,8 @@ def main(argv=None):
             print("decoders alone, one thread: " + " | ".join(f"{name} {rate:.1f} img/s" for name, rate in rates.items()))
         if args.streaming:
             shards = write_shards(folder, Path(tmp) / "shards")
+            rate = stream_read_rate(shards)
+            print(f"the stream's rows read alone (not decoded): {rate:.0f} rows/s ({1e6 / rate:.1f} us a row)")
             for workers in args.workers:
                 folder_rate, stream_rate, ratio = paired_rates(project_loader(folder, args.batch_size, workers),
                                                                stream_loader(shards, args.batch_size, workers),
