@@ -147,18 +147,19 @@ def _shuffled_pass(rows, epoch):
 
 def test_the_shard_order_is_the_one_datasets_shuffle_gives(parquet_shards):
     """The pass is `datasets`' set_epoch shard order, our seed as its epoch (0, --seed 0's first epoch, through
-    shuffle()): the samples, in order, of the shuffle(seed) the earlier reader used, on each of 2 processes."""
+    shuffle()): the samples, in order, of the shuffle(seed) the earlier reader used, on each of 2 processes
+    (whole shards each) and on one of 3 (every shard, one sample in 3)."""
     from utils.data import presets
     from utils.data.catalog import resolve_input
     from utils.data.streaming import build_stream
 
     for seed, epoch in ((0, 0), (0, 1), (5, 2)):
         args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0", "--seed", seed)
-        for rank in (0, 1):
-            rows, _, _, _ = build_stream(args, rank, 2, presets.image_presets(resolve_input(args))[0])
+        for world, rank in ((2, 0), (2, 1), (3, 2)):
+            rows, _, _, _ = build_stream(args, rank, world, presets.image_presets(resolve_input(args))[0])
             ids = [row["label"] for row in rows.share(epoch)]
-            assert len(ids) == 2 * ROWS_PER_SHARD
-            assert ids == [row["label"] for row in _shuffled_pass(rows, epoch)], (seed, epoch, rank)
+            assert len(ids) == TRAIN_SHARDS * ROWS_PER_SHARD // world
+            assert ids == [row["label"] for row in _shuffled_pass(rows, epoch)], (seed, epoch, world, rank)
 
 
 def test_a_position_written_by_the_shuffle_reader_resumes_exactly(parquet_shards, tmp_path):
