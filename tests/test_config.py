@@ -37,6 +37,8 @@ def reject(argv, capsys):
     (["--clip_grad_norm", "0"], "clip_grad_norm: must be > 0"),
     (["--min_lr", "1", "--lr", "0.1"], "min_lr: must not exceed lr=0.1"),
     (["--max_train_steps", "-1"], "max_train_steps: must be >= 0"),
+    (["--seed", "-1"], "seed: must be in [0, 2**32)"),
+    (["--seed", str(2**32)], "seed: must be in [0, 2**32)"),
     (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification or video model; did you mean resnet18"),
     (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
     (["--optimizer", "lamb2"], "optimizer: neither sgd, adamw nor a timm.optim name (did you mean lamb"),

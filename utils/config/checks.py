@@ -42,6 +42,7 @@ def _run(args, need):
     need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
          "needs weights to score: --resume, --init_from or --pretrained")
     need(args.dist_timeout_s >= 1, "dist_timeout_s", "must be >= 1")
+    need(0 <= args.seed < 2**32, "seed", "must be in [0, 2**32): accelerate's set_seed seeds numpy's 32-bit global RNG")
     need(args.resume != "latest" or args.output_dir, "resume", "'latest' needs --output_dir, the run to continue")
     for spec in args.metrics or ():
         try:

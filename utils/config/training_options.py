@@ -138,7 +138,7 @@ def add_schedule_options(p):
 def add_run_options(p):
     """Seeds, output, checkpoints, validation cadence, dashboards."""
     g = p.add_argument_group("run")
-    g.add_argument("--seed", resume_key=True, type=int, default=0, help="seed of weights, shuffling and augmentation")
+    g.add_argument("--seed", resume_key=True, type=int, default=0, help="seed of weights, shuffling and augmentation (0 .. 2**32 - 1)")
     g.add_argument("--output_dir", resume_key=False, type=str, default=None,
                    help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
     g.add_argument("--resume", resume_key=False, type=str, default=None,
