@@ -67,6 +67,24 @@ def ids_of(batches):
     return [b["labels"].tolist() for b in batches]
 
 
+def stop_after(loader, epoch, batches, folder):
+    """The first `batches` of `epoch` from `loader`, its position then saved into `folder` as a checkpoint does."""
+    head = []
+    for batch in loader.batches(epoch):
+        head.append(batch)
+        if len(head) == batches:
+            break
+    loader.save_position(folder, rank=0)
+    return head
+
+
+def loader_resumed(args, folder):
+    """A new loader (rank 0 of 2) at the position saved in `folder`."""
+    loader = loader_for(args, 0, 2)
+    loader.load_position(folder, rank=0)
+    return loader
+
+
 def test_each_process_reads_its_own_shards_and_every_sample_once_per_epoch(parquet_shards):
     """2 processes x 2 workers: each process's samples come from 2 whole shards of its own; together they take
     every sample once per epoch; the order changes with the epoch."""
@@ -117,18 +135,11 @@ def test_a_resumed_stream_continues_where_its_checkpoint_stood(parquet_shards, t
     args = stream_args(parquet_shards, "--label_column", "id")
     whole = loader_for(args, 0, 2)
     epoch1, epoch2 = list(whole.batches(1)), list(whole.batches(2))
-    first = loader_for(args, 0, 2)
-    head = []
-    for batch in first.batches(1):
-        head.append(batch)
-        if len(head) == 5:
-            break
-    first.save_position(tmp_path, rank=0)
-    again = loader_for(args, 0, 2)
-    again.load_position(tmp_path, rank=0)
-    resumed = head + list(again.batches(1, skipped=5))
-    assert ids_of(resumed) == ids_of(epoch1)
-    assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(resumed, epoch1))
+    head = stop_after(loader_for(args, 0, 2), 1, 5, tmp_path)
+    again = loader_resumed(args, tmp_path)
+    batches = head + list(again.batches(1, skipped=5))
+    assert ids_of(batches) == ids_of(epoch1)
+    assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(batches, epoch1))
     assert ids_of(again.batches(2)) == ids_of(epoch2)
     with pytest.raises(Exception, match="resume with --num_workers 2"):
         loader_for(stream_args(parquet_shards, "--label_column", "id", "--num_workers", "1"), 0, 2).load_position(
@@ -172,12 +183,8 @@ def test_a_position_written_by_the_shuffle_reader_resumes_exactly(parquet_shards
     epoch1, epoch2 = list(whole.batches(1)), list(whole.batches(2))
     earlier = loader_for(args, 0, 2)
     earlier.dataset.share = lambda epoch: _shuffled_pass(earlier.dataset, epoch)  # (forked: the workers have it)
-    for taken, _ in enumerate(earlier.batches(1), 1):
-        if taken == 5:
-            break
-    earlier.save_position(tmp_path, rank=0)
-    again = loader_for(args, 0, 2)
-    again.load_position(tmp_path, rank=0)
+    stop_after(earlier, 1, 5, tmp_path)
+    again = loader_resumed(args, tmp_path)
     rest = list(again.batches(1, skipped=5))
     assert ids_of(rest) == ids_of(epoch1)[5:]
     assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(rest, epoch1[5:]))
@@ -198,13 +205,8 @@ def test_blocks_read_ahead_give_each_epoch_what_a_fresh_loader_reads(parquet_sha
         assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(batches, alone))
         if epoch == 1:
             epoch1 = ids_of(batches)
-    first = loader_for(args, 0, 2)
-    for taken, _ in enumerate(first.batches(1), 1):
-        if taken == 3:
-            break
-    first.save_position(tmp_path, rank=0)
-    again = loader_for(args, 0, 2)
-    again.load_position(tmp_path, rank=0)
+    stop_after(loader_for(args, 0, 2), 1, 3, tmp_path)
+    again = loader_resumed(args, tmp_path)
     assert ids_of(again.batches(1, skipped=3)) == epoch1[3:]
     assert ids_of(again.batches(2)) == ids_of(loader_for(args, 0, 2).batches(2))
 
