@@ -107,39 +107,37 @@ def predict(accelerator, train_args, inp, names, model, files, opts):
     import torch
     from torch.utils.data import DataLoader
 
+    from utils.data.loaders import BadImages
     from utils.data.on_device import BatchInput
+    from utils.evaluation.scoring import scored_batches
     from utils.evaluation.tta import scores
-    from utils.inference import RunError, eval_dataset
+    from utils.inference import eval_dataset
 
     top_k = min(opts.top_k, len(names))
     dataset, per_file = eval_dataset(train_args, inp, files, multi_view=opts.multi_view)
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
-    loader = accelerator.prepare(loader)  # each process its own batches; padded, and the padding dropped below
-    model = model.to(accelerator.device)
+    loader = accelerator.prepare(loader)  # each process its own batches; padded, the padding dropped when gathered
+    model = model.to(accelerator.device).eval()
     inputs = BatchInput(train_args, len(names), accelerator.process_index, inp.mean_std)
+    bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
+
+    def score(batch):
+        pixels = batch["pixel_values"]
+        crops = pixels.shape[1] if opts.multi_view else 1  # multi-view items: (B, crops, C, T, H, W)
+        p = scores(model, inputs(pixels.flatten(0, 1) if opts.multi_view else pixels), opts.tta).softmax(dim=1)
+        return (p.view(len(pixels), crops, -1).mean(dim=1),)
+
     pending = (torch.zeros(0, len(names), dtype=torch.float64), torch.zeros(0, dtype=torch.bool))
-    probs, labels, valid, errors = [], [], [], {}
-    with torch.no_grad():
-        for batch in loader:
-            bad = {s: e for s, e in zip(batch["source"], batch["error"]) if s}
-            if bad and not opts.skip_bad:
-                source, error = next(iter(bad.items()))
-                raise RunError(f"cannot decode {source} ({error}); pass --skip_bad to list such files and go on")
-            errors.update(bad)
-            pixels = batch["pixel_values"]
-            crops = pixels.shape[1] if opts.multi_view else 1  # multi-view items: (B, crops, C, T, H, W)
-            p = scores(model, inputs(pixels.flatten(0, 1) if opts.multi_view else pixels), opts.tta).softmax(dim=1)
-            p = p.view(len(pixels), crops, -1).mean(dim=1)
-            ok = torch.tensor([not s for s in batch["source"]], device=p.device)
-            gathered = accelerator.gather_for_metrics((p, ok))  # in item order: a file's items come together
-            pending = tuple(torch.cat([a, b.cpu().to(a.dtype)]) for a, b in zip(pending, gathered))
-            done = len(pending[0]) // per_file * per_file
-            (p, ok), pending = _per_file(*(t[:done] for t in pending), per_file), tuple(t[done:] for t in pending)
-            top = p.topk(top_k, dim=1)
-            probs.append(top.values)
-            labels.append(top.indices)
-            valid.append(ok)
-    errors = _gathered_errors(accelerator, errors)
+    probs, labels, valid = [], [], []
+    for scored in scored_batches(accelerator, loader, score, bad_files):  # in item order: a file's items together
+        pending = tuple(torch.cat([a, b.to(a.dtype)]) for a, b in zip(pending, (scored.fields[0], scored.valid)))
+        done = len(pending[0]) // per_file * per_file
+        (p, ok), pending = _per_file(*(t[:done] for t in pending), per_file), tuple(t[done:] for t in pending)
+        top = p.topk(top_k, dim=1)
+        probs.append(top.values)
+        labels.append(top.indices)
+        valid.append(ok)
+    errors = _gathered_errors(accelerator, bad_files.found)
     if not accelerator.is_main_process:
         return None
     probs, labels, valid = torch.cat(probs), torch.cat(labels), torch.cat(valid)

@@ -63,6 +63,7 @@ from utils.core.threads import use_all_cores
 from utils.evaluation import tta
 from utils.evaluation.metrics import dump_rank_sums, rank_sums, result_figures, summarize, validation_row
 from utils.evaluation.multiview import test_row, test_videos
+from utils.evaluation.scoring import kept_rows, scored_batches
 from utils.models.ema import save_ema, update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder, save_model_folder
@@ -87,7 +88,7 @@ def main(argv=None):
     accelerator = build_accelerator(args)
     if (problem := check_fsdp(args, accelerator)) is not None:
         fail(problem)
-    lock = None
+    lock = job = None
     try:
         out = output_dir_for(args, accelerator)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
@@ -110,9 +111,9 @@ def main(argv=None):
                               f"accelerate launch train_classification.py {shlex.join(map(str, options))}")
         return results
     except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
+        problem = str(e)
         if lock is not None:
             lock.release(failed=True)
-        fail(str(e))
     except Interrupted as e:
         if accelerator.is_main_process or job.stop.signal_name:  # and the rank that got the signal
             print(f"{PROG}: {e}", file=sys.stderr, flush=True)
@@ -122,8 +123,11 @@ def main(argv=None):
         accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)
         raise SystemExit(1) from None
     finally:
+        if job is not None:
+            job.close()  # whatever ended the run: its loaders' workers stop with it
         if lock is not None:
             lock.release()
+    fail(problem)  # outside the handler: the error's frames (and what they hold) are gone by now
 
 
 def train(job, start):
@@ -228,24 +232,25 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
     short_group = batches % args.grad_accum_steps
     nonfinite = torch.zeros((), device=accelerator.device)  # micro-batches of this group with a NaN/inf loss
-    group_images, stop, completed, limit = 0, False, False, False  # valid images in this group; how it ended
+    # valid images in this group, the model's buffers at its start (--skip_nonfinite_steps); how the epoch ended
+    group_images, saved, stop, completed, limit = 0, None, False, False, False
     fetch_start = time.perf_counter()
     for index, batch in enumerate(loader, start=skipped):
         data_time = time.perf_counter() - fetch_start
         valid_images = job.bad_images.check(batch)
+        saved = saved if saved is not None else skippable(job)
         with accelerator.accumulate(model):
             loss, used_images = training_loss(job, batch, valid_images, epoch, index)
             in_short_group = short_group and index >= batches - short_group
             accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
             nonfinite += ~torch.isfinite(loss.detach())
-            group_images += used_images
-            skip = False
+            group_images, skip = group_images + used_images, False
             if accelerator.sync_gradients:
-                skip, stop = agree_on_step(job, nonfinite, group_images, global_step + 1)
+                skip, stop = agree_on_step(job, nonfinite, group_images, global_step + 1, saved)
                 nonfinite.zero_()
-                group_images = 0
+                group_images, saved = 0, None
             update(job, skip)
-        job.logger.micro_batch(loss, len(batch["source"]), data_time)
+        job.logger.micro_batch(loss, used_images, data_time)  # the images it trained on (padding and skips: none)
         if accelerator.sync_gradients:
             # Stepped once per optimizer step on every rank (see build_accelerator), so the LR
             # follows epoch progress whatever the world size or accumulation.
@@ -300,22 +305,34 @@ class NonFiniteLoss(Exception):
     """Training met more NaN/inf losses than --skip_nonfinite_steps allows."""
 
 
-def agree_on_step(job, nonfinite, images, step):
+def skippable(job):
+    """--skip_nonfinite_steps: the model's buffers at an optimizer step's start (BatchNorm's running statistics),
+    which its forward passes move, to put back if the step is skipped; [] without the option."""
+    return [buffer.clone() for buffer in job.model.buffers()] if job.args.skip_nonfinite_steps else []
+
+
+def agree_on_step(job, nonfinite, images, step, saved=()):
     """What every rank must decide alike at optimizer step `step`: skip its update? stop after it?
 
-    One small all-reduce carries this rank's NaN/inf count, valid images and stop signal. An update
-    is skipped when a loss was NaN/inf anywhere (DDP has already spread that rank's NaN gradients to
-    all; past --skip_nonfinite_steps this raises), or when no rank had images to learn from.
+    One small all-reduce carries this rank's NaN/inf count, valid images, stop signal and whether it met a file it
+    may not skip (then every rank stops here, naming it). An update is skipped when a loss was NaN/inf anywhere
+    (DDP has already spread that rank's NaN gradients to all; past --skip_nonfinite_steps this raises; `saved`,
+    the buffers as the step found them, are put back), or when no rank had images to learn from.
     """
     accelerator = job.accelerator
-    host = torch.tensor([images, job.stop.requested], dtype=torch.float32, device=accelerator.device)
+    host = torch.tensor([images, job.stop.requested, job.bad_images.stopping], dtype=torch.float32,
+                        device=accelerator.device)
     mine = torch.cat([nonfinite.float().view(1), host])
-    nonfinite_total, images_total, stops = accelerator.reduce(mine, "sum").tolist()
+    nonfinite_total, images_total, stops, bad_files = accelerator.reduce(mine, "sum").tolist()
+    if bad_files:
+        job.bad_images.stop(accelerator)
     if nonfinite_total:
         job.nonfinite_steps.append(step)
         if len(job.nonfinite_steps) > job.args.skip_nonfinite_steps:
             raise NonFiniteLoss(f"non-finite loss at global step {step}; stopped without saving (the last "
                                 f"checkpoint is untouched); --skip_nonfinite_steps K skips up to K such steps")
+        if saved:  # the poisoned batch went through BatchNorm in training mode
+            torch._foreach_copy_(list(job.model.buffers()), saved)
         job.accelerator.print(f"step {step}: non-finite loss, update skipped "
                               f"({len(job.nonfinite_steps)} of {job.args.skip_nonfinite_steps} allowed)")
     elif not images_total:
@@ -353,53 +370,41 @@ def validate(job, epoch, global_step):
 
 @torch.no_grad()
 def evaluate(job, model=None):
-    """Exact figures over the whole validation set for `model` (default: the trained one), this
-    rank's own sums, and its first images with their predictions (for the wandb table; None without
-    a wandb run on this process).
-
-    Accelerate pads the last batches so that every rank gets the same number; gather_for_metrics
-    drops those repeats, so each sample is counted exactly once whatever the world size.
-    """
-    accelerator, model = job.accelerator, model or job.model
+    """Exact figures over the whole validation set for `model` (default: the trained one), this rank's own sums,
+    and its first images with their predictions (for the wandb table; None without a wandb run on this process).
+    Each sample is counted once whatever the world size (utils/evaluation/scoring.py)."""
+    model, examples = model or job.model, []
     job.share_buffers(only=model)
     model.eval()
-    ranked, labels, losses, owners, valid = [], [], [], [], []
-    examples = None
-    for batch in job.val_loader:
-        job.bad_images.check(batch)
+
+    def score(batch):
         logits = tta.scores(model, job.inputs(batch["pixel_values"]), job.args.tta)  # --tta flip: mean of 2 views
-        per_sample_loss = F.cross_entropy(logits, batch["labels"], reduction="none")
-        # Which rank scored each sample: after the gather this tells every rank which of the kept
-        # samples are its own, with no shard arithmetic.
-        owner = torch.full_like(batch["labels"], accelerator.process_index)
-        gathered = accelerator.gather_for_metrics((logits.topk(job.k, dim=1).indices, batch["labels"],
-                                                   per_sample_loss, owner, batch["valid"]))
-        for store, tensor in zip((ranked, labels, losses, owners, valid), gathered):
-            store.append(tensor.cpu())
-        if examples is None and job.tracker_run_id is not None:  # a wandb run on this process: its image table
-            n = trackers.EXAMPLES
-            shown = batch["pixel_values"][:n]
-            if shown.dim() == 5:  # video clips (N, C, T, H, W): their middle frames
-                shown = shown[:, :, shown.shape[2] // 2]
-            examples = (trackers.displayable(shown),
-                        logits[:n].argmax(dim=1).tolist(), batch["labels"][:n].tolist())
-    keep = torch.cat(valid)  # skipped images are not scored
-    ranked, labels, losses, owners = (torch.cat(t)[keep] for t in (ranked, labels, losses, owners))
+        if not examples and job.tracker_run_id is not None:  # a wandb run on this process: its image table
+            examples.append(trackers.examples(batch, logits))
+        return (logits.topk(job.k, dim=1).indices, batch["labels"],
+                F.cross_entropy(logits, batch["labels"], reduction="none"))
+
+    ranked, labels, losses, owners = kept_rows(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
     figures = summarize(job.metrics, ranked, labels, losses, job.k, len(job.class_names))
-    own = rank_sums(ranked, labels, losses, owners, accelerator.process_index, job.k)
-    return figures, own, examples
+    own = rank_sums(ranked, labels, losses, owners, job.accelerator.process_index, job.k)
+    return figures, own, examples[0] if examples else None
 
 
 def multiview_test(job, global_step):
-    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video; its row
-    (metrics.jsonl, dashboards) and, with --dump_rank_metrics, eval/test/rank_<R>.json sums."""
-    args = job.args
-    figures, own = test_videos(job, job.test_loader, len(job.test_loader.dataset.labels))
+    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video, for the trained
+    weights and (--model_ema) the averaged ones, as validation scores both; its row (metrics.jsonl, dashboards)
+    and, with --dump_rank_metrics, eval/test/rank_<R>.json sums of the trained weights'."""
+    args, videos = job.args, len(job.test_loader.dataset.labels)
+    figures, own = test_videos(job, job.test_loader, videos)
     row = test_row(figures, args)
-    job.logger.write({"step": global_step, **row},
-                     f"test ({row['test_clips']} clips x {row['test_crops']} crops): video top-1 "
-                     f"{row['video_top1']:.4f} top-{job.k} {row['video_topk']:.4f}, clip top-1 {row['clip_top1']:.4f} "
-                     f"({row['test_videos']} videos)")
+    line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video top-1 {row['video_top1']:.4f} "
+            f"top-{job.k} {row['video_topk']:.4f}, clip top-1 {row['clip_top1']:.4f} ({row['test_videos']} videos)")
+    if job.ema is not None:
+        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], args)
+        row.update({key.replace("video_", "video_ema_").replace("clip_", "clip_ema_"): value
+                    for key, value in ema.items() if key.startswith(("video_", "clip_top1"))})
+        line += f"; EMA video top-1 {row['video_ema_top1']:.4f} loss {row['video_ema_loss']:.4f}"
+    job.logger.write({"step": global_step, **row}, line)
     if args.dump_rank_metrics:
         dump_rank_sums(job.out / "eval" / "test", figures, own, job.accelerator)
     return row

@@ -71,3 +71,64 @@ def test_a_step_without_images_to_learn_from_changes_nothing(tmp_path, fresh_acc
     for key, value in before.state_dict().items():  # no update, and BatchNorm saw no batch
         assert torch.equal(after[key], value), key
     assert "step 1: no batch of this step held 2 or more decodable images, update skipped" in capsys.readouterr().out
+
+
+
+class Indexed(HalfBroken):
+    def __getitem__(self, i):
+        return {**super().__getitem__(i), "index": i}
+
+
+def test_the_logged_train_loss_weighs_each_micro_batch_by_the_images_it_trained_on(tmp_path, fresh_accelerate_state):
+    """Two micro-batches of 4 accumulated into one step, the first with 2 undecodable images: the step's train_loss
+    is the mean over the 6 images trained on, (2 La + 4 Lb) / 6, not (4 La + 4 Lb) / 8 (a mean weighted by the
+    batch size, as if the skipped images had scored 0)."""
+    from conftest import read_jsonl
+    from loop_harness import epoch_order
+
+    args = parse_args(["--batch_size", "4", "--grad_accum_steps", "2", "--label_smoothing", "0", "--epochs", "1",
+                       "--warmup_epochs", "0", "--num_workers", "0", "--skip_bad_images", "--log_every", "1"])
+    accelerator = build_accelerator(args)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    before = copy.deepcopy(model).train()
+    data = Indexed(set())
+    job = make_job(args, accelerator, tmp_path, data, model=model, skip_bad_images=True)
+    first, second = epoch_order(job.train_loader, 0)
+    data.bad = set(first[:2])
+    assert train_one_epoch(job, 0, 0) == (1, True, False)
+    f = torch.nn.functional.cross_entropy
+    la = f(before(data.x[first[2:]]), data.y[first[2:]]).item()
+    lb = f(before(data.x[second]), data.y[second]).item()
+    row = next(r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train_loss" in r)
+    assert row["train_loss"] == pytest.approx((2 * la + 4 * lb) / 6, rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["tr", "va"])
+def test_a_bad_file_met_by_one_rank_of_two_stops_every_rank_with_one_line(split, tmp_path):
+    """Without --skip_bad_images, a truncated PNG met by one rank (a DataLoader worker each) in training or in
+    validation: every rank learns it at the step's (or the batch's) agreement and exits 2 saying which file, on
+    which process; no traceback from a rank left waiting in a collective."""
+    import io
+
+    from PIL import Image
+
+    from conftest import make_folder
+    from ranks import run_ranks
+
+    make_folder(tmp_path / "tr", {"cat": 6, "dog": 6}, size=(20, 20), noise=30)
+    make_folder(tmp_path / "va", {"cat": 3, "dog": 3}, size=(20, 20), noise=30)
+    png = io.BytesIO()
+    Image.new("RGB", (20, 20), (90, 30, 30)).save(png, format="PNG")
+    (tmp_path / split / "cat" / "zz_truncated.png").write_bytes(png.getvalue()[:40])
+    job = run_ranks(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", "--image_size", "16",
+                     "--batch_size", "2", "--num_workers", "1", "--epochs", "1", "--warmup_epochs", "0",
+                     "--output_dir", tmp_path / "run"], nproc=2, timeout=120)
+    assert not job.timed_out and [r.returncode for r in job.ranks] == [2, 2], job.report()
+    assert "Traceback" not in job.stderr, job.report()
+    for rank in job.ranks:
+        lines = [line for line in rank.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, job.report()
+        assert lines[0].startswith("train_classification.py: error: cannot decode ") and "zz_truncated.png" in lines[0]
+        assert "--skip_bad_images" in lines[0]

@@ -143,3 +143,17 @@ def test_script_refuses_resume_from_a_non_checkpoint(tmp_path, capsys):
     assert err.strip().splitlines() == [
         f"train_classification.py: error: resume: {tmp_path} is not a complete checkpoint folder "
         f"(no training_state.json in it)"]
+
+
+def test_help_says_each_default_once():
+    """An option whose help names its default itself (image_size, num_workers, ...) gets no "(default: None)"
+    appended to it; the others get their value once."""
+    import re
+
+    entries = re.split(r"\n  (?=-)", get_args_parser().format_help())
+    twice = [entry.split()[0] for entry in entries if entry.count("(default") > 1]
+    assert not twice, f"--help gives the default twice for: {', '.join(twice)}"
+    said = {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
+    assert "(default: 64)" in said["--batch_size"]  # a plain one still gets its value
+    assert "(default: 32 for digits" in said["--image_size"] and "None" not in said["--image_size"]
+

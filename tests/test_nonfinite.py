@@ -107,3 +107,43 @@ def test_the_allowance_counts_steps_not_micro_batches(tmp_path, fresh_accelerate
     with pytest.raises(NonFiniteLoss, match=r"non-finite loss at global step 8;"):
         train_one_epoch(job, 1, 4)
     assert job.nonfinite_steps == [2, 8]
+
+
+def batchnorm_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+
+
+def buffers(module):
+    return {name: b.detach().clone() for name, b in module.named_buffers()}
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_a_skipped_step_leaves_batchnorm_statistics_and_the_ema_as_they_were(tmp_path, fresh_accelerate_state,
+                                                                             accum):
+    """The poisoned batch's forward pass ran BatchNorm in training mode: its running statistics (and, folded in at
+    that step, the EMA's) would be NaN although the weights were protected. They are put back as they were before
+    the skipped step's first micro-batch; training goes on finite."""
+    from utils.models.ema import build_ema
+
+    args = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", accum, "--model_ema", "--model_ema_decay",
+                     "0.5", "--no-model_ema_warmup")
+    accelerator = build_accelerator(args)
+    dataset = Points()
+    job = make_job(args, accelerator, tmp_path, dataset, model=batchnorm_model())
+    job.ema = build_ema(job.bare_model(), args, accelerator.device)
+    poison_step(job, dataset, epoch=0, step_in_epoch=3)
+    assert train_until(job, 0, 0, 0, 2) == (2, False)
+    model_before, ema_before = buffers(job.bare_model()), buffers(job.ema.module)
+    assert train_until(job, 0, 2, 2, 3) == (3, False)
+    assert job.nonfinite_steps == [3]
+    assert_bitwise_equal(model_before, buffers(job.bare_model()))  # running mean, var and batch count
+    ema = buffers(job.ema.module)
+    assert all(torch.isfinite(v).all() for v in ema.values())
+    # the EMA averaged the model's unchanged statistics in: its buffers moved towards them, nothing else
+    for name, value in ema.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, 0.5 * ema_before[name] + 0.5 * model_before[name], msg=name)
+    assert train_until(job, 0, 3, 3, None) == (job.steps_per_epoch, True)
+    assert all(torch.isfinite(v).all() for v in buffers(job.bare_model()).values())
+    assert not torch.equal(buffers(job.bare_model())["1.running_mean"], model_before["1.running_mean"])

@@ -197,7 +197,7 @@ def test_push_to_hub_offline_is_one_line_and_keeps_every_local_file(tmp_path, ca
 @pytest.fixture(scope="module")
 def video_run(videos, tmp_path_factory):
     """A tiny transformers VideoMAE (a config-only folder: no download) trained 2 epochs on the `videos`
-    fixture's 4-frame 16x16 clips, tested with 3 clips x 2 crops."""
+    fixture's 4-frame 16x16 clips, with an EMA, tested with 3 clips x 2 crops."""
     from transformers import VideoMAEConfig, VideoMAEForVideoClassification
 
     import train_classification
@@ -210,7 +210,8 @@ def video_run(videos, tmp_path_factory):
         "--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--model", f"hf/{root / 'videomae'}",
         "--image_size", "16", "--clip_len", "4", "--frame_interval", "2", "--batch_size", "2", "--epochs", "2",
         "--warmup_epochs", "0.5", "--optimizer", "adamw", "--lr", "0.002", "--weight_decay", "0.05",
-        "--num_workers", "0", "--test_clips", "3", "--test_crops", "2", "--output_dir", str(root / "run")])
+        "--num_workers", "0", "--test_clips", "3", "--test_crops", "2", "--model_ema", "--model_ema_decay", "0.9",
+        "--no-model_ema_warmup", "--output_dir", str(root / "run")])
     return root, results
 
 
@@ -249,6 +250,13 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
         round(results["video_top1"] * 5)
     assert abs(nll(views) - results["video_loss"]) < 1e-4 * max(1, results["video_loss"])
     assert views != rows  # 6 views averaged are not the one val clip
+    # the EMA's weights (which model/ holds): the run scored their views too, and predict --ema agrees
+    ema_views = predict.main([str(root / "run"), str(videos / "va"), "--multi_view", "--ema", "--top_k", "2",
+                              "--num_workers", "0"])
+    assert sum(r["labels"][0] == os.path.basename(os.path.dirname(r["path"])) for r in ema_views) == \
+        round(results["video_ema_top1"] * 5)
+    assert abs(nll(ema_views) - results["video_ema_loss"]) < 1e-4 * max(1, results["video_ema_loss"])
+    assert abs(results["video_ema_loss"] - results["video_loss"]) > 1e-3  # two sets of weights, two figures
 
     from torchvision.io import write_png
 
@@ -274,10 +282,10 @@ def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformer
 
     root, _ = video_run
     path = tmp_path / "video.onnx"
-    predict.main([str(root / "run"), "--export_onnx", str(path)])
+    predict.main([str(root / "run"), "--export_onnx", str(path), "--ema"])
     from utils.data.catalog import resolve_input
 
-    args, names, model = load_run(root / "run")
+    args, names, model = load_run(root / "run", ema=True)  # model/ holds the EMA's weights
     inp = resolve_input(args)
     clips = torch.randint(0, 256, (3, 3, 4, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -289,3 +297,4 @@ def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformer
         None, {"pixels": clips.numpy()})[0]
     assert got.shape == (3, 2) and np.abs(got - expected.numpy()).max() <= 1e-4
     assert torch.equal(theirs, expected) and loaded.config.id2label == dict(enumerate(names))
+

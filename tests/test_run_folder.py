@@ -186,3 +186,64 @@ def test_every_node_must_see_the_run_folder_and_the_checkpoint_the_main_process_
     assert refused("--output_dir", here / "eval", "--eval_only", "--resume", "run/checkpoints/epoch_1") == {
         "train_classification.py: error: resume: process(es) 1 cannot read the checkpoint run/checkpoints/epoch_1 "
         "that the main process chose: every node must see the run folder at the same path (shared storage)"}
+
+
+def test_every_option_that_changes_what_is_optimised_is_a_resume_key(fresh_accelerate_state):
+    """Toggled, a switch that is not a resume key leaves the optimizer's groups (their sizes and settings) and the
+    trainable parameters as they were: a checkpoint's optimizer state then still fits. (--freeze_backbone did not:
+    `--resume latest --freeze_backbone` ended in torch's "parameter group that doesn't match" traceback.)"""
+    import argparse
+
+    from accelerate import Accelerator
+
+    from utils.config.options import get_args_parser, parse_args, resume_keys
+    from utils.config.settings import resolve
+    from utils.core.errors import UserError
+    from utils.run.job import build_model_and_optimizer
+
+    accelerator = Accelerator(cpu=True)
+    base = [*TINY, "--output_dir", "unused"]
+
+    def optimised(argv):
+        args = parse_args(argv)
+        model, optimizer = build_model_and_optimizer(args, resolve(args, 1), [str(i) for i in range(7)], accelerator)
+        groups = [(len(g["params"]), g["weight_decay"], g["lr"]) for g in optimizer.param_groups]
+        return groups, [name for name, p in model.named_parameters() if p.requires_grad]
+
+    reference = optimised(base)
+    switches = [a for a in get_args_parser()._actions
+                if isinstance(a, (argparse._StoreTrueAction, argparse.BooleanOptionalAction))]
+    tried, changed = [], []
+    for action in switches:
+        flag = action.option_strings[-1] if action.default else action.option_strings[0]
+        try:
+            got = optimised([*base, flag])
+        except (SystemExit, UserError):  # not with this data (or needs other options, or weights offline)
+            continue
+        tried.append(action.dest)
+        if got != reference and action.dest not in resume_keys():
+            changed.append(action.dest)
+    assert "freeze_backbone" in tried and "grad_checkpointing" in tried and len(tried) >= 8, tried
+    assert not changed, f"change what is optimised but a resume may change them: {changed}"
+
+
+def test_resuming_with_the_backbone_frozen_is_refused_in_one_line(tmp_path, capsys, fresh_accelerate_state):
+    out = tmp_path / "run"
+    argv = [*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", out]
+    run_main([*argv, "--max_train_steps", "2"])
+    code, err = main_fails([*argv, "--resume", "latest", "--freeze_backbone"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "freeze_backbone (False -> True)" in lines[0], err
+    # A checkpoint written before the option was recorded: the optimizer state that does not fit is one line too,
+    # and nothing of the run folder moves
+    import json
+
+    state_file = out / "checkpoints" / "step_2" / "training_state.json"
+    state = json.loads(state_file.read_text())
+    del state["options"]["freeze_backbone"]
+    state_file.write_text(json.dumps(state))
+    before = snapshot(out, skip=(".lock",))
+    code, err = main_fails([*argv, "--resume", "latest", "--freeze_backbone"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "optimizer state does not fit this run's parameter groups" in lines[0]
+    assert snapshot(out, skip=(".lock",)) == before

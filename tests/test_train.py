@@ -208,3 +208,35 @@ def test_a_three_epoch_run_of_the_default_job_is_already_good(tmp_path, fresh_ac
     # ~9,600, top-1 0.10); now it learns (0.56 here).
     results = train_classification.main(["--epochs", "1", "--output_dir", str(tmp_path / "one")])
     assert results["val_loss"] < 5 and results["val_top1"] >= 0.4
+
+
+def new_children(before):
+    """This process's child processes (DataLoader workers among them) that were not there `before`, alive."""
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.slow
+def test_a_run_in_this_process_leaves_no_worker_behind(tmp_path, capsys):
+    """main() closes its loaders' workers (train, val, a resumed epoch's, the multi-view test's) when it returns,
+    and when it stops on bad input: nothing is left for a garbage collection to join later."""
+    import psutil
+
+    from conftest import main_fails, make_folder
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    argv = [*TINY[:-2], "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0", "--output_dir", tmp_path / "r"]
+    run_main([*argv, "--max_train_steps", "3"])  # stops mid-epoch: a checkpoint at step 3
+    assert not new_children(before)
+    run_main([*argv, "--resume", "latest"])  # the resumed epoch's loader skips its first batches
+    assert not new_children(before)
+    make_folder(tmp_path / "tr", {"cat": 4, "dog": 4})
+    make_folder(tmp_path / "va", {"cat": 2, "dog": 2})
+    (tmp_path / "tr" / "cat" / "zz_broken.png").write_bytes(b"not an image")
+    code, err = main_fails(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", "--image_size", "16",
+                            "--batch_size", "4", "--num_workers", "2", "--epochs", "1", "--output_dir",
+                            tmp_path / "bad"], capsys)
+    assert code == 2 and "cannot decode" in err
+    assert not new_children(before)

@@ -21,6 +21,14 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default once: appended by argparse, unless its help already says what the default is (one
+    that follows from the data or the model, e.g. --image_size)."""
+
+    def _get_help_string(self, action):
+        return action.help if "(default" in (action.help or "") else super()._get_help_string(action)
+
+
 class _Declared:
     """A parser or argument group whose every option declares `resume_key`: whether a resumed run must keep
     its value. An option that declares nothing cannot be added (TypeError), so none is forgotten."""
@@ -53,7 +61,7 @@ def resume_keys():
 def get_args_parser(prog="train_classification.py"):
     """Every option, with its default and help. YAML keys are these dest names (snake_case)."""
     parser = _OneLineParser(prog=prog, description="Train an image or video classifier with HuggingFace Accelerate.",
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=_HelpFormatter)
     p = _Declared(parser)
     p.add_argument("--config", resume_key=False, type=str, default=None,
                    help="YAML recipe whose keys (option names) set defaults; the command line wins")

@@ -23,7 +23,7 @@ def add_model_options(p):
     g.add_argument("--init_from", resume_key=False, type=str, default=None,
                    help="start from a .safetensors/.pth state dict or a run/checkpoint folder (weights only); "
                         "a classifier for another class count is re-initialised")
-    g.add_argument("--freeze_backbone", resume_key=False,
+    g.add_argument("--freeze_backbone", resume_key=True,
                    action="store_true", help="train the classifier only (torchvision: the last "
                    "Linear; timm: get_classifier(); transformers: what is outside the base model)")
     g.add_argument("--model_ema", resume_key=True, action="store_true",

@@ -263,6 +263,11 @@ class Decoded:
     def __getattr__(self, name):
         return getattr(self.loader, name)
 
+    def close(self):
+        from utils.data.loaders import stop_workers
+
+        stop_workers(self.loader)
+
 
 def check_options(args, need, source):
     """What --decode_on_device can take: image files with presets without whole-pixel policies; video files

@@ -27,21 +27,38 @@ def build_datasets(args, rank=0, world=1, inp=None, source=None):
 
 
 class BadImages:
-    """Images that could not be decoded: stop at the first one (default), or skip and list them all."""
+    """Files that could not be decoded: skipped and listed (`skip`), or the run's end at the first one met by any
+    rank. `check` only records what a batch holds; the stop is agreed by every rank (`stop`, called where they
+    all learn of it: the training step's all-reduce, a scoring batch's gather), so that no rank is left waiting
+    in a collective for one that has already stopped."""
 
-    def __init__(self, skip):
-        self.skip, self.found = skip, {}
+    def __init__(self, skip, hint="pass --skip_bad_images to skip such files (they are then listed in bad_images.txt)"):
+        self.skip, self.hint, self.found, self.first = skip, hint, {}, None
 
     def check(self, batch):
-        """The number of valid images in the batch; raises at the first bad one unless skipping."""
+        """The number of valid images in the batch (padding excluded); the bad ones recorded."""
         # Host-side strings: no device sync. A skipped image is left out of loss and metrics.
         bad = {source: error for source, error in zip(batch["source"], batch["error"]) if source}
-        if bad and not self.skip:
-            source, error = next(iter(bad.items()))
-            raise DataError(f"cannot decode {source} ({error.splitlines()[0]}); pass --skip_bad_images "
-                            f"to skip such files (they are then listed in bad_images.txt)")
+        if bad and not self.skip and self.first is None:
+            self.first = next(iter(bad.items()))
         self.found.update(bad)
         return sum(not source and not error for source, error in zip(batch["source"], batch["error"]))  # not padding
+
+    @property
+    def stopping(self):
+        """Whether this rank met a file it may not skip."""
+        return self.first is not None
+
+    def stop(self, accelerator):
+        """Every rank calls it at once (a collective): the DataError naming the first file met, and by which
+        process, raised alike on all of them."""
+        from accelerate.utils import gather_object
+
+        met = gather_object([self.first]) if accelerator.num_processes > 1 else [self.first]
+        rank, (source, error) = next(((rank, first) for rank, first in enumerate(met) if first is not None),
+                                     (0, ("a file", "invalid")))
+        where = f" (met by process {rank})" if accelerator.num_processes > 1 else ""
+        raise DataError(f"cannot decode {source}{where} ({error.splitlines()[0]}); {self.hint}")
 
 
 def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
@@ -86,6 +103,7 @@ class MapLoader:
 
     def __init__(self, accelerator, loader, decode=None):
         self.accelerator, self.loader, self.decode = accelerator, loader, decode
+        self.resumed = []  # the loaders that skipped a resumed epoch's first batches: their workers are kept too
 
     def __len__(self):
         return len(self.loader)
@@ -102,7 +120,14 @@ class MapLoader:
             # draw epoch 0's permutation: give it this epoch.
             loader = self.accelerator.skip_first_batches(loader, skipped)
             loader.set_epoch(epoch)
+            self.resumed.append(loader)
         return loader if self.decode is None else map(self.decode, loader)
+
+    def close(self):
+        """Its workers (and those of a resumed epoch's loader) stopped now."""
+        for loader in (self.loader, *self.resumed):
+            stop_workers(loader)
+        self.resumed = []
 
     def save_position(self, folder, rank):
         """Nothing of its own: the checkpoint's step count and the sampler's (seed, epoch) say where it stood."""
@@ -119,3 +144,18 @@ def build_test_loader(accelerator, test_ds, views_per_batch, num_workers):
                         worker_init_fn=worker_init_fn(), pin_memory=accelerator.device.type == "cuda",
                         generator=torch.Generator())
     return accelerator.prepare(loader)
+
+
+def stop_workers(loader):
+    """Stop a loader's kept workers (persistent_workers) now and join them: what the garbage collection of its
+    iterator does, whenever that comes. A run ends with none of its workers alive (an in-process run too: else a
+    later collection, in whatever code runs then, waits to join them). torch's shutdown of an iterator,
+    `_shutdown_workers`, is private (PyTorch Lightning calls it at teardown too); a loader of ours has its close()."""
+    if hasattr(loader, "close"):  # MapLoader, StreamLoader, Decoded
+        loader.close()
+        return
+    loader = getattr(loader, "base_dataloader", loader)  # Accelerate's prepared loaders wrap a DataLoader
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        getattr(iterator, "_shutdown_workers", lambda: None)()
+        loader._iterator = None

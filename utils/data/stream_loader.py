@@ -160,6 +160,13 @@ class StreamLoader:
         finally:  # all taken, or left early (a run's last step, a preemption): no worker waits on this round
             self.dataset.turns.end(round)
 
+    def close(self):
+        """Its workers stopped now: the round they may wait on ended first, then the loader's own shutdown."""
+        self.dataset.turns.end(self.dataset.turns.round())
+        iterator, self.loader._iterator = self.loader._iterator, None
+        if iterator is not None:
+            getattr(iterator, "_shutdown_workers", lambda: None)()
+
     def state_dict(self):
         # Only mid-epoch, from the live iterator: without one, StatefulDataLoader.state_dict() would start
         # workers reading ahead with whatever epoch StreamRows holds then (and the next epoch would reuse them).

@@ -12,16 +12,18 @@ per test video on the host (float64: 20,000 videos x 400 classes = 64 MB).
 import torch
 
 from utils.evaluation.metrics import rank_sums, summarize
+from utils.evaluation.scoring import scored_batches
 
 
 @torch.no_grad()
-def test_videos(job, loader, num_videos):
-    """(figures, this rank's own sums): video-level figures (summarize's, named video_*), clip top-1.
+def test_videos(job, loader, num_videos, model=None):
+    """(figures, this rank's own sums) of `model` (default: the trained one): video-level figures (summarize's,
+    named video_*), clip top-1.
 
     A video belongs to the rank that scored the first of its clips to arrive (any rule that gives
     each video one owner makes the per-rank sums add up to the global ones).
     """
-    accelerator, model = job.accelerator, job.model
+    accelerator, model = job.accelerator, model or job.model
     job.share_buffers(only=model)
     model.eval()
     classes = len(job.class_names)
@@ -30,15 +32,15 @@ def test_videos(job, loader, num_videos):
     labels = torch.full((num_videos,), -1, dtype=torch.int64)
     owners = torch.full((num_videos,), -1, dtype=torch.int64)
     clip_hits = clips = 0
-    for batch in loader:
-        job.bad_images.check(batch)
+
+    def score(batch):
         pixels = batch["pixel_values"]  # (B, crops, C, T, H, W)
         b, crops = pixels.shape[:2]
         probs = model(job.inputs(pixels.flatten(0, 1))).float().softmax(dim=1).view(b, crops, -1).mean(dim=1)
-        owner = torch.full_like(batch["labels"], accelerator.process_index)
-        gathered = accelerator.gather_for_metrics((probs, batch["labels"], batch["video"], owner, batch["valid"]))
-        probs, label, video, owner, valid = (t.cpu() for t in gathered)
-        probs, label, video, owner = probs[valid], label[valid], video[valid], owner[valid]
+        return probs, batch["labels"], batch["video"]
+
+    for scored in scored_batches(accelerator, loader, score, job.bad_images):
+        probs, label, video, owner = scored.kept()
         sums.index_add_(0, video, probs.double())
         views.index_add_(0, video, torch.ones_like(video))
         labels[video] = label

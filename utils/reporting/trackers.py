@@ -93,3 +93,12 @@ def displayable(pixel_values):
     low = x.amin(dim=(1, 2, 3), keepdim=True)
     x = (x - low) / (x.amax(dim=(1, 2, 3), keepdim=True) - low).clamp(min=1e-6)
     return (x.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def examples(batch, logits):
+    """The first EXAMPLES images of a validation batch (a clip's middle frame), displayable, with their predicted and
+    true classes: the wandb table's rows."""
+    shown = batch["pixel_values"][:EXAMPLES]
+    if shown.dim() == 5:  # video clips (N, C, T, H, W): their middle frames
+        shown = shown[:, :, shown.shape[2] // 2]
+    return displayable(shown), logits[:EXAMPLES].argmax(dim=1).tolist(), batch["labels"][:EXAMPLES].tolist()

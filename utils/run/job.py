@@ -18,7 +18,7 @@ from utils.core.preemption import StopRequest
 from utils.core.seeding import spread
 from utils.core.threads import cores_per_process
 from utils.data.device_decode import DeviceDecoder
-from utils.data.loaders import BadImages, build_dataloaders, build_test_loader
+from utils.data.loaders import BadImages, build_dataloaders, build_test_loader, stop_workers
 from utils.data.on_device import BatchInput
 from utils.data.video_sources import test_views
 from utils.evaluation.metrics import load_metrics, topk_for
@@ -31,7 +31,7 @@ from utils.run.teacher import build_teacher
 from utils.training import checkpoints
 from utils.training.early_stop import Patience
 from utils.training.losses import Objective
-from utils.training.run_folder import abandon_newer, check_data, check_teacher
+from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note
 
 
@@ -85,6 +85,12 @@ class Job:
         for module in modules if only is None else [m for m in modules if m is only]:
             for buffer in module.buffers():
                 torch.distributed.broadcast(buffer, src=0)
+
+    def close(self):
+        """The loaders' kept workers stopped and joined now (utils/data/loaders.stop_workers)."""
+        for loader in (self.train_loader, self.val_loader, self.test_loader):
+            if loader is not None:
+                stop_workers(loader)
 
     def plain_copy(self):
         """A CPU copy of the weights validation follows (the EMA's with --model_ema) on the main process,
@@ -267,8 +273,13 @@ def resume(job, folder):
     if not args.eval_only:
         check_data(accelerator, state, job.data)
         check_teacher(state, job.teacher and job.teacher.identity)
-    abandon_newer(accelerator, args, job.out, folder)
-    accelerator.load_state(str(folder))
+    try:
+        accelerator.load_state(str(folder))
+    except ValueError as e:  # torch: "loaded state dict contains a parameter group that doesn't match ..."
+        raise FolderError(f"resume: {folder}'s optimizer state does not fit this run's parameter groups "
+                          f"({str(e).splitlines()[0]}); resume with the options it was made with, or start a new "
+                          f"run from its weights with --init_from <checkpoint>") from None
+    abandon_newer(accelerator, args, job.out, folder)  # once it is known to fit
     position = resume_position(state)
     job.patience.load(state.get("early_stop"))
     if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
