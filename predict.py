@@ -68,7 +68,7 @@ def main(argv=None):
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
-    from utils.data.catalog import resolve_input
+    from utils.data.sources.catalog import resolve_input
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
@@ -107,8 +107,8 @@ def predict(accelerator, train_args, inp, names, model, files, opts):
     import torch
     from torch.utils.data import DataLoader
 
-    from utils.data.loaders import BadImages
-    from utils.data.on_device import BatchInput
+    from utils.data.loading.bad_files import BadImages
+    from utils.data.transforms.batch import BatchInput
     from utils.evaluation.scoring import scored_batches
     from utils.evaluation.tta import scores
     from utils.inference import eval_dataset

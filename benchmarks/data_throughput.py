@@ -14,7 +14,7 @@ those. The project is timed twice: "float" converts and normalises in the worker
 host-to-device copy) and normalises each batch in the main process, as training does on its device
 (here the CPU: that cost is inside the figure).
 
---streaming adds the --streaming path (utils/data/streaming.py): the same JPEG bytes written into 8 parquet
+--streaming adds the --streaming path (utils/data/streaming/, utils/data/sources/streamed.py): the same JPEG bytes written into 8 parquet
 shards, read as a stream by the training loader (shards split among workers, blocks shuffled, the
 same transforms and uint8 hand-over), against the map-style folder path on the same files.
 
@@ -90,7 +90,7 @@ def baseline_loader(folder, batch_size, workers):
     import torchvision
     from torchvision.transforms import v2
 
-    from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
 
     transform = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.ToImage(),
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
@@ -104,11 +104,11 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     from torchvision.transforms import v2
 
     from utils.config.options import parse_args
-    from utils.data.loaders import build_dataloaders, build_datasets
-    from utils.data.on_device import BatchInput
-    from utils.data.catalog import resolve_input
-    from utils.data.presets import Fixed
-    from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.loading.loaders import build_dataloaders
+    from utils.data.sources.catalog import build_datasets, resolve_input
+    from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.transforms.batch import BatchInput
+    from utils.data.transforms.images import Fixed
     from utils.run.job import build_accelerator
 
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
@@ -155,15 +155,14 @@ class Epochs:
 
 def stream_loader(shards, batch_size, workers):
     from utils.config.options import parse_args
-    from utils.data.catalog import resolve_input
-    from utils.data.loaders import build_dataloaders, build_datasets
-    from utils.data.on_device import BatchInput
+    from utils.data.sources.catalog import build_datasets, resolve_input, source_for
+    from utils.data.transforms.batch import BatchInput
     from utils.run.job import build_accelerator
 
     args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
                        str(batch_size), "--num_workers", str(workers)])
     train, val, names, _ = build_datasets(args)
-    loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
+    loader, _ = source_for(args).loaders(build_accelerator(args), train, val, batch_size, workers)
     return Epochs(loader), BatchInput(args, len(names), 0, resolve_input(args).mean_std)
 
 
@@ -171,7 +170,7 @@ def stream_read_rate(shards, repeats=3):
     """Rows a second of one process's pass over the shards (epoch 1), read as a streaming worker reads them and
     not decoded: `datasets` and parquet alone. The best of `repeats` passes."""
     from utils.config.options import parse_args
-    from utils.data.loaders import build_datasets
+    from utils.data.sources.catalog import build_datasets
 
     rows = build_datasets(parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224"]))[0]
     best = 0.0
@@ -184,12 +183,12 @@ def stream_read_rate(shards, repeats=3):
 
 def decoder_rates(folder, files=100, repeats=5):
     """Images/s of each decoder alone on the folder's first files, one thread, best of `repeats`: the project's
-    (utils/data/images.decode_rgb: torchcodec), torchcodec's and torchvision's own (while torchvision has them),
+    (utils/data/decoding/images.decode_rgb: torchcodec), torchcodec's and torchvision's own (while torchvision has them),
     PIL's."""
     import io
     import warnings
 
-    from utils.data.images import decode_rgb
+    from utils.data.decoding.images import decode_rgb
 
     data = [f.read_bytes() for f in sorted(Path(folder).rglob("*.jpg"))[:files]]
     tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in data]

@@ -7,7 +7,7 @@ and the memory that holds, before the first step.
 
 A generated folder holds the same 16x16 JPEG under every name (ImageNet's layout: n00000000/ ... with
 `<class>_<i>.JPEG`), in a temporary folder that is removed afterwards unless --keep. Each measurement
-runs in a fresh Python process: the script's own data path (utils/data/loaders.build_datasets with
+runs in a fresh Python process: the script's own data path (utils/data/sources/catalog.build_datasets with
 --train_dir/--val_dir, then the training data's signature) is timed, after the same path has run once
 on a 6-file folder (imports loaded); the process's peak memory after that small build is the baseline,
 and the peak after the large one, minus it, is what the listing and its tables hold at their peak.
@@ -28,8 +28,8 @@ PROBE = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
 from utils.config.options import parse_args
-from utils.data.catalog import source_for
-from utils.data.loaders import build_datasets
+from utils.data.sources.catalog import source_for
+from utils.data.sources.catalog import build_datasets
 
 def build(root):
     args = parse_args(["--train_dir", root + "/train", "--val_dir", root + "/val", "--image_size", "16"], prog="p")

@@ -27,7 +27,7 @@ RUN = ["--image_size", "32", "--max_train_steps", "3", "--log_every", "1"]
 def write_digits_folder(root):
     """<root>/{train,val}/<label>/<i>.png from the embedded digits, as the script's own split has them."""
     sys.path.insert(0, str(HERE))
-    from utils.data.digits import load_digits_dataset
+    from utils.data.sources.digits import load_digits_dataset
 
     for split, name in (("train", "train"), ("validation", "val")):
         for i, row in enumerate(load_digits_dataset()[split]):

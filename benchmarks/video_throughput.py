@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 from utils.config.options import parse_args  # noqa: E402
 from utils.core.preemption import worker_init_fn  # noqa: E402
 from utils.core.threads import cores_per_process  # noqa: E402
-from utils.data.loaders import build_datasets  # noqa: E402
-from utils.data.video import PathFrames, write_video  # noqa: E402
+from utils.data.sources.catalog import build_datasets  # noqa: E402
+from utils.data.datasets.clips import PathFrames  # noqa: E402
+from utils.data.decoding.video import write_video
 
 
 def generate_videos(root, count, seconds, fps=25, size=(320, 240), seed=0):

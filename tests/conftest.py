@@ -231,7 +231,7 @@ def make_video(path, frames=12, height=24, width=32, label=0, codec="libx264"):
     coding), with a bright bar moving right (label 0) or left (label 1)."""
     import numpy as np
 
-    from utils.data.video import write_video
+    from utils.data.decoding.video import write_video
 
     data = np.zeros((frames, height, width, 3), np.uint8)
     for t in range(frames):

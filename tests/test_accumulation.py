@@ -8,9 +8,10 @@ from train_classification import train_one_epoch
 from utils.config.options import parse_args
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
-from utils.data.catalog import resolve_input
-from utils.data.loaders import BadImages, build_dataloaders
-from utils.data.on_device import BatchInput
+from utils.data.sources.catalog import resolve_input
+from utils.data.loading.bad_files import BadImages
+from utils.data.loading.loaders import build_dataloaders
+from utils.data.transforms.batch import BatchInput
 from utils.reporting.progress import StepLogger
 from utils.run.job import Job, build_accelerator
 from utils.training.losses import Objective

@@ -9,9 +9,9 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from utils.config.options import parse_args
-from utils.data.loaders import build_datasets
+from utils.data.sources.catalog import build_datasets
 
-# torchvision 0.29 deprecates its decoders; utils/data/loaders.py still uses them on purpose
+# torchvision 0.29 deprecates its decoders; utils/data/decoding/images.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
 
 SAME = (3, 7)  # a/same.png and b/same.png: one file's content under two classes
@@ -164,7 +164,7 @@ def test_an_undecodable_image_keeps_the_epochs_size(folders, tmp_path):
 @pytest.mark.slow
 def test_a_run_trains_at_each_epochs_size_and_validates_at_the_val_size(folders, tmp_path, monkeypatch):
     import train_classification
-    from utils.data.on_device import BatchInput
+    from utils.data.transforms.batch import BatchInput
 
     seen, original = [], BatchInput.__call__
 

@@ -9,7 +9,8 @@ from PIL import Image
 from ranks import ranks_ok
 
 from utils.config.options import parse_args
-from utils.data.sources import DataError, load_splits
+from utils.data.errors import DataError
+from utils.data.sources.image_files import load_splits
 
 FAST = ["--image_size", "16", "--batch_size", "4", "--num_workers", "0", "--epochs", "1", "--warmup_epochs", "0"]
 
@@ -41,7 +42,7 @@ def nested_folder(root):
 def test_nested_image_folders_are_labelled_by_their_top_folder(tmp_path):
     import datasets
 
-    from utils.data.images import decode_rgb
+    from utils.data.decoding.images import decode_rgb
 
     tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
     (va / "cat" / "1.jpg").unlink()
@@ -82,14 +83,14 @@ def test_a_run_on_nested_image_folders(tmp_path):
 def test_a_file_moved_to_another_class_is_other_training_data_for_a_resume(tmp_path, fresh_accelerate_state):
     """The same count of images in the same classes, one of them relabelled: a resume must refuse it (the
     labels in order are part of the data's signature, not only the counts)."""
-    from utils.data.catalog import source_for
-    from utils.data.loaders import build_datasets
+    from utils.data.sources.catalog import source_for
+    from utils.data.sources.catalog import build_datasets
     from utils.training.run_folder import FolderError, check_data
 
     make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
     make_folder(tmp_path / "va", {"cat": 1, "dog": 1})
     argv = ["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va")]
-    def signature():  # what the run records, from its source (utils/data/source.py)
+    def signature():  # what the run records, from its source (utils/data/sources/protocol.py)
         args = parse_args(argv)
         return source_for(args).signature(build_datasets(args)[0], 2)
 
@@ -141,7 +142,7 @@ def test_save_to_disk_round_trip_and_column_detection(saved_dataset):
 
 def test_the_digits_take_seeded_subsets_too():
     from utils.config.options import parse_args
-    from utils.data.loaders import build_datasets
+    from utils.data.sources.catalog import build_datasets
 
     train, val, names, _ = build_datasets(parse_args(["--max_train_samples", "100", "--max_val_samples", "30"]))
     whole, whole_val, _, _ = build_datasets(parse_args([]))

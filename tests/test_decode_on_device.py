@@ -15,8 +15,8 @@ from PIL import Image
 from ranks import ranks_killed, ranks_ok
 
 from utils.core.seeding import sample_rng
-from utils.data.device_decode import JPEG, PIXELS, Deferred, DeviceDecoder
-from utils.data.images import decode_rgb
+from utils.data.decoding.on_device import Deferred, DeviceDecoder, JPEG, PIXELS
+from utils.data.decoding.images import decode_rgb
 
 
 @pytest.fixture
@@ -35,8 +35,8 @@ def decoded_jpegs(monkeypatch):
 @pytest.mark.parametrize("no_hflip", [False, True])
 def test_a_workers_draws_and_the_devices_pixels_are_the_train_presets_own(no_hflip):
     from utils.config.options import parse_args
-    from utils.data.catalog import resolve_input
-    from utils.data.presets import eval_preset, train_preset
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.transforms.images import eval_preset, train_preset
 
     args = parse_args(["--train_dir", "x", "--image_size", "24", *(["--no_hflip"] if no_hflip else [])])
     inp = resolve_input(args)
@@ -113,8 +113,8 @@ def test_a_jpeg_the_device_cannot_decode_is_named_or_skipped(tmp_path, capsys):
 
 def test_non_jpeg_files_and_jpegs_that_exif_turns_come_decoded_from_the_workers():
     from utils.config.options import parse_args
-    from utils.data.catalog import resolve_input
-    from utils.data.presets import train_preset
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.transforms.images import train_preset
 
     inp = resolve_input(parse_args(["--train_dir", "x", "--image_size", "16"]))
     picture = Image.fromarray(np.random.default_rng(2).integers(0, 255, (20, 30, 3), dtype=np.uint8))
@@ -149,15 +149,15 @@ def test_what_decoding_on_the_device_cannot_take_is_one_line(argv, message, imag
 
 
 def test_a_stream_of_jpeg_shards_gives_the_same_batches_decoded_on_the_device(tmp_path, decoded_jpegs):
-    """--streaming's loader (utils/data/stream_loader.py), 2 shards of JPEG bytes, a worker: every batch of an epoch
+    """--streaming's loader (utils/data/streaming/loader.py), 2 shards of JPEG bytes, a worker: every batch of an epoch
     holds the pixels the workers made without the flag."""
     import datasets
 
     from utils.config.options import parse_args
     from utils.core.preemption import worker_init_fn
-    from utils.data.catalog import resolve_input
-    from utils.data.stream_loader import StreamLoader
-    from utils.data.streaming import Streamed
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.streaming.loader import StreamLoader
+    from utils.data.sources.streamed import Streamed
 
     rng = np.random.default_rng(3)
     features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=["a", "b"]))

@@ -46,7 +46,7 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
 def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images, reference):
     """--teacher runs/<run> and --teacher runs/<run>/checkpoints/<last>: the same model, the same digest."""
     from utils.config.options import parse_args
-    from utils.data.catalog import resolve_input
+    from utils.data.sources.catalog import resolve_input
     from utils.run.teacher import _model, weights_digest
 
     last = sorted((reference[1] / "checkpoints").iterdir())[-1]

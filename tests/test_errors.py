@@ -4,7 +4,7 @@ import pytest
 
 from utils.config.checks import ConfigError
 from utils.core.errors import UserError, report
-from utils.data.sources import DataError
+from utils.data.errors import DataError
 from utils.evaluation.metrics import MetricError
 from utils.inference import RunError
 from utils.models.torchvision_models import ModelError
@@ -32,7 +32,7 @@ def test_a_user_error_from_any_subsystem_stops_main_in_one_line(tmp_path, capsys
     """main() catches the base class: an error class it was never told about still exits 2 in one line."""
     from conftest import TINY, main_fails
 
-    from utils.data.synthetic import Synthetic
+    from utils.data.sources.synthetic import Synthetic
 
     class NewSubsystemError(UserError):
         pass

@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from utils.data import images
-from utils.data.images import decode_rgb
+from utils.data.decoding import images
+from utils.data.decoding.images import decode_rgb
 
 pytestmark = pytest.mark.skipif(images.decode_image is None, reason="torchcodec is not installed")
 RNG = np.random.default_rng(0)

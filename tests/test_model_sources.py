@@ -10,7 +10,7 @@ from conftest import ROOT, TINY, environment, read_json
 from ranks import ranks_killed, ranks_ok
 
 from utils.config.options import parse_args
-from utils.data.catalog import resolve_input
+from utils.data.sources.catalog import resolve_input
 from utils.models.libraries import build_model, check_model_name, classifier_parameters, data_config, initialise
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from utils.data.loaders import BadImages
+from utils.data.loading.bad_files import BadImages
 from utils.evaluation.metrics import load_metrics
 from utils.evaluation.multiview import test_videos as score_videos
 

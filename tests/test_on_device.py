@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from utils.config.options import parse_args
-from utils.data.catalog import resolve_input
-from utils.data.on_device import BatchInput
+from utils.data.sources.catalog import resolve_input
+from utils.data.transforms.batch import BatchInput
 
 CLASSES = 10
 

@@ -18,7 +18,7 @@ def digits_run(tmp_path_factory):
     """A one-epoch digits run (far from perfect, so that agreement means something), with EMA, and
     its 360 val images written as <class>/<n>.png (PNG: lossless, the same pixels)."""
     import train_classification
-    from utils.data.digits import load_digits_dataset
+    from utils.data.sources.digits import load_digits_dataset
 
     root = tmp_path_factory.mktemp("predict")
     results = train_classification.main(["--epochs", "1", "--model_ema",
@@ -94,9 +94,9 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     from conftest import make_folder
 
     from utils.config.options import parse_args
-    from utils.data.catalog import resolve_input
-    from utils.data.loaders import build_datasets
-    from utils.data.sources import load_splits
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.sources.catalog import build_datasets
+    from utils.data.sources.image_files import load_splits
     from utils.inference import eval_dataset
 
     for split in ("tr", "va"):
@@ -147,8 +147,8 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
     path = tmp_path / "model.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path)])
     assert "max abs diff" in capsys.readouterr().out
-    from utils.data.catalog import resolve_input
-    from utils.data.on_device import BatchInput
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.transforms.batch import BatchInput
 
     args, _, model = load_run(root / "run")
     inp = resolve_input(args)
@@ -157,7 +157,7 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
         pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
         with torch.no_grad():
             expected = EvalGraph(model, inp).eval()(pixels).numpy()
-            # what training and validation fed the model (utils/data/on_device.py): the graph normalises alike (up
+            # what training and validation fed the model (utils/data/transforms/batch.py): the graph normalises alike (up
             # to the rounding of x / 255 against to_dtype's scaling)
             normalised = EvalGraph(torch.nn.Identity(), inp)(pixels)
             assert (normalised - BatchInput(args, 10, 0, inp.mean_std)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
@@ -229,7 +229,7 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
     under 2 processes: 15 items, padded) its video top-1 and loss, rows in input order; a folder of
     PNG frames is a video, scored like the file it came from."""
     import predict
-    from utils.data.video import read_video_file
+    from utils.data.decoding.video import read_video_file
 
     root, results = video_run
     print({k: results[k] for k in ("val_top1", "val_loss", "video_top1", "video_loss")})
@@ -283,7 +283,7 @@ def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformer
     root, _ = video_run
     path = tmp_path / "video.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path), "--ema"])
-    from utils.data.catalog import resolve_input
+    from utils.data.sources.catalog import resolve_input
 
     args, names, model = load_run(root / "run", ema=True)  # model/ holds the EMA's weights
     inp = resolve_input(args)

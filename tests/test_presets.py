@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from utils.config.options import parse_args
-from utils.data import presets
-from utils.data.catalog import resolve_input
-from utils.data.images import decode_rgb
-from utils.data.on_device import BatchInput
+from utils.data.transforms import images as presets
+from utils.data.sources.catalog import resolve_input
+from utils.data.decoding.images import decode_rgb
+from utils.data.transforms.batch import BatchInput
 
-# torchvision 0.29 deprecates its decoders; utils/data/loaders.py still uses them on purpose
+# torchvision 0.29 deprecates its decoders; utils/data/decoding/images.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
 
 
@@ -111,7 +111,7 @@ def test_eval_resizes_the_shorter_side_to_int_size_over_crop_pct_then_crops_the_
 def test_eval_matches_an_explicit_resize_and_centre_crop():
     from torchvision.transforms.v2 import functional as F
 
-    from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
+    from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
 
     image = torch.randint(0, 256, (3, 300, 400), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     out = eval_preset(preset_args("--image_size", "224"))(image)  # crop_pct 0.875: shorter side to 256
@@ -213,7 +213,7 @@ def test_train_crop_val_resize_and_val_crop_sizes_are_their_own():
 def test_progressive_resizing_follows_ffcvs_ramp():
     import numpy as np
 
-    from utils.data.presets import progressive_size
+    from utils.data.transforms.input import progressive_size
 
     def ffcv(epoch, low, high, start, end):  # FFCV's get_resolution, with numpy as it is written there
         if epoch <= start:

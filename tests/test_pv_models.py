@@ -117,7 +117,7 @@ def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_
         assert one[key] == two[key], key
     assert abs(one["video_loss"] - two["video_loss"]) < 1e-6 and one["video_loss"] < 5  # trained, not diverged
     # predict.py's ONNX export of the trained run: the graph (pathways, pools) against PyTorch
-    from utils.data.catalog import resolve_input
+    from utils.data.sources.catalog import resolve_input
     from utils.inference import export_onnx, load_run
 
     args, _, model = load_run(whole)

@@ -77,7 +77,7 @@ def test_repeated_augmentation_keys_stay_distinct_when_the_copies_cycle():
     """5 samples, 2 copies each, 4 processes: ceil(5 / 2) = 3 samples drawn give 6 items for the 8 places of the
     epoch, so the list cycles and the first sample drawn comes twice more. Those are copies 2 and 3, keys of
     their own (their own augmentation), not copies 0 and 1 again."""
-    from utils.data.sampling import RepeatedAugmentationSampler
+    from utils.data.loading.sampling import RepeatedAugmentationSampler
 
     sampler = RepeatedAugmentationSampler(num_samples=5, reps=2, num_processes=4, batch_size=2, seed=0)
     for epoch in (0, 1):

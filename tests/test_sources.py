@@ -1,4 +1,4 @@
-"""The data sources (utils/data/source.py): which one the options name, and what each gives the run
+"""The data sources (utils/data/sources/protocol.py): which one the options name, and what each gives the run
 through the same methods (its input defaults, its name, its datasets, its sample count and signature)."""
 
 import hashlib
@@ -8,11 +8,12 @@ import pytest
 from conftest import make_folder
 
 from utils.config.options import parse_args
-from utils.data.catalog import EMBEDDED, resolve_input, source_for
-from utils.data.digits import DIGITS_MEAN, DIGITS_STD
-from utils.data.loaders import build_datasets
-from utils.data.source import IMAGENET_MEAN, DataSource
-from utils.data.video_sources import KINETICS_MEAN, MOVING_DIGITS_MEAN
+from utils.data.sources.catalog import EMBEDDED, resolve_input, source_for
+from utils.data.sources.digits import DIGITS_MEAN, DIGITS_STD
+from utils.data.sources.catalog import build_datasets
+from utils.data.sources.protocol import DataSource, IMAGENET_MEAN
+from utils.data.sources.moving_digits import MOVING_DIGITS_MEAN
+from utils.data.sources.video_files import KINETICS_MEAN
 from utils.models.libraries import is_video_model
 
 
@@ -76,7 +77,7 @@ def test_a_hub_dataset_whose_card_declares_no_features_is_typed_by_its_folder_bu
     over the fixture's files stands in for the Hub's answer, which needs the network)."""
     import datasets
 
-    from utils.data import sources
+    from utils.data.sources import hub as sources
 
     builder = datasets.load_dataset_builder("videofolder", data_dir=str(videos / "tr"))
     assert builder.info.features is None  # what makes the question worth asking

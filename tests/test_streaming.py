@@ -1,5 +1,5 @@
 """--streaming: local parquet and webdataset shards read as a stream, each process its own shards, every
-sample of an epoch once, and a resumed run continuing where its checkpoint stood (utils/data/streaming.py)."""
+sample of an epoch once, and a resumed run continuing where its checkpoint stood (utils/data/streaming/)."""
 
 import io
 import tarfile
@@ -53,10 +53,10 @@ def loader_for(args, rank, world):
     """This rank's StreamLoader, as the script builds it (CPU)."""
 
     from utils.core.preemption import worker_init_fn
-    from utils.data import presets
-    from utils.data.catalog import resolve_input
-    from utils.data.stream_loader import StreamLoader
-    from utils.data.streaming import build_stream
+    from utils.data.transforms import images as presets
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.streaming.loader import StreamLoader
+    from utils.data.sources.streamed import build_stream
 
     rows, _, _, _ = build_stream(args, rank, world, presets.image_presets(resolve_input(args))[0])
     return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
@@ -103,9 +103,9 @@ def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_
     """Two shuffles, each seeded by the epoch on its own: the order of the shards in an epoch's pass, and the
     order within a block of samples read in a row (one process, no workers: nothing else moves them)."""
 
-    from utils.data import presets
-    from utils.data.catalog import resolve_input
-    from utils.data.streaming import build_stream
+    from utils.data.transforms import images as presets
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.sources.streamed import build_stream
 
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0")
     rows, _, _, _ = build_stream(args, 0, 1, presets.image_presets(resolve_input(args))[0])
@@ -160,9 +160,9 @@ def test_the_shard_order_is_the_one_datasets_shuffle_gives(parquet_shards):
     """The pass is `datasets`' set_epoch shard order, our seed as its epoch (0, --seed 0's first epoch, through
     shuffle()): the samples, in order, of the shuffle(seed) the earlier reader used, on each of 2 processes
     (whole shards each) and on one of 3 (every shard, one sample in 3)."""
-    from utils.data import presets
-    from utils.data.catalog import resolve_input
-    from utils.data.streaming import build_stream
+    from utils.data.transforms import images as presets
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.sources.streamed import build_stream
 
     for seed, epoch in ((0, 0), (0, 1), (5, 2)):
         args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0", "--seed", seed)
@@ -218,7 +218,7 @@ def _counting_decodes(monkeypatch, workers, slow=(), seconds=0.02):
 
     from torch.utils.data import get_worker_info
 
-    from utils.data import streaming
+    from utils.data.streaming import rows as streaming
 
     counts, load_item = torch.zeros(workers, dtype=torch.int64).share_memory_(), streaming.load_item
 
@@ -238,7 +238,7 @@ def test_workers_make_only_the_batches_an_epoch_takes(parquet_shards, monkeypatc
     worker decodes the samples of its turns (batches 0, 2, .. 8 and 1, 3, .. 7) and nothing past them (the
     loader asks 2 batches ahead a worker), and hands out what it would reading its whole pass, epoch by epoch,
     the next epoch's first block read ahead."""
-    from utils.data.stream_loader import Turns
+    from utils.data.streaming.loader import Turns
 
     args = stream_args(parquet_shards, "--label_column", "id", "--steps_per_epoch", "9", "--shuffle_buffer", "5")
     whole = loader_for(args, 0, 1)
@@ -258,7 +258,7 @@ def test_a_worker_that_runs_out_first_leaves_its_turns_to_the_others(parquet_sha
     """3 workers on 4 shards: one reads 2 (48 rows), two read 1 (24 rows, 6 batches of their 8 turns). The one
     with more goes on past its turns, and the epoch takes what it takes without turns: every sample once, in the
     same order."""
-    from utils.data.stream_loader import Turns
+    from utils.data.streaming.loader import Turns
 
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "3")
     whole = loader_for(args, 0, 1)
@@ -271,7 +271,7 @@ def test_a_worker_that_runs_out_first_leaves_its_turns_to_the_others(parquet_sha
 
     from torch.utils.data import get_worker_info
 
-    from utils.data import stream_blocks
+    from utils.data.streaming import blocks as stream_blocks
 
     read = stream_blocks.BlockReader._read
 
@@ -338,8 +338,8 @@ def test_a_pass_left_open_at_exit_ends_quietly(parquet_shards):
 
 def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(parquet_shards):
     """--steps_per_epoch past the data: the missing batches are padding, which trains on nothing."""
-    from utils.data.loaders import BadImages
-    from utils.data.stream_loader import PADDING
+    from utils.data.loading.bad_files import BadImages
+    from utils.data.streaming.loader import PADDING
 
     args = stream_args(parquet_shards, "--steps_per_epoch", "14")
     batches = list(loader_for(args, 1, 2).batches(0))

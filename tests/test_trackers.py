@@ -4,7 +4,7 @@ import pytest
 from conftest import TINY, main_fails, read_json, read_jsonl
 from ranks import ranks_ok
 
-from utils.data.synthetic import SyntheticDataset
+from utils.data.datasets.synthetic import SyntheticDataset
 
 FAST = [*TINY, "--warmup_epochs", "0", "--log_every", "2"]
 

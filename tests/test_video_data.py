@@ -8,12 +8,13 @@ from torchvision import tv_tensors
 
 from utils.config.options import parse_args
 from utils.core.seeding import EpochSeeded
-from utils.data.catalog import resolve_input
-from utils.data.loaders import build_datasets
-from utils.data.sources import DataError
-from utils.data.video import ArrayFrames, VideoClips, frame_indices, read_video_file
-from utils.data.video_presets import video_eval, video_test
-from utils.data.video_sources import parse_list
+from utils.data.sources.catalog import resolve_input
+from utils.data.sources.catalog import build_datasets
+from utils.data.errors import DataError
+from utils.data.datasets.clips import ArrayFrames, VideoClips, frame_indices
+from utils.data.decoding.video import read_video_file
+from utils.data.transforms.video import video_eval, video_test
+from utils.data.sources.video_files import parse_list
 
 
 def grey_level(frames):
@@ -176,7 +177,7 @@ def test_a_frame_model_scores_a_moving_digit_and_its_time_reversal_alike_which_m
     """Why a frame model (TSN) cannot tell the direction of the moving digits: a clip played backwards is a clip
     of the opposite direction (the path is symmetric in time about its centre), and a model that averages its
     frames' scores gives the two the same logits. The trained gap: tests/test_video_train.py."""
-    from utils.data import moving_digits
+    from utils.data.sources import moving_digits
     from utils.models.torchvision_models import build_model
 
     clips, labels = moving_digits.load()["validation"]

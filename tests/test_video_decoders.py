@@ -11,8 +11,8 @@ from PIL import Image
 
 from utils.config.options import parse_args
 from utils.core.seeding import sample_rng
-from utils.data import video_sources
-from utils.data.video import VIDEO_READERS, read_video_file, read_video_torchcodec, torchcodec_video_problem
+from utils.data.sources import video_files as video_sources
+from utils.data.decoding.video import VIDEO_READERS, read_video_file, read_video_torchcodec, torchcodec_video_problem
 
 PROBLEM = torchcodec_video_problem()
 
@@ -34,7 +34,7 @@ def test_torchcodec_reads_pyavs_counts_and_frames(tmp_path, suffix, codec):
 
 @pytest.mark.skipif(PROBLEM is not None, reason=f"torchcodec's video decoder does not load here: {PROBLEM}")
 def test_the_same_training_and_validation_clips_through_either_decoder(videos):
-    from utils.data.catalog import resolve_input, source_for
+    from utils.data.sources.catalog import resolve_input, source_for
 
     items = {}
     for decoder in ("pyav", "torchcodec"):
@@ -65,8 +65,8 @@ def test_clips_decoded_on_the_device_are_the_workers_clips(videos, tmp_path, no_
     draws (its generator left where the preset leaves it); the main process's decoder (here the CPU) gives the
     workers' pixels bit for bit, train (epoch 2) and validation; a folder of frames comes decoded from the worker;
     a file the main process cannot decode is marked invalid with its path."""
-    from utils.data.catalog import resolve_input, source_for
-    from utils.data.device_decode import PIXELS, VIDEO, DeviceDecoder
+    from utils.data.sources.catalog import resolve_input, source_for
+    from utils.data.decoding.on_device import DeviceDecoder, PIXELS, VIDEO
 
     frames_dir = tmp_path / "frames"  # a video as a folder of frame images, listed beside the files
     frames_dir.mkdir()

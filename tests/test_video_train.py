@@ -87,7 +87,7 @@ def test_a_saved_dataset_with_a_video_column_trains_on_two_processes_as_its_vide
     decoded with PyAV from what `datasets` stored, the 2-process run's weights are bitwise the folder run's."""
     import datasets
 
-    from utils.data.sources import folder_files
+    from utils.data.sources.folders import folder_files
 
     features = datasets.Features(video=datasets.Video(), label=datasets.ClassLabel(names=["left", "right"]))
     splits = {}
@@ -115,7 +115,7 @@ def test_a_hub_video_dataset_in_the_local_cache_trains_offline_as_its_video_fold
     folder run's (one process each, in one fresh interpreter: `datasets` reads its cache folder at import)."""
     import datasets
 
-    from utils.data.sources import folder_files
+    from utils.data.sources.folders import folder_files
 
     env = offline_env(tmp_path)
     features = datasets.Features(clip=datasets.Video(), label=datasets.ClassLabel(names=["left", "right"]))

@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 from torchvision.transforms import v2
 
-from utils.data import presets, video_presets
-from utils.data.images import with_transform
-from utils.data.sources import IMAGE_SUFFIXES
-from utils.data.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFIXES, PathFrames, VideoClips
+from utils.data.transforms import images as presets, video as video_presets
+from utils.data.datasets.images import with_transform
+from utils.data.decoding.images import IMAGE_SUFFIXES
+from utils.data.datasets.clips import PathFrames, VideoClips
+from utils.data.decoding.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFIXES
 from utils.run.trained import RunError, load_run  # noqa: F401 (predict.py's, with what follows)
 
 
@@ -46,8 +47,8 @@ def list_inputs(items, video=False):
 
 
 def eval_dataset(args, inp, files, multi_view=False):
-    """`files` through the run's own eval transform, read as validation reads (utils/data/loaders.py,
-    utils/data/video_sources.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
+    """`files` through the run's own eval transform, read as validation reads (utils/data/sources/image_files.py,
+    utils/data/sources/video_files.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
     error. Video: the run's val clip of each file, or with `multi_view` its test views (--test_clips
     clips of each video, item i = clip i % clips of video i // clips, each (--test_crops, C, T, H, W)).
     `inp`: the run's Input (catalog.resolve_input(args)). Returns (dataset, items per file)."""
@@ -88,7 +89,7 @@ def input_shape(args, inp):
 
 class EvalGraph(torch.nn.Module):
     """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits: the run's normalisation (the
-    arithmetic of utils/data/on_device.py) and the model, as one graph to export."""
+    arithmetic of utils/data/transforms/batch.py) and the model, as one graph to export."""
 
     def __init__(self, model, inp):
         super().__init__()

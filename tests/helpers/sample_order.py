@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from utils.config.options import parse_args  # noqa: E402
 from utils.core.seeding import spread  # noqa: E402
-from utils.data.loaders import build_dataloaders  # noqa: E402
+from utils.data.loading.loaders import build_dataloaders  # noqa: E402
 from utils.run.job import build_accelerator  # noqa: E402
 
 

@@ -2,7 +2,10 @@
 built: each bad combination stops the run with one line naming the option (ConfigError, exit 2)."""
 
 from utils.core.errors import ConfigError, at_least, requirement
-from utils.data import catalog, device_decode, on_device, presets, sampling, streaming, video_sources
+from utils.data.decoding import on_device as device_decode
+from utils.data.loading import sampling
+from utils.data.sources import catalog, streamed as streaming, video_files as video_sources
+from utils.data.transforms import batch as on_device, input as presets
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
 from utils.training import early_stop, losses, schedule
@@ -18,7 +21,7 @@ def check_args(args):
     augmentation (each module's check_options), the schedule, the run's own bookkeeping, then the model
     (which may import its library) and the input it can take."""
     need = requirement(args)
-    source = catalog.source_for(args)  # utils/data/source.py: its kind, modality, own input
+    source = catalog.source_for(args)  # utils/data/sources/protocol.py: its kind, modality, own input
     for module in DATA:
         module.check_options(args, need, source)
     schedule.check_options(args, need)

@@ -11,7 +11,7 @@ from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
 from utils.config.training_options import (add_distillation_options, add_model_options, add_run_options,
                                            add_schedule_options)
-from utils.data.catalog import is_video
+from utils.data.sources.catalog import is_video
 
 
 class _OneLineParser(argparse.ArgumentParser):

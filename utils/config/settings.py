@@ -4,16 +4,16 @@ where the LR in force and the warmup came from."""
 
 from dataclasses import dataclass
 
-from utils.data.catalog import source_for
-from utils.data.presets import Input, resolve_input
-from utils.data.source import DataSource
+from utils.data.sources.catalog import source_for
+from utils.data.transforms.input import Input, resolve_input
+from utils.data.sources.protocol import DataSource
 from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, lr_notes, warmup_epochs
 
 
 @dataclass(frozen=True)
 class Settings:
-    source: DataSource  # where the data comes from: its datasets, names, resume signature (utils/data/source.py)
-    input: Input  # modality, source kind, sizes per phase, mean/std, interpolation (utils/data/presets.py)
+    source: DataSource  # where the data comes from: its datasets, names, resume signature (utils/data/sources/protocol.py)
+    input: Input  # modality, source kind, sizes per phase, mean/std, interpolation (utils/data/transforms/input.py)
     source_name: str  # how results.json and the run folder name the data
     sample_unit: str  # what the console calls a sample: clips or images
     lr_notes: tuple  # where the LR came from (also at the top of config.yaml)

@@ -14,7 +14,7 @@ class EpochSeeded(Dataset):
     started: a run resumed mid-epoch, or on other hardware, sees exactly the same augmented images.
     The epoch lives in shared memory, so persistent worker processes see `set_epoch` too. The wrapped
     dataset takes keys past its end too: key k is copy k // len of sample k % len (what the repeated
-    augmentation sampler draws, utils/data/sampling.py), augmented with draws of its own.
+    augmentation sampler draws, utils/data/loading/sampling.py), augmented with draws of its own.
     """
 
     def __init__(self, dataset, epoch):

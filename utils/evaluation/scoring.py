@@ -24,7 +24,7 @@ def scored_batches(accelerator, loader, score, bad_files):
     Accelerate pads the last batches so that every rank gets as many; gather_for_metrics drops those repeats, so
     each item is counted once whatever the world size, and the owner column tells every rank which of the kept
     items are its own, with no shard arithmetic. A file that cannot be decoded is recorded by `bad_files`
-    (utils/data/loaders.BadImages): skipped, or, met by any rank, the end of the loop on every rank alike (the
+    (utils/data/loading/bad_files.BadImages): skipped, or, met by any rank, the end of the loop on every rank alike (the
     gathered validity tells them all at the same batch, so none is left waiting in a collective)."""
     rank = accelerator.process_index
     for batch in loader:

@@ -18,7 +18,7 @@ from utils.models.libraries import library, save_in_library_form
 
 
 def input_config(inp):
-    """The eval input of the run (its Input, utils/data/presets.py): what a user of the folder must feed the model."""
+    """The eval input of the run (its Input, utils/data/transforms/input.py): what a user of the folder must feed the model."""
     mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
     size = inp.val_crop_size
     resize = size if inp.kind == "digits" else inp.val_resize_size  # digits: no crop

@@ -17,10 +17,11 @@ from utils.core.elastic import join_restarted_group
 from utils.core.preemption import StopRequest
 from utils.core.seeding import spread
 from utils.core.threads import cores_per_process
-from utils.data.device_decode import DeviceDecoder
-from utils.data.loaders import BadImages, build_dataloaders, build_test_loader, stop_workers
-from utils.data.on_device import BatchInput
-from utils.data.video_sources import test_views
+from utils.data.decoding.on_device import DeviceDecoder
+from utils.data.loading.bad_files import BadImages
+from utils.data.loading.loaders import build_test_loader, stop_workers
+from utils.data.transforms.batch import BatchInput
+from utils.data.sources.video_files import test_views
 from utils.evaluation.metrics import load_metrics, topk_for
 from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
@@ -59,11 +60,11 @@ class Job:
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
     best_top1: list  # the best val top-1 so far, last (--keep_best)
     patience: Patience = None  # --early_stop's count (utils/training/early_stop.py)
-    data: dict = None  # the training data's signature (utils/data/loaders.py), kept in checkpoints
+    data: dict = None  # the training data's signature (utils/data/sources/protocol.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
     ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
-    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/on_device.py)
+    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/transforms/batch.py)
     settings: object = None  # what the run derived from its options once (utils/config/settings.py)
     teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
 
@@ -87,7 +88,7 @@ class Job:
                 torch.distributed.broadcast(buffer, src=0)
 
     def close(self):
-        """The loaders' kept workers stopped and joined now (utils/data/loaders.stop_workers)."""
+        """The loaders' kept workers stopped and joined now (utils/data/loading/loaders.stop_workers)."""
         for loader in (self.train_loader, self.val_loader, self.test_loader):
             if loader is not None:
                 stop_workers(loader)
@@ -177,8 +178,8 @@ def build_job(args, settings, accelerator, out):
     train_ds, val_ds, class_names = load_datasets(args, settings, accelerator)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
-    train_loader, val_loader = build_dataloaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
-                                                 ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode)
+    train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
+                                              ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode)
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
     teacher = build_teacher(args, class_names, inp, accelerator)
     if teacher is not None and distillation_head(model, inp.video):

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from utils.core.errors import UserError
-from utils.data.catalog import is_video, resolve_input
-from utils.data.source import IMAGENET_MEAN, IMAGENET_STD
-from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD
+from utils.data.sources.catalog import is_video, resolve_input
+from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
+from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD
 from utils.models.libraries import check_clip_frames, check_image_size, data_config, pretrained_model
 from utils.run.trained import load_run
 from utils.training.checkpoints import STATE_FILE

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from utils.config.options import parse_args
 from utils.core.errors import UserError
-from utils.data.catalog import is_video
+from utils.data.sources.catalog import is_video
 from utils.models.libraries import build_model
 from utils.models.torchvision_models import ModelError, read_state_dict
 

@@ -17,7 +17,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from utils.core.errors import UserError
 from utils.core.io import first_free
-from utils.data.catalog import source_for
+from utils.data.sources.catalog import source_for
 from utils.training import checkpoints
 
 

@@ -12,6 +12,11 @@ Train clips use the scans of the digits' train split, val clips those of its val
 
 import numpy as np
 
+from utils.data.datasets.clips import ArrayFrames
+from utils.data.sources.protocol import DataSource
+from utils.data.sources.video_files import _clip_datasets
+from utils.data.transforms.video import video_eval
+
 FRAMES, CANVAS, DIGIT = 8, 24, 8  # frames per clip, canvas side, digit side (the scans' own 8x8)
 TRAIN_CLIPS, VAL_CLIPS = 1500, 501  # val odd: 1 vs 2 processes must still count every clip once
 SEED = 0
@@ -56,3 +61,26 @@ def load():
     train_scans, val_scans = _scans()
     return {"train": make_clips(train_scans, TRAIN_CLIPS, seed=SEED + 1),
             "validation": make_clips(val_scans, VAL_CLIPS, seed=SEED + 2)}
+
+
+# Moving digits' (0..1 scale), measured over its 2,000 train clips: mostly black canvas.
+MOVING_DIGITS_MEAN, MOVING_DIGITS_STD = (0.034,) * 3, (0.158,) * 3
+
+
+class MovingDigits(DataSource):
+    """--dataset moving_digits: embedded clips of a digit moving across a canvas, generated once (seeded),
+    its own size (the canvas) and statistics."""
+
+    kind, video, own_input, eval_crop, size = "moving_digits", True, True, False, CANVAS
+    stats = (MOVING_DIGITS_MEAN, MOVING_DIGITS_STD)
+
+    def datasets(self, args, inp, rank=0, world=1):
+        splits = load()
+        (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
+        notes = [f"moving digits: {len(train_labels)} train / {len(val_labels)} val clips of {FRAMES} "
+                 f"frames, {CANVAS}x{CANVAS}, labelled by direction of motion"]
+        # Trained on the clips as generated: a flip, or a crop that moves the canvas, would change or hide the
+        # direction that is the label.
+        return (*_clip_datasets(args, inp, (ArrayFrames(train_clips), train_labels, None),
+                                (ArrayFrames(val_clips), val_labels, None), train_preset=video_eval(inp)),
+                CLASS_NAMES, notes)

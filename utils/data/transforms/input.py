@@ -1,14 +1,7 @@
-"""Train and eval transform presets (torchvision transforms v2), and the defaults that depend on the source.
-
-Every preset ends in uint8 pixels: the loaders hand uint8 batches to the main process (a quarter of
-float32's bytes through worker IPC and host-to-device copies), and normalisation, random erasing and
-MixUp/CutMix run on whole batches on the device (utils/data/on_device.py), as timm and FFCV do.
-"""
+"""The model's input (Input), resolved once from the options, the data source and the model's library: sizes,
+crops, interpolation, normalisation; progressive resizing's size of each epoch."""
 
 from dataclasses import dataclass
-from functools import partial
-
-from torchvision.transforms import v2
 
 from utils.core.errors import at_least
 from utils.models.libraries import data_config, recommends_input
@@ -106,7 +99,7 @@ class Input:
 
 
 def resolve_input(args, source):
-    """The Input of the run `args` describes, reading `source` (utils/data/source.py): every value derived
+    """The Input of the run `args` describes, reading `source` (utils/data/sources/protocol.py): every value derived
     here once (the model's recommendation read from its library once)."""
     size = image_size(args, source)
     val_crop = args.val_crop_size or size
@@ -115,54 +108,12 @@ def resolve_input(args, source):
                  interpolation=interpolation(args, source), mean_std=mean_std(args, source),
                  train_crop_size=(progressive_size(args, 0) if args.progressive_resize else
                                   args.train_crop_size or size),
-                 val_crop_size=val_crop, val_resize_size=args.val_resize_size or int(val_crop / pct),
+                 val_crop_size=val_crop,
+                 val_resize_size=(args.val_resize_size or int(val_crop / pct)) if source.eval_crop else val_crop,
                  progressive_resize=tuple(args.progressive_resize) if args.progressive_resize else None,
                  progressive_resize_step=args.progressive_resize_step, no_hflip=args.no_hflip,
                  auto_augment=args.auto_augment, rand_augment=args.rand_augment,
                  notes=tuple(input_notes(args, source)))
-
-
-def digits_train(size):
-    # Digits must not be flipped; a small random affine (on the PIL image, ~2x faster than on tensors)
-    # is what lifts val top-1 from ~0.989 to ~0.995 in the default 18 epochs.
-    return v2.Compose([
-        v2.Resize(size),
-        v2.RandomAffine(degrees=10, translate=(0.08, 0.08), scale=(0.9, 1.1)),
-        v2.PILToTensor(),
-    ])
-
-
-def digits_eval(size):
-    return v2.Compose([v2.Resize(size), v2.PILToTensor()])
-
-
-def train_preset(inp, size=None):
-    """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
-    Random crops of side `size` (default: the Input's train crop)."""
-    mode = v2.InterpolationMode(inp.interpolation)
-    steps = [v2.RandomResizedCrop(size or inp.train_crop(0), interpolation=mode, antialias=True)]
-    if not inp.no_hflip:
-        steps.append(v2.RandomHorizontalFlip())
-    if inp.auto_augment == "ta_wide":
-        steps.append(v2.TrivialAugmentWide(interpolation=mode))
-    elif inp.auto_augment:
-        steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(inp.auto_augment)))
-    if inp.rand_augment is not None:
-        steps.append(v2.RandAugment(magnitude=inp.rand_augment))
-    return v2.Compose(steps)
-
-
-def eval_preset(inp):
-    """Resize the shorter side to val_resize_size (default: val crop / crop_pct, 224 / 0.875 = 256),
-    then centre-crop the val crop size."""
-    return v2.Compose([v2.Resize(inp.val_resize_size, interpolation=v2.InterpolationMode(inp.interpolation),
-                                 antialias=True),
-                       v2.CenterCrop(inp.val_crop_size)])
-
-
-def image_presets(inp):
-    """(train, val) presets of image files, Hub datasets and streams: ByEpoch(train_preset), Fixed(eval_preset)."""
-    return ByEpoch(partial(train_preset, inp), inp), Fixed(eval_preset(inp), inp.val_crop_size)
 
 
 def progressive_notes(inp, epochs):
@@ -179,31 +130,6 @@ def progressive_notes(inp, epochs):
             runs.append([size, epoch, epoch])
     spans = [f"{size} px in epoch{f's {a}-{b}' if b > a else f' {a}'}" for size, a, b in runs]
     return ["progressive resizing: train crops " + ", ".join(spans)]
-
-
-class Fixed:
-    """One transform for every epoch, and the side of what it returns (see ImageRows)."""
-
-    def __init__(self, transform, size):
-        self.transform, self.size = transform, size
-
-    def __call__(self, epoch):
-        return self.transform, self.size
-
-
-class ByEpoch:
-    """The train transform of each epoch with its side, the Input's train_crop(epoch): `build(size)`
-    made once per size in each process (a class, not a closure: DataLoader workers started by spawn,
-    as on macOS, receive it pickled)."""
-
-    def __init__(self, build, inp):
-        self.build, self.inp, self.built = build, inp, {}
-
-    def __call__(self, epoch):
-        size = self.inp.train_crop(epoch)
-        if size not in self.built:
-            self.built[size] = self.build(size)
-        return self.built[size], size
 
 
 def check_options(args, need, source):

@@ -10,7 +10,7 @@ the workers made before, so a run and its resume are bitwise those of a run with
 crops to the resize kernels' rounding. Validation's resize and centre crop go the same way.
 
 What a worker cannot leave to the device it does itself and hands over as pixels: files that are not JPEG (PNG,
-WebP...), JPEGs that EXIF turns (decoded as before, utils/data/images.decode_rgb), and images that cannot be read.
+WebP...), JPEGs that EXIF turns (decoded as before, utils/data/decoding/images.decode_rgb), and images that cannot be read.
 The random-augmentation policies that need whole pixels in the workers (--auto_augment, --rand_augment) are
 refused with the flag (check_options).
 
@@ -26,11 +26,15 @@ import io
 import torch
 from torchvision.transforms import v2
 
-from utils.data.images import decode_rgb, turned_by_exif
+from utils.data.decoding.images import decode_rgb, read_bytes, turned_by_exif
+from utils.data.decoding.video import video_index
+
 
 JPEG, PIXELS, VIDEO = 0, 1, 2  # what a sample's `encoded` holds: a JPEG's bytes, its finished uint8 pixels, or a
+
 # video file (its path, or its bytes when a dataset stores them)
 TRAIN, EVAL = 0, 1
+
 # One row of int64 per sample: [what, preset, a, b, c, d, flip, side]: TRAIN a-d = top, left, height, width of the
 # crop; EVAL a = the resize of the shorter side, b = the centre crop. A video's row: [what, preset, resize, top,
 # left, flip, side, interpolation], its frames' indices beside it (`frames`): TRAIN resize = the shorter side's
@@ -38,13 +42,8 @@ TRAIN, EVAL = 0, 1
 INTERPOLATIONS = list(v2.InterpolationMode)
 
 
-def read_bytes(image):
-    """The undecoded file of a `datasets.Image` value ({"bytes", "path"})."""
-    return image["bytes"] if image["bytes"] is not None else open(image["path"], "rb").read()
-
-
 class Deferred:
-    """A preset (utils/data/presets.py: RandomResizedCrop with or without a flip, or Resize then CenterCrop) applied
+    """A preset (utils/data/transforms/images.py: RandomResizedCrop with or without a flip, or Resize then CenterCrop) applied
     to a file's bytes in a worker: its draws now, its pixels on the device (decode_batch). Call it under the sample's
     generator, as the preset itself is called."""
 
@@ -89,12 +88,12 @@ def as_pixels(pixels, size, preset=TRAIN):
 
 
 def blank(size):
-    """A sample that could not be read: zeros, as utils/data/images.load_item makes them."""
+    """A sample that could not be read: zeros, as utils/data/datasets/images.load_item makes them."""
     return as_pixels(torch.zeros(3, size, size, dtype=torch.uint8), size)
 
 
 class DeferredVideo:
-    """A video preset (utils/data/video_presets.py: RandomResize, RandomCrop and maybe a flip; or Resize then
+    """A video preset (utils/data/transforms/video.py: RandomResize, RandomCrop and maybe a flip; or Resize then
     CenterCrop) applied to a video file in a worker: which frames and the draws now, decoding and pixels on the device.
     Call it under the clip's generator, after the clip's offsets are drawn, as the preset itself is called."""
 
@@ -118,8 +117,6 @@ class DeferredVideo:
     def __call__(self, source, choose, name):
         """`source`: a video file's path or bytes; `choose(frame count)`: the clip's frame indices; `name`: what a
         failure to decode it names."""
-        from utils.data.video import video_index
-
         indices, height, width = video_index(source, choose)
         if self.preset == EVAL:
             resize = self.steps[0].size[0]
@@ -245,28 +242,6 @@ class DeviceDecoder:
         image = v2.functional.resized_crop(image, a, b, c, d, size=[side, side], interpolation=self.interpolation,
                                            antialias=True)
         return v2.functional.horizontal_flip(image) if flip else image
-
-
-class Decoded:
-    """A prepared loader whose batches go through a DeviceDecoder (the validation loader): iterated, measured and
-    asked for its dataset as the loader itself."""
-
-    def __init__(self, loader, decode):
-        self.loader, self.decode = loader, decode
-
-    def __iter__(self):
-        return map(self.decode, self.loader)
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
-
-    def close(self):
-        from utils.data.loaders import stop_workers
-
-        stop_workers(self.loader)
 
 
 def check_options(args, need, source):

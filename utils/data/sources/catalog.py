@@ -1,16 +1,18 @@
-"""Which data source the options name: the one place that asks (utils/data/source.py says what a source
+"""Which data source the options name: the one place that asks (utils/data/sources/protocol.py says what a source
 answers). A new source is a module with its class, and a line here."""
 
 import os
 
 from utils.core.errors import at_least
-from utils.data import presets
-from utils.data.digits import Digits
-from utils.data.sources import ImageFiles, folder_holds_videos
-from utils.data.stored_videos import StoredVideos, holds_videos
-from utils.data.streaming import Streamed
-from utils.data.synthetic import Synthetic
-from utils.data.video_sources import MovingDigits, VideoFiles
+from utils.data.sources.digits import Digits
+from utils.data.sources.folders import folder_holds_videos
+from utils.data.sources.image_files import ImageFiles
+from utils.data.sources.moving_digits import MovingDigits
+from utils.data.sources.stored_videos import StoredVideos, holds_videos
+from utils.data.sources.streamed import Streamed
+from utils.data.sources.synthetic import Synthetic
+from utils.data.sources.video_files import VideoFiles
+from utils.data.transforms import input as inputs
 
 EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDigits}  # --dataset NAME
 
@@ -37,8 +39,8 @@ def is_video(args):
 
 
 def resolve_input(args):
-    """The Input (utils/data/presets.py) of the run `args` describes."""
-    return presets.resolve_input(args, source_for(args))
+    """The Input (utils/data/transforms/input.py) of the run `args` describes."""
+    return inputs.resolve_input(args, source_for(args))
 
 
 def check_options(args, need, source):
@@ -64,3 +66,15 @@ def check_options(args, need, source):
     need(not folders or args.dataset in ("digits", "imagefolder"), "dataset",
          "reads no folder: drop it (or say imagefolder) when giving --train_dir/--data_dir")
     need(args.dataset != "imagefolder" or folders, "dataset", "imagefolder needs --data_dir or --train_dir")
+
+
+def build_datasets(args, rank=0, world=1, inp=None, source=None):
+    """(train, val, class_names, notes) of the source `args` names (catalog.source_for(args) when not given),
+    transforms attached for the run's Input `inp` (resolved from `args` when not given); with --streaming
+    the train set is this process's share of the stream (rank of world).
+
+    The train set's augmentation is seeded per sample: call its set_epoch before each epoch.
+    """
+    source = source_for(args) if source is None else source
+    inp = inputs.resolve_input(args, source) if inp is None else inp
+    return source.datasets(args, inp, rank, world)

@@ -1,10 +1,9 @@
-"""--dataset synthetic: random images of a pattern per class, generated on the fly, for tests and benchmarks."""
+"""Random images of a pattern per class, generated on the fly (--dataset synthetic: tests and benchmarks)."""
 
 import torch
 from torch.utils.data import Dataset
 
-from utils.core.seeding import EpochSeeded, spread
-from utils.data.source import DataSource
+from utils.core.seeding import spread
 
 
 class SyntheticDataset(Dataset):
@@ -29,19 +28,3 @@ class SyntheticDataset(Dataset):
         noise = torch.randn(3, self.image_size, self.image_size, generator=g)
         return {"pixel_values": noise + self.patterns[label], "labels": label, "valid": True, "source": "",
                 "error": ""}
-
-
-class Synthetic(DataSource):
-    """Float input already, not normalised (stats None); sized by --synthetic_*_samples and --image_size."""
-
-    kind, own_input, size, stats = "synthetic", True, 32, None
-
-    def datasets(self, args, inp, rank=0, world=1):
-        names = [f"class_{i}" for i in range(args.num_classes)]
-        epoch = torch.zeros((), dtype=torch.int64)  # synthetic data has no augmentation to seed
-        size = inp.image_size
-        return (EpochSeeded(SyntheticDataset(args.synthetic_train_samples, size, args.num_classes, seed=1), epoch),
-                SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
-
-    def train_labels(self, train):
-        return b""  # a function of its size and class count

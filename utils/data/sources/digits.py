@@ -2,10 +2,11 @@
 
 import numpy as np
 
-from utils.data import presets
-from utils.data.images import with_transform
-from utils.data.source import DataSource
-from utils.data.sources import SPLIT_SEED, subset
+from utils.data.datasets.images import with_transform
+from utils.data.sources.protocol import DataSource
+from utils.data.sources.splits import SPLIT_SEED, subset
+from utils.data.transforms.images import ByEpoch, Fixed, digits_eval, digits_train
+from utils.data.transforms.input import progressive_notes
 
 # Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
 DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3
@@ -34,13 +35,13 @@ def load_digits_dataset():
 class Digits(DataSource):
     """--dataset digits: decoded PIL images (nothing to decode in workers), its own size and statistics."""
 
-    kind, own_input, size, stats = "digits", True, 32, (DIGITS_MEAN, DIGITS_STD)
+    kind, own_input, eval_crop, size, stats = "digits", True, False, 32, (DIGITS_MEAN, DIGITS_STD)
 
     def datasets(self, args, inp, rank=0, world=1):
         splits = load_digits_dataset()
         train = subset(splits["train"], args.max_train_samples)
         val = subset(splits["validation"], args.max_val_samples)
         size = inp.val_crop_size
-        return (with_transform(train, presets.ByEpoch(presets.digits_train, inp), decoded=True, seed=args.seed),
-                with_transform(val, presets.Fixed(presets.digits_eval(size), size), decoded=True),
-                train.features["label"].names, presets.progressive_notes(inp, args.epochs))
+        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=args.seed),
+                with_transform(val, Fixed(digits_eval(size), size), decoded=True),
+                train.features["label"].names, progressive_notes(inp, args.epochs))

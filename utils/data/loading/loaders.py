@@ -1,86 +1,25 @@
-"""The training, validation and multi-view test loaders, sharded by Accelerate; the datasets they read come
-from the run's data source (utils/data/catalog.py)."""
+"""The training, validation and multi-view test loaders of map-style data, sharded by Accelerate; the streamed
+training loader is utils/data/streaming/loader.py. Both give the loop one interface."""
 
 import torch
 from torch.utils.data import DataLoader
 
 from utils.core.preemption import worker_init_fn
-from utils.data import presets
-from utils.data.catalog import source_for
-from utils.data.device_decode import Decoded
-from utils.data.sampling import RepeatedAugmentationSampler
-from utils.data.sources import DataError
-from utils.data.stream_loader import StreamLoader
-from utils.data.streaming import StreamRows
-
-
-def build_datasets(args, rank=0, world=1, inp=None, source=None):
-    """(train, val, class_names, notes) of the source `args` names (catalog.source_for(args) when not given),
-    transforms attached for the run's Input `inp` (resolved from `args` when not given); with --streaming
-    the train set is this process's share of the stream (rank of world).
-
-    The train set's augmentation is seeded per sample: call its set_epoch before each epoch.
-    """
-    source = source_for(args) if source is None else source
-    inp = presets.resolve_input(args, source) if inp is None else inp
-    return source.datasets(args, inp, rank, world)
-
-
-class BadImages:
-    """Files that could not be decoded: skipped and listed (`skip`), or the run's end at the first one met by any
-    rank. `check` only records what a batch holds; the stop is agreed by every rank (`stop`, called where they
-    all learn of it: the training step's all-reduce, a scoring batch's gather), so that no rank is left waiting
-    in a collective for one that has already stopped."""
-
-    def __init__(self, skip, hint="pass --skip_bad_images to skip such files (they are then listed in bad_images.txt)"):
-        self.skip, self.hint, self.found, self.first = skip, hint, {}, None
-
-    def check(self, batch):
-        """The number of valid images in the batch (padding excluded); the bad ones recorded."""
-        # Host-side strings: no device sync. A skipped image is left out of loss and metrics.
-        bad = {source: error for source, error in zip(batch["source"], batch["error"]) if source}
-        if bad and not self.skip and self.first is None:
-            self.first = next(iter(bad.items()))
-        self.found.update(bad)
-        return sum(not source and not error for source, error in zip(batch["source"], batch["error"]))  # not padding
-
-    @property
-    def stopping(self):
-        """Whether this rank met a file it may not skip."""
-        return self.first is not None
-
-    def stop(self, accelerator):
-        """Every rank calls it at once (a collective): the DataError naming the first file met, and by which
-        process, raised alike on all of them."""
-        from accelerate.utils import gather_object
-
-        met = gather_object([self.first]) if accelerator.num_processes > 1 else [self.first]
-        rank, (source, error) = next(((rank, first) for rank, first in enumerate(met) if first is not None),
-                                     (0, ("a file", "invalid")))
-        where = f" (met by process {rank})" if accelerator.num_processes > 1 else ""
-        raise DataError(f"cannot decode {source}{where} ({error.splitlines()[0]}); {self.hint}")
+from utils.data.loading.sampling import RepeatedAugmentationSampler
 
 
 def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
     """Plain DataLoaders, prepared: Accelerate shards them and seeds the shuffle with (seed, epoch); with `decode`
-    (--decode_on_device: a utils/data/device_decode.DeviceDecoder) every batch goes through it on its way out.
+    (--decode_on_device: a utils/data/decoding/on_device.DeviceDecoder) every batch goes through it on its way out.
 
     No DistributedSampler here: `prepare` already shards, and would shard it a second time. Call
     `train_loader.batches(epoch)` for each epoch's: the permutation depends on (seed, epoch) alone.
     With ra_reps > 1 the train order comes from the repeated augmentation sampler, built for that
-    sharding (utils/data/sampling.py).
+    sharding (utils/data/loading/sampling.py).
     """
-    # Workers leave SIGTERM/SIGINT to their rank, which checkpoints (utils/core/preemption.py).
-    common = dict(batch_size=batch_size, num_workers=num_workers,
-                  worker_init_fn=worker_init_fn(),
-                  pin_memory=accelerator.device.type == "cuda", persistent_workers=num_workers > 0)
+    common = loader_options(accelerator, batch_size, num_workers)
     # One process leaves the epoch's last batch ragged (several pad it to full size); a ragged batch
     # of a single image would make BatchNorm fail in training, so that one image waits an epoch.
-    if isinstance(train_ds, StreamRows):  # not prepared: see utils/data/streaming.py
-        train = StreamLoader(train_ds, batch_size, num_workers, train_ds.micro_batches, accelerator.device,
-                             common["worker_init_fn"], decode)
-        val = accelerator.prepare(DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common))
-        return train, val if decode is None else Decoded(val, decode)
     lone_last = accelerator.num_processes == 1 and len(train_ds) % batch_size == 1
     # Own generator: creating an epoch's iterator then draws nothing from the global RNG (which
     # a checkpoint restores), so a resumed run's random streams line up with an uninterrupted one.
@@ -94,6 +33,21 @@ def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra
     val = DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common)
     train, val = accelerator.prepare(train, val)
     return MapLoader(accelerator, train, decode), val if decode is None else Decoded(val, decode)
+
+
+def loader_options(accelerator, batch_size, num_workers):
+    """What every DataLoader of a run is built with. Workers leave SIGTERM/SIGINT to their rank, which checkpoints
+    (utils/core/preemption.py); they are kept from epoch to epoch (stop_workers ends them)."""
+    return dict(batch_size=batch_size, num_workers=num_workers, worker_init_fn=worker_init_fn(),
+                pin_memory=accelerator.device.type == "cuda", persistent_workers=num_workers > 0)
+
+
+def build_val_loader(accelerator, val_ds, common, decode=None):
+    """The validation loader (`common`: loader_options), prepared: sharded and padded, the padding dropped when
+    gathered. Its own generator: its first iterator would otherwise draw from the global RNG, at the first
+    validation of each process (persistent workers), which a resumed run meets at another point."""
+    val = accelerator.prepare(DataLoader(val_ds, shuffle=False, generator=torch.Generator(), **common))
+    return val if decode is None else Decoded(val, decode)
 
 
 class MapLoader:
@@ -159,3 +113,23 @@ def stop_workers(loader):
     if iterator is not None:
         getattr(iterator, "_shutdown_workers", lambda: None)()
         loader._iterator = None
+
+
+class Decoded:
+    """A prepared loader whose batches go through a DeviceDecoder (the validation loader): iterated, measured and
+    asked for its dataset as the loader itself."""
+
+    def __init__(self, loader, decode):
+        self.loader, self.decode = loader, decode
+
+    def __iter__(self):
+        return map(self.decode, self.loader)
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def close(self):
+        stop_workers(self.loader)

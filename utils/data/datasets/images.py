@@ -1,58 +1,13 @@
-"""Images: decoded from the bytes `datasets` stores, then transformed with the randomness of one sample;
-ImageRows, the dataset every image source trains on."""
+"""Images transformed with the randomness of one sample; ImageRows, the dataset every image source trains on."""
 
 import contextlib
-import io
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from utils.core.seeding import EpochSeeded, sample_rng
-
-# torchcodec's image decoders (libjpeg-turbo, libpng, libwebp: no FFmpeg needed for images) replace torchvision's,
-# which 0.29 deprecated in their favour. PIL takes what they cannot read (BMP, TIFF...), and what they would read
-# otherwise than before (below). Without torchcodec, PIL reads everything.
-try:
-    from torchcodec.decoders import decode_image
-except (ImportError, OSError, RuntimeError):  # pragma: no cover - not installed, or its libraries fail to load
-    decode_image = None
-
-
-def decode_rgb(image):
-    """A (3, H, W) uint8 tensor from an undecoded `datasets.Image` value ({"bytes", "path"}): the first frame of an
-    animated image; 16-bit PNGs scaled to 8 bits; no EXIF orientation applied, as torchvision's decoders and PIL
-    decode them (torchcodec turns a JPEG upright by its EXIF tag: such files go to PIL, which gives the bytes
-    torchvision gave)."""
-    data = image["bytes"] if image["bytes"] is not None else Path(image["path"]).read_bytes()
-    if decode_image is not None and not turned_by_exif(data):
-        try:
-            pixels = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode="RGB")
-            return pixels[0] if pixels.dim() == 4 else pixels
-        except (RuntimeError, ValueError):
-            pass  # a format torchcodec does not read (BMP, TIFF...), or a broken file: PIL decides
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1).contiguous()
-
-
-def turned_by_exif(data):
-    """Whether `data` is a JPEG whose EXIF orientation tag asks for a turn or a flip. The segments before the
-    image are walked (a few, each a marker and a length) and PIL reads the tag only when EXIF is there."""
-    if data[:2] != b"\xff\xd8":
-        return False
-    at = 2
-    while at + 4 <= len(data) and data[at] == 0xFF and 0xE0 <= data[at + 1] <= 0xEF:  # APP0..APP15
-        length = int.from_bytes(data[at + 2:at + 4], "big")
-        if data[at + 1] == 0xE1 and data[at + 4:at + 10] == b"Exif\x00\x00":
-            from PIL import Image
-
-            with Image.open(io.BytesIO(data)) as img:
-                return img.getexif().get(0x0112, 1) not in (0, 1)
-        at += 2 + length
-    return False
+from utils.data.decoding.images import decode_rgb
+from utils.data.decoding.on_device import Deferred, blank
 
 
 def load_item(image, label, key, epoch, transform, size, seed, decode, classes=None, blank=None):
@@ -91,7 +46,7 @@ class ImageRows(Dataset):
         # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
         self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
         self.preset, self.decoded, self.seed = preset, decoded, seed
-        self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/device_decode.py)
+        self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/decoding/on_device.py)
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
 
     def __len__(self):
@@ -122,16 +77,12 @@ class ImageRows(Dataset):
 
 def deferred(transform, size):
     """--decode_on_device: the preset `transform` as its draws in the worker, its pixels on the device."""
-    from utils.data.device_decode import Deferred
-
     return Deferred(transform, size)
 
 
 def load_on_device(image, label, key, epoch, transform, size, seed, classes=None):
     """load_item for --decode_on_device, `transform` a `deferred` preset: the file's bytes and the preset's draws,
     for the device to finish."""
-    from utils.data.device_decode import blank
-
     return load_item(image, label, key, epoch, transform, size, seed, lambda image: image, classes, blank=blank)
 
 

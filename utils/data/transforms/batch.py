@@ -1,6 +1,6 @@
 """What happens to a batch on the device before the model sees it.
 
-The loaders hand over uint8 pixels (utils/data/presets.py). Here they become the model's float input,
+The loaders hand over uint8 pixels (utils/data/transforms/images.py, video.py). Here they become the model's float input,
 normalised per channel, in the memory format asked for (--channels_last); in training, random erasing
 (per image, after normalisation, as torchvision's references erase) and MixUp/CutMix (per batch, soft
 targets) follow. Both are torchvision's own transforms. Their random draws are made on the host from

@@ -1,4 +1,4 @@
-"""The training loader of --streaming (utils/data/streaming.py reads the shards): the same number of
+"""The training loader of --streaming (utils/data/streaming/rows.py reads the shards): the same number of
 batches on every process each epoch, padded when a process's shards run out, and a position that each
 rank writes into every checkpoint and reads back to resume exactly where it stood."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from utils.data.sources import DataError
+from utils.data.errors import DataError
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which torch deprecated after it: noise, not ours to fix.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
@@ -110,7 +110,7 @@ class StreamLoader:
     after every batch, so that state_dict() is the position after the last batch handed out (not
     the ones prefetched). Its workers are kept from epoch to epoch (started again, each cost an epoch's
     start a fork and the shards' reopening; kept, each reads the next epoch's first block as soon as
-    its pass runs out: utils/data/stream_blocks.py); StreamRows reads the epoch from shared memory. Past the end of this process's shards
+    its pass runs out: utils/data/streaming/blocks.py); StreamRows reads the epoch from shared memory. Past the end of this process's shards
     it hands out padding batches: one blank image marked not valid (the loop trains on none, and still
     joins the all-reduce).
     """
@@ -120,7 +120,7 @@ class StreamLoader:
 
         self.dataset, self.micro_batches, self.device, self.num_workers = rows, micro_batches, device, num_workers
         rows.turns = Turns(batch_size, micro_batches, num_workers)
-        self.decode = decode or (lambda batch: batch)  # --decode_on_device (utils/data/device_decode.py)
+        self.decode = decode or (lambda batch: batch)  # --decode_on_device (utils/data/decoding/on_device.py)
         self.loader = StatefulDataLoader(rows, batch_size=batch_size, num_workers=num_workers,
                                          worker_init_fn=worker_init_fn, pin_memory=device.type == "cuda",
                                          snapshot_every_n_steps=1, persistent_workers=num_workers > 0,

@@ -1,30 +1,25 @@
 """Video presets: for (T, C, H, W) uint8 tv_tensors.Video frames, one random draw for all frames of a
-clip, from the run's Input (utils/data/presets.py)."""
+clip, from the run's Input (utils/data/transforms/input.py)."""
 
 import torch
 from torchvision.transforms import v2
 
-from utils.data.moving_digits import CANVAS as MOVING_DIGITS_CANVAS
-
 
 def video_train(inp):
     """Short side resized to a random 8/7..10/7 of the crop (PySlowFast's 256..320 for 224), random
-    crop, horizontal flip unless --no_hflip. Moving digits: as generated (a flip, or a crop that moves
-    the canvas, would change or hide the direction that is the label)."""
-    size = inp.image_size
-    if inp.kind == "moving_digits":
-        return video_eval(inp)
-    steps = [v2.RandomResize(round(size * 8 / 7), round(size * 10 / 7) + 1, antialias=True), v2.RandomCrop(size)]
+    crop, horizontal flip unless --no_hflip."""
+    size, mode = inp.image_size, v2.InterpolationMode(inp.interpolation)
+    steps = [v2.RandomResize(round(size * 8 / 7), round(size * 10 / 7) + 1, interpolation=mode, antialias=True),
+             v2.RandomCrop(size)]
     if not inp.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
     return v2.Compose(steps)
 
 
 def _video_resize(inp):
-    size = inp.image_size
-    if inp.kind == "moving_digits":
-        return [v2.Identity()] if size == MOVING_DIGITS_CANVAS else [v2.Resize(size, antialias=True)]
-    return [v2.Resize(int(size / inp.crop_pct), antialias=True)]
+    """The short side to val_resize_size (image_size / crop_pct; the frame side itself where the source takes no
+    crop, as moving digits: a resize to the frames' own size returns them as they are)."""
+    return [v2.Resize(inp.val_resize_size, interpolation=v2.InterpolationMode(inp.interpolation), antialias=True)]
 
 
 def video_eval(inp):

@@ -1,15 +1,18 @@
 """Video datasets stored by `datasets`: a Hub dataset (the local cache's, offline) or a save_to_disk folder whose
 splits have a Video column. The column is read with decode=False, its file paths or bytes, and decoded with our
-PyAV reader (utils/data/video.py StoredFrames): `datasets` itself would decode with torchcodec, which needs
+PyAV reader (utils/data/datasets/clips.py StoredFrames): `datasets` itself would decode with torchcodec, which needs
 FFmpeg's shared libraries on the system. Clips, sampling and transforms are the video folders'."""
 
 import json
 from pathlib import Path
 
-from utils.data.source import DataSource
-from utils.data.sources import LABEL_COLUMNS, VAL_SPLITS, DataError, hub_features, load_hub, pick_column, subset
-from utils.data.video import VIDEO_READERS, StoredFrames
-from utils.data.video_sources import KINETICS_MEAN, KINETICS_STD, _clip_datasets, decoding_notes
+from utils.data.datasets.clips import StoredFrames
+from utils.data.decoding.video import VIDEO_READERS
+from utils.data.errors import DataError
+from utils.data.sources.hub import hub_features, load_hub
+from utils.data.sources.protocol import DataSource
+from utils.data.sources.splits import LABEL_COLUMNS, VAL_SPLITS, pick_column, subset
+from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD, _clip_datasets, decoding_notes
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 

@@ -1,6 +1,5 @@
-"""Where videos come from: moving digits (embedded), <class>/<video> folders and list files, checked
-before training; their two sources (utils/data/source.py), MovingDigits and VideoFiles, which build the
-datasets over them (utils/data/video.py) with the presets attached."""
+"""Where videos come from: <class>/<video> folders and list files, checked before training; VideoFiles, their source,
+which builds the clip datasets over them (utils/data/datasets/clips.py) with the presets attached."""
 
 import os
 from pathlib import Path
@@ -9,11 +8,13 @@ import numpy as np
 
 from utils.core.errors import at_least
 from utils.core.seeding import EpochSeeded
-from utils.data import moving_digits, video_presets
-from utils.data.source import DataSource
-from utils.data.sources import SPLIT_SEED, DataError, folder_files
-from utils.data.video import (VIDEO_READERS, VIDEO_SUFFIXES, ArrayFrames, PathFrames, VideoClips,
-                              torchcodec_video_problem)
+from utils.data.datasets.clips import PathFrames, VideoClips
+from utils.data.decoding.video import VIDEO_READERS, VIDEO_SUFFIXES, torchcodec_video_problem
+from utils.data.errors import DataError
+from utils.data.sources.folders import folder_files
+from utils.data.sources.protocol import DataSource
+from utils.data.sources.splits import SPLIT_SEED
+from utils.data.transforms.video import video_eval, video_test, video_train
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -113,19 +114,18 @@ def _subset(paths, labels, n):
 
 # Kinetics-400's, which torchvision's video weights were trained with.
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
-# Moving digits' (0..1 scale), measured over its 2,000 train clips: mostly black canvas.
-MOVING_DIGITS_MEAN, MOVING_DIGITS_STD = (0.034,) * 3, (0.158,) * 3
 
 
-def _clip_datasets(args, inp, train, val):
-    """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded."""
+def _clip_datasets(args, inp, train, val, train_preset=None):
+    """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded, its
+    transform `train_preset` (default: video_train's random resize, crop and flip)."""
     common = dict(clip_len=args.clip_len, interval=args.frame_interval, segments=args.num_segments,
                   shape=(3, args.clip_len * args.num_segments, inp.image_size, inp.image_size))
     (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
-    common["on_device"] = args.decode_on_device  # files decoded by the main process (utils/data/device_decode.py)
-    train = VideoClips(train_src, train_labels, transform=video_presets.video_train(inp), seed=args.seed,
+    common["on_device"] = args.decode_on_device  # files decoded by the main process (utils/data/decoding/on_device.py)
+    train = VideoClips(train_src, train_labels, transform=train_preset or video_train(inp), seed=args.seed,
                        names=train_names, **common)
-    val = VideoClips(val_src, val_labels, transform=video_presets.video_eval(inp), names=val_names, **common)
+    val = VideoClips(val_src, val_labels, transform=video_eval(inp), names=val_names, **common)
     return EpochSeeded(train, train.epoch), val
 
 
@@ -157,29 +157,12 @@ class VideoFiles(DataSource):
         return train, val, names, decoding_notes(train)
 
 
-class MovingDigits(DataSource):
-    """--dataset moving_digits: embedded clips of a digit moving across a canvas, generated once (seeded),
-    its own size (the canvas) and statistics."""
-
-    kind, video, own_input, size = "moving_digits", True, True, moving_digits.CANVAS
-    stats = (MOVING_DIGITS_MEAN, MOVING_DIGITS_STD)
-
-    def datasets(self, args, inp, rank=0, world=1):
-        splits = moving_digits.load()
-        (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
-        notes = [f"moving digits: {len(train_labels)} train / {len(val_labels)} val clips of {moving_digits.FRAMES} "
-                 f"frames, {moving_digits.CANVAS}x{moving_digits.CANVAS}, labelled by direction of motion"]
-        return (*_clip_datasets(args, inp, (ArrayFrames(train_clips), train_labels, None),
-                                (ArrayFrames(val_clips), val_labels, None)),
-                moving_digits.CLASS_NAMES, notes)
-
-
 def test_views(args, inp, val):
     """The multi-view test set over `val`'s videos: --test_clips clips of each, --test_crops crops of each
     clip; an item is one clip's crops, (crops, C, T, H, W)."""
     crops = args.test_crops or 1
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
-                      transform=video_presets.video_test(inp, crops), shape=(crops, *val.shape),
+                      transform=video_test(inp, crops), shape=(crops, *val.shape),
                       clips=args.test_clips or 1, names=val.names)
 
 

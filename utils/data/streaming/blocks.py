@@ -1,4 +1,4 @@
-"""How a --streaming worker reads its pass over the shards (utils/data/streaming.py): in blocks of
+"""How a --streaming worker reads its pass over the shards (utils/data/streaming/rows.py): in blocks of
 --shuffle_buffer rows, each read in a thread while the one before it is used.
 
 The read (parquet decompression and `datasets`' rows, ~0.05 ms a row of JPEG bytes here) and the

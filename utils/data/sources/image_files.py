@@ -1,0 +1,129 @@
+"""Image files: folders, Hub datasets and save_to_disk folders as `datasets` splits of undecoded images and labels,
+checked before training; ImageFiles, their source."""
+
+from pathlib import Path
+
+from utils.data.datasets.images import with_transform
+from utils.data.errors import DataError
+from utils.data.sources.folders import folder_files
+from utils.data.sources.hub import load_hub
+from utils.data.sources.protocol import DataSource
+from utils.data.sources.splits import SPLIT_SEED, VAL_SPLITS, normalise, subset, _check_range
+from utils.data.transforms.images import image_presets
+from utils.data.transforms.input import progressive_notes
+
+_fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
+
+
+def _folder_split(files, names):
+    """A Dataset of file paths (stored as paths: nothing is read or copied now) labelled by class name."""
+    import datasets
+
+    index = {name: i for i, name in enumerate(names)}
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=names))
+    return datasets.Dataset.from_dict({"image": [f for fs in files.values() for f in fs],
+                                       "label": [index[c] for c, fs in files.items() for _ in fs]},
+                                      features=features)
+
+
+def _load_folders(train_dir, val_dir):
+    """Train (and val) Datasets over exactly the files we listed; labels = sorted train folder names.
+
+    Built from our own list rather than the imagefolder builder, which labels a file by its immediate
+    parent folder and so cannot read classes with sub-folders.
+    """
+    import datasets
+
+    train = folder_files(train_dir, "train_dir")
+    names = list(train)
+    splits = {"train": _folder_split(train, names)}
+    if val_dir is not None:
+        val = folder_files(val_dir, "val_dir")
+        unknown = sorted(set(val) - set(train))
+        if unknown:
+            _fail(f"val_dir: classes not in train_dir: {', '.join(unknown[:10])}")
+        splits["validation"] = _folder_split(val, names)  # val classes mapped to train's indices by name
+    return datasets.DatasetDict(splits)
+
+
+def _load(args):
+    """A DatasetDict (or Dataset) for the source that `args` names."""
+    import datasets
+
+    if args.train_dir or args.data_dir:
+        if args.data_dir:
+            root = Path(args.data_dir)
+            if not root.is_dir():
+                _fail(f"data_dir: {root} is not a readable folder")
+            val = next((root / s for s in ("val", "validation", "valid") if (root / s).is_dir()), None)
+            if not (root / "train").is_dir():
+                _fail(f"data_dir: {root} has no train/ folder (expected {root}/train/<class>/<image>)")
+            return _load_folders(root / "train", val)
+        return _load_folders(args.train_dir, args.val_dir)
+    if Path(args.dataset).exists():
+        try:
+            return datasets.load_from_disk(args.dataset)
+        except FileNotFoundError as e:
+            _fail(f"dataset: {args.dataset} is not a folder written by save_to_disk ({str(e).splitlines()[0]})")
+    return load_hub(args.dataset, args.dataset_config)
+
+
+def load_splits(args):
+    """(train, val, class_names, notes): `image`/`label` datasets, checked; notes say what was derived."""
+    import datasets
+
+    loaded = _load(args)
+    notes = []
+    if isinstance(loaded, datasets.Dataset):
+        loaded = datasets.DatasetDict(train=loaded)
+    if args.train_split not in loaded:
+        _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(loaded)}")
+    if not len(loaded[args.train_split]):
+        _fail(f"train_split: split {args.train_split!r} is empty")
+    train = normalise(loaded[args.train_split], args)
+    names = train.features["label"].names
+    val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
+    if args.val_split and args.val_split not in loaded:
+        _fail(f"val_split: no split {args.val_split!r}; splits are: {', '.join(loaded)}")
+    _check_range(train, names)
+    if val_split is None:
+        try:
+            carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
+        except ValueError as e:  # a stratified carve needs an image of each class on both sides
+            _fail(f"val_fraction: cannot carve a stratified {args.val_fraction:.0%} of {len(train)} images in "
+                  f"{len(train.features['label'].names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, "
+                  f"or give a validation split (--val_dir)")
+        train, val = carved["train"], carved["test"]
+        notes.append(f"no validation split: carved {len(val)} images ({args.val_fraction:.0%}) from "
+                     f"{args.train_split!r}, stratified, seed {SPLIT_SEED}")
+    else:
+        if not len(loaded[val_split]):
+            _fail(f"val_split: the validation split {val_split!r} is empty")
+        val = normalise(loaded[val_split], args, class_names=names)
+        if isinstance(val.features["label"], datasets.ClassLabel) and val.features["label"].names != names:
+            extra = sorted(set(val.features["label"].names) - set(names))
+            if extra:
+                _fail(f"val_split: classes not in train: {', '.join(extra[:10])}")
+            # Same classes in another order: remap by name, not by index.
+            val = val.align_labels_with_mapping({name: i for i, name in enumerate(names)}, "label")
+        notes.append(f"validation split: {val_split!r}")
+    _check_range(val, names)
+    train, val = subset(train, args.max_train_samples), subset(val, args.max_val_samples)
+    return train, val, names, notes
+
+
+class ImageFiles(DataSource):
+    """Image files: a <class>/<image> folder (--train_dir/--val_dir, --data_dir), a Hub dataset or a
+    save_to_disk folder (--dataset): ImageNet's statistics and 224 px unless a timm/hf model recommends others."""
+
+    def name(self, args):
+        folder = args.train_dir or args.data_dir
+        return f"imagefolder:{folder}" if folder else args.dataset
+
+    def datasets(self, args, inp, rank=0, world=1):
+        train_preset, val_preset = image_presets(inp)
+        train, val, names, notes = load_splits(args)
+        on_device = args.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
+        return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device),
+                with_transform(val, val_preset, decoded=False, on_device=on_device), names,
+                notes + progressive_notes(inp, args.epochs))

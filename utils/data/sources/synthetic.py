@@ -1,0 +1,23 @@
+"""--dataset synthetic: random images of a pattern per class, generated on the fly, for tests and benchmarks."""
+
+import torch
+
+from utils.core.seeding import EpochSeeded
+from utils.data.datasets.synthetic import SyntheticDataset
+from utils.data.sources.protocol import DataSource
+
+
+class Synthetic(DataSource):
+    """Float input already, not normalised (stats None); sized by --synthetic_*_samples and --image_size."""
+
+    kind, own_input, eval_crop, size, stats = "synthetic", True, False, 32, None
+
+    def datasets(self, args, inp, rank=0, world=1):
+        names = [f"class_{i}" for i in range(args.num_classes)]
+        epoch = torch.zeros((), dtype=torch.int64)  # synthetic data has no augmentation to seed
+        size = inp.image_size
+        return (EpochSeeded(SyntheticDataset(args.synthetic_train_samples, size, args.num_classes, seed=1), epoch),
+                SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
+
+    def train_labels(self, train):
+        return b""  # a function of its size and class count

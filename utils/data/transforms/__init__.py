@@ -1,0 +1,2 @@
+"""Transforms: the run's model input resolved once (input.py), the image and video presets that
+end in uint8 (images.py, video.py), and what happens to a batch on the device (batch.py)."""
