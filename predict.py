@@ -68,7 +68,6 @@ def main(argv=None):
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
-    from utils.data.sources.catalog import resolve_input
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
@@ -78,12 +77,12 @@ def main(argv=None):
         for target in (opts.output,):  # nothing already written is replaced unless asked
             if target and Path(target).exists() and not opts.overwrite:
                 raise RunError(f"{target} exists; pass --overwrite to replace it")
-        train_args, names, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)
-        inp = resolve_input(train_args)  # the run's eval input: sizes, normalisation
+        run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
+        inp = run.input  # its eval input: sizes, normalisation, clips
         if opts.export_onnx and accelerator.is_main_process:
-            diff = export_onnx(model, train_args, inp, opts.export_onnx, overwrite=opts.overwrite)
+            diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite)
             check = f"; onnxruntime vs PyTorch logits: max abs diff {diff:.2e}" if diff is not None else ""
-            shape = ", ".join(map(str, input_shape(train_args, inp)))
+            shape = ", ".join(map(str, input_shape(inp)))
             print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output 'logits'){check}")
         if not opts.inputs:
             accelerator.end_training()
@@ -91,18 +90,18 @@ def main(argv=None):
         if opts.multi_view and not inp.video:
             raise RunError("--multi_view: an image run has one view per file; drop the option")
         files = list_inputs(opts.inputs, video=inp.video)
-        rows = predict(accelerator, train_args, inp, names, model, files, opts)
+        rows = predict(accelerator, run, model, files, opts)
     except (UserError, ValueError) as e:  # ours, or a library refusing a value
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
-        report(rows, names, opts)
+        report(rows, run.classes, opts)
     # The process group torn down before the interpreter: once, a rank left it to exit and died of
     # "terminate called without an active exception" (SIGABRT) after its work was done.
     accelerator.end_training()
     return rows
 
 
-def predict(accelerator, train_args, inp, names, model, files, opts):
+def predict(accelerator, run, model, files, opts):
     """One row per file, in input order, on the main process (None elsewhere)."""
     import torch
     from torch.utils.data import DataLoader
@@ -113,12 +112,13 @@ def predict(accelerator, train_args, inp, names, model, files, opts):
     from utils.evaluation.tta import scores
     from utils.inference import eval_dataset
 
+    names = run.classes
     top_k = min(opts.top_k, len(names))
-    dataset, per_file = eval_dataset(train_args, inp, files, multi_view=opts.multi_view)
+    dataset, per_file = eval_dataset(run, files, multi_view=opts.multi_view)
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, the padding dropped when gathered
     model = model.to(accelerator.device).eval()
-    inputs = BatchInput(train_args, len(names), accelerator.process_index, inp.mean_std)
+    inputs = BatchInput(run.input.mean_std)  # normalisation alone, as validation feeds the model
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
 
     def score(batch):

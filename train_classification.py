@@ -55,8 +55,7 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 
-from utils.config.options import parse_args, resume_keys
-from utils.config.settings import resolve
+from utils.config.options import parse, resume_keys
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
@@ -82,7 +81,7 @@ def fail(message):
 
 def main(argv=None):
     follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (core/preemption.py)
-    args = parse_args(argv, prog=PROG)
+    args, settings = parse(argv, prog=PROG)  # the data source picked, the model's input resolved: once
     if (problem := trackers.check_wandb_login(args.report_to)) is not None:
         fail(problem)
     accelerator = build_accelerator(args)
@@ -90,13 +89,12 @@ def main(argv=None):
         fail(problem)
     lock = job = None
     try:
-        out = output_dir_for(args, accelerator)
+        out = output_dir_for(args, accelerator, settings.source_name)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
         resume_from = resume_folder(args, accelerator, out, resume_keys())
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
         set_seed(args.seed)
-        settings = resolve(args, accelerator.num_processes)
         job, train_samples, num_workers = build_job(args, settings, accelerator, out)
         position, state = resume(job, resume_from) if resume_from is not None else (Position(), {})
         job.stop.install()

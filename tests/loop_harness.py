@@ -61,7 +61,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                objective=Objective(args), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_top1=[], inputs=BatchInput(args, 3, accelerator.process_index,
+               best_top1=[], inputs=BatchInput.for_training(args, 3, accelerator.process_index,
                                                                      resolve_input(args).mean_std))
 
 

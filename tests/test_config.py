@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 from conftest import ROOT, main_fails
 
@@ -107,11 +108,12 @@ def test_yaml_keys_are_the_flag_names():
 @pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_recipes_parse(recipe, tmp_path):
     values = yaml.safe_load(recipe.read_text())
-    lists = []  # a video recipe needs video data: two list files (not read when parsing)
+    data = []  # a recipe for files needs files: list files of videos, a folder of images (not read when parsing)
     if "clip_len" in values and "dataset" not in values:
-        (tmp_path / "k.txt").write_text("a.mp4 0\n")
-        lists = ["--train_list", str(tmp_path / "k.txt"), "--val_list", str(tmp_path / "k.txt")]
-    args = parse_args(["--config", str(recipe), *lists])
+        data = video_lists(tmp_path)
+    elif "dataset" not in values:
+        data = ["--train_dir", str(tmp_path / "images")]
+    args = parse_args(["--config", str(recipe), *data])
     assert set(yaml.safe_load(recipe.read_text())) <= set(vars(args))
 
 
@@ -157,3 +159,59 @@ def test_help_says_each_default_once():
     assert "(default: 64)" in said["--batch_size"]  # a plain one still gets its value
     assert "(default: 32 for digits" in said["--image_size"] and "None" not in said["--image_size"]
 
+
+def video_lists(tmp_path):
+    (tmp_path / "k.txt").write_text("a.mp4 0\n")  # not read when parsing
+    return ["--train_list", str(tmp_path / "k.txt"), "--val_list", str(tmp_path / "k.txt")]
+
+
+@pytest.mark.parametrize("data, option, says", [
+    ("lists", ["--auto_augment", "imagenet"], "auto_augment: "),
+    ("lists", ["--rand_augment", "9"], "rand_augment: "),
+    (["--dataset", "moving_digits"], ["--auto_augment", "ta_wide"], "auto_augment: "),
+    (["--dataset", "synthetic"], ["--mean", "0.5", "0.5", "0.5"], "mean: "),
+    (["--dataset", "synthetic"], ["--std", "0.2", "0.2", "0.2"], "std: "),
+    (["--dataset", "synthetic"], ["--interpolation", "bicubic"], "interpolation: "),
+    (["--dataset", "synthetic"], ["--val_crop_size", "8"], "val_crop_size: "),
+    (["--dataset", "digits"], ["--rand_augment", "9"], "rand_augment: "),
+    (["--dataset", "digits"], ["--crop_pct", "0.9"], "crop_pct: "),
+    (["--dataset", "digits"], ["--num_classes", "3"], "num_classes: "),
+    (["--dataset", "digits"], ["--clip_len", "4"], "clip_len: "),
+    (["--dataset", "digits"], ["--shuffle_buffer", "5"], "shuffle_buffer: "),
+])
+def test_an_option_the_data_does_not_read_is_refused_in_one_line(data, option, says, tmp_path, capsys):
+    """Video presets take no AutoAugment/RandAugment, synthetic data is not normalised nor cropped, the digits keep
+    their own recipe: each such option is one line, exit 2, instead of a run whose weights ignore it."""
+    data = video_lists(tmp_path) if data == "lists" else data
+    err = reject([*data, *option], capsys)
+    assert f"error: {says}" in err
+
+
+def test_an_option_the_data_reads_is_applied(tmp_path):
+    """--mean/--std on the embedded digits and moving digits, --interpolation on video: in the run's input and
+    the presets built from it."""
+    from torchvision.transforms import v2
+
+    from utils.data.sources.catalog import resolve_input
+    from utils.data.transforms.video import video_eval, video_test, video_train
+
+    for data in (["--dataset", "digits"], ["--dataset", "moving_digits"]):
+        inp = resolve_input(parse_args([*data, "--mean", "0.5", "0.4", "0.3", "--std", "0.2", "0.2", "0.1"]))
+        assert inp.mean_std == ((0.5, 0.4, 0.3), (0.2, 0.2, 0.1)), data
+    inp = resolve_input(parse_args([*video_lists(tmp_path), "--interpolation", "bicubic"]))
+    assert inp.interpolation == "bicubic"
+    frames = torch.randint(0, 256, (2, 3, 40, 50), dtype=torch.uint8)
+    for preset in (video_eval(inp), video_train(inp)):
+        resize = preset.transforms[0]
+        assert resize.interpolation == v2.InterpolationMode.BICUBIC, type(resize).__name__
+    # the multi-view test's resize too: its pixels are the bicubic ones
+    crops = video_test(inp, 1)(tv_video(frames))
+    expected = v2.functional.center_crop(v2.functional.resize(frames, [int(inp.image_size / inp.crop_pct)],
+                                         interpolation=v2.InterpolationMode.BICUBIC, antialias=True), inp.image_size)
+    assert torch.equal(crops[0], expected)
+
+
+def tv_video(frames):
+    from torchvision import tv_tensors
+
+    return tv_tensors.Video(frames)

@@ -182,3 +182,22 @@ def test_a_stream_of_jpeg_shards_gives_the_same_batches_decoded_on_the_device(tm
     for plain, decoded in zip(epochs[False], epochs[True]):
         assert torch.equal(plain["labels"], decoded["labels"]) and torch.equal(plain["pixel_values"],
                                                                                decoded["pixel_values"])
+
+
+@pytest.mark.slow
+def test_the_device_resizes_with_the_runs_interpolation(tmp_path):
+    """On textured JPEGs with --interpolation bicubic (as a timm model's input says): the run decoded on the device
+    is bitwise the run decoded in the workers, training and validation alike (flat colours resize alike with any
+    kernel, so the reference runs cannot tell)."""
+    from conftest import assert_same_weights, make_folder
+
+    for split, counts in (("tr", {"cat": 4, "dog": 4}), ("va", {"cat": 2, "dog": 2})):
+        make_folder(tmp_path / split, counts, size=(40, 30), noise=60)
+    for name in list((tmp_path / "tr").rglob("*.png")) + list((tmp_path / "va").rglob("*.png")):
+        name.unlink()  # JPEGs alone: every one decoded on the device
+    job = ["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", "--image_size", "16", "--batch_size", "2",
+           "--epochs", "1", "--warmup_epochs", "0", "--num_workers", "0", "--interpolation", "bicubic"]
+    workers = run_main([*job, "--output_dir", tmp_path / "workers"])
+    device = run_main([*job, "--decode_on_device", "--output_dir", tmp_path / "device"])
+    assert_same_weights(tmp_path / "device", tmp_path / "workers")
+    assert device["val_loss"] == workers["val_loss"]

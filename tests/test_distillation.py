@@ -59,6 +59,24 @@ def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images
     assert digests[0] == digests[1] == weights_digest_of_file(reference[1] / "model.safetensors")
 
 
+def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, reference, tmp_path):
+    """A finished --model_ema run teaches with model_ema.safetensors: the weights its validation, best/ and model/
+    followed, not the raw ones."""
+    from utils.config.options import parse_args
+    from utils.data.sources.catalog import resolve_input
+    from utils.run.teacher import _model, weights_digest
+
+    run = tmp_path / "ema_run"
+    shutil.copytree(reference[1], run)
+    raw = load_file(run / "model.safetensors")
+    save_file({k: v * 0.5 if v.is_floating_point() else v for k, v in raw.items()}, run / "model_ema.safetensors")
+    args = parse_args([str(a) for a in resume_job(images, reference[1], 0, "--teacher", run)])
+    model, _, _, _, origin = _model(args, ["cat", "dog", "eel"], resolve_input(args))
+    assert origin == f"{run.resolve()}'s EMA weights"
+    assert weights_digest(model) == weights_digest_of_file(run / "model_ema.safetensors")
+    assert weights_digest(model) != weights_digest_of_file(run / "model.safetensors")
+
+
 def weights_digest_of_file(path):
     import torchvision
 

@@ -41,3 +41,14 @@ def test_sigkill_then_resume_stops_at_the_same_epoch_bitwise_on_two_processes(im
     ours, theirs = read_json(out / "results.json"), read_json(whole / "results.json")
     assert (ours["stopped_early_epoch"], ours["epochs_completed"], ours["val_top1"]) == \
         (2, 3, theirs["val_top1"])
+
+
+def test_a_tie_with_the_best_is_no_gain():
+    """The count runs on when a validation only equals the best (a tie is not better by more than min_delta 0);
+    a real gain restarts it."""
+    from utils.training.early_stop import Patience
+
+    patience = Patience(patience=2)
+    assert [patience.update(figure, epoch) for epoch, figure in enumerate([0.5, 0.5, 0.6, 0.6, 0.6])] == \
+        [False, False, False, False, True]
+    assert (patience.best, patience.waited, patience.stopped_epoch) == (0.6, 2, 4)

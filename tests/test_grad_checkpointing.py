@@ -51,6 +51,7 @@ def gradients(model, x):
     ("timm/test_convnext", (2, 3, 32, 32), {"drop_path": 0.2}),
     ("timm/test_resnet", (2, 3, 32, 32), {"drop_path": 0.2}),  # timm's own checkpointing, BatchNorm inside it
     ("timm/test_vit", (2, 3, 160, 160), {"drop_path": 0.2}),
+    ("r3d_18", (2, 3, 4, 32, 32), {}),  # a video model: BatchNorm3d's statistics, updated once too
 ])
 def test_checkpointed_blocks_give_the_same_gradients_and_batchnorm_statistics(name, shape, kwargs):
     if name.startswith("timm/"):

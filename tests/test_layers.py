@@ -74,3 +74,53 @@ def test_modules_and_functions_stay_small_enough_to_read_in_one_sitting():
                 if lines > 50:
                     too_long.append(f"{name}:{node.lineno} {node.name}: {lines} lines (at most 50)")
     assert not too_long, "\n".join(too_long)
+
+
+DATA_ORDER = ["errors", "decoding", "transforms", "datasets", "loading", "streaming", "sources"]  # bottom to top
+
+
+def module_imports(path):
+    """The modules of ours a file imports anywhere in it (a function's own imports too), as dotted names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("utils"):
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("utils")}
+    return found
+
+
+def test_utils_data_is_layered_as_the_data_flows_and_nothing_in_utils_imports_in_a_circle():
+    """utils/data/'s sub-packages import only those below them (decoders at the bottom, sources on top), and no
+    module of utils/ reaches itself through its imports (one inside a function counts: it hid a cycle once)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in UTILS.rglob("*.py")
+               if "evaluate_modules" not in p.parts}
+    modules = {name.removesuffix(".__init__"): path for name, path in modules.items()}
+    edges = {name: {m for m in module_imports(path) if m in modules and m != name} for name, path in modules.items()}
+    upward = []
+    for name, targets in edges.items():
+        parts = name.split(".")
+        if parts[:2] != ["utils", "data"] or len(parts) < 3:
+            continue
+        for target in targets:
+            other = target.split(".")
+            if other[:2] == ["utils", "data"] and len(other) >= 3 and parts[2] != other[2]:
+                if parts[2] not in DATA_ORDER or other[2] not in DATA_ORDER:
+                    upward.append(f"{name} or {target} is in none of {DATA_ORDER}")
+                elif DATA_ORDER.index(other[2]) > DATA_ORDER.index(parts[2]):
+                    upward.append(f"{name} imports {target}")
+    assert not upward, "\n".join(upward)
+    state = dict.fromkeys(edges, 0)  # 0 unseen, 1 on the path, 2 done
+
+    def visit(name, path):
+        state[name] = 1
+        for target in sorted(edges[name]):
+            if state[target] == 1:
+                raise AssertionError("an import cycle: " + " -> ".join(path[path.index(target):] + [target]))
+            if state[target] == 0:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(edges):
+        if state[name] == 0:
+            visit(name, [name])

@@ -122,7 +122,7 @@ def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
     inp, sizes = looks([*folders, "--model", "timm/resnet50.a1_in1k", "--image_size", "64", "--crop_pct", "0.8",
                         "--interpolation", "bilinear", "--mean", "0.1", "0.2", "0.3", "--std", "1", "1", "1"])
     assert sizes == (64, 0.8, "bilinear")
-    assert inp.mean_std == ([0.1, 0.2, 0.3], [1.0, 1.0, 1.0])
+    assert inp.mean_std == ((0.1, 0.2, 0.3), (1.0, 1.0, 1.0))
     inp, sizes = looks([*folders, "--model", f"hf/{tiny_vit}"])
     assert sizes == (16, 1.0, "bicubic")
     assert inp.mean_std == ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))

@@ -64,3 +64,23 @@ def test_a_videos_figures_come_from_the_mean_of_its_views_softmaxes(fresh_accele
                     == LABELS[v] for v, views in VIEWS.items() for c in range(len(views) // CROPS))
     assert figures["clip_top1"] == clip_hits / 6
     assert own["samples"] == 3 and own["loss_sum"] == pytest.approx(sum(nll), rel=1e-6)
+
+
+def test_a_clip_that_could_not_be_decoded_is_left_out_of_its_videos_mean(fresh_accelerate_state):
+    """--skip_bad_videos: clip 0 of video 0 failed to decode (zeros, valid False): the video is the mean of its one
+    clip left, 5 clips are scored, and a video whose every clip failed is not scored at all."""
+    from accelerate import Accelerator
+
+    items = list(batches())
+    items[0]["valid"][0] = False  # video 0, clip 0
+    items[0]["source"][0], items[0]["error"][0] = "v0.mp4", "InvalidDataError: broken"
+    job = SimpleNamespace(accelerator=Accelerator(cpu=True), model=LogitsOfTheInput(), class_names=["a", "b", "c"],
+                          share_buffers=lambda only=None: None, bad_images=BadImages(skip=True),
+                          inputs=lambda pixels: pixels, metrics=load_metrics(), k=2)
+    figures, _ = score_videos(job, items, len(VIEWS))
+    assert figures["test_clips_scored"] == 5 and figures["val_samples"] == 3
+    kept = torch.tensor(VIEWS[0][CROPS:], dtype=torch.float64).softmax(dim=1).mean(dim=0)  # clip 1's crops
+    others = [torch.tensor(VIEWS[v], dtype=torch.float64).softmax(dim=1).mean(dim=0) for v in (1, 2)]
+    nll = [-float(kept[LABELS[0]].log())] + [-float(m[LABELS[v]].log()) for m, v in zip(others, (1, 2))]
+    assert figures["val_loss"] == pytest.approx(sum(nll) / 3, rel=1e-6)
+    assert job.bad_images.found == {"v0.mp4": "InvalidDataError: broken"}

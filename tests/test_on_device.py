@@ -12,7 +12,7 @@ CLASSES = 10
 
 def inputs(*extra, rank=0):
     args = parse_args(["--train_dir", "x", "--image_size", "16", *map(str, extra)])
-    return BatchInput(args, CLASSES, rank, resolve_input(args).mean_std)
+    return BatchInput.for_training(args, CLASSES, rank, resolve_input(args).mean_std)
 
 
 def batch(n=8, seed=0):

@@ -93,19 +93,19 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     pixels its validation set gives it, bit for bit; a train transform (random crop, flip) would not."""
     from conftest import make_folder
 
-    from utils.config.options import parse_args
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.options import parse
     from utils.data.sources.catalog import build_datasets
     from utils.data.sources.image_files import load_splits
     from utils.inference import eval_dataset
+    from utils.run.trained import trained_run
 
     for split in ("tr", "va"):
         make_folder(tmp_path / split, {"cat": 3, "dog": 3}, size=(40, 30), noise=60)
-    args = parse_args(["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va"), "--image_size", "16",
-                       "--crop_pct", "0.8"])
+    args, settings = parse(["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va"), "--image_size",
+                            "16", "--crop_pct", "0.8"])
     _, val, _, _ = build_datasets(args)
     paths = [image["path"] for image in load_splits(args)[1].data.column("image").to_pylist()]
-    files, _ = eval_dataset(args, resolve_input(args), paths)
+    files, _ = eval_dataset(trained_run(args, settings, ["cat", "dog"]), paths)
     assert len(files) == len(val) == 6
     for i in range(6):
         assert files[i]["pixel_values"].shape == (3, 16, 16)
@@ -113,7 +113,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     # and what its model/config.json tells a user of the folder to feed the model: that eval input
     from utils.reporting.model_folder import input_config
 
-    assert input_config(resolve_input(args)) == {"image_size": 16, "resize": 20, "interpolation": "bilinear",
+    assert input_config(settings.input) == {"image_size": 16, "resize": 20, "interpolation": "bilinear",
                                   "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
@@ -147,11 +147,10 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
     path = tmp_path / "model.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path)])
     assert "max abs diff" in capsys.readouterr().out
-    from utils.data.sources.catalog import resolve_input
     from utils.data.transforms.batch import BatchInput
 
-    args, _, model = load_run(root / "run")
-    inp = resolve_input(args)
+    run, model = load_run(root / "run")
+    inp = run.input
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for n in (1, 5):  # a dynamic batch
         pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
@@ -160,8 +159,8 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
             # what training and validation fed the model (utils/data/transforms/batch.py): the graph normalises alike (up
             # to the rounding of x / 255 against to_dtype's scaling)
             normalised = EvalGraph(torch.nn.Identity(), inp)(pixels)
-            assert (normalised - BatchInput(args, 10, 0, inp.mean_std)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
-            trained_path = model(BatchInput(args, 10, 0, inp.mean_std)(pixels)).numpy()
+            assert (normalised - BatchInput(inp.mean_std)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
+            trained_path = model(BatchInput(inp.mean_std)(pixels)).numpy()
         got = session.run(None, {"pixels": pixels.numpy()})[0]
         assert got.shape == (n, 10) and np.abs(got - expected).max() <= 1e-4
         assert np.abs(got - trained_path).max() <= 1e-4
@@ -283,10 +282,9 @@ def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformer
     root, _ = video_run
     path = tmp_path / "video.onnx"
     predict.main([str(root / "run"), "--export_onnx", str(path), "--ema"])
-    from utils.data.sources.catalog import resolve_input
 
-    args, names, model = load_run(root / "run", ema=True)  # model/ holds the EMA's weights
-    inp = resolve_input(args)
+    run, model = load_run(root / "run", ema=True)  # model/ holds the EMA's weights
+    inp, names = run.input, run.classes
     clips = torch.randint(0, 256, (3, 3, 4, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = EvalGraph(model, inp).eval()(clips)
@@ -298,3 +296,36 @@ def test_a_video_run_exports_to_onnx_and_its_model_folder_loads_with_transformer
     assert got.shape == (3, 2) and np.abs(got - expected.numpy()).max() <= 1e-4
     assert torch.equal(theirs, expected) and loaded.config.id2label == dict(enumerate(names))
 
+
+@pytest.mark.slow
+def test_a_video_run_is_used_where_its_training_data_is_not(video_run, videos, tmp_path):
+    """The run folder copied to a machine without its training videos (its config.yaml names folders that do not
+    exist there): predict.py, --export_onnx and a --teacher read what the run recorded, the same rows as on the
+    machine it trained on."""
+    import shutil
+
+    import predict
+    import train_classification
+
+    root, _ = video_run
+    moved = tmp_path / "moved"
+    shutil.copytree(root / "run", moved)
+    config = moved / "config.yaml"
+    config.write_text(config.read_text().replace(str(videos), str(tmp_path / "gone")))
+    assert str(tmp_path / "gone") in config.read_text()
+    here = predict.main([str(root / "run"), str(videos / "va"), "--top_k", "2", "--num_workers", "0"])
+    there = predict.main([str(moved), str(videos / "va"), "--top_k", "2", "--num_workers", "0"])
+    assert there == here
+    views = predict.main([str(moved), str(videos / "va"), "--multi_view", "--top_k", "2", "--num_workers", "0"])
+    assert len(views) == 5 and views != there
+    predict.main([str(moved), "--export_onnx", str(tmp_path / "m.onnx")])
+    assert (tmp_path / "m.onnx").stat().st_size > 0
+    results = train_classification.main([
+        "--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--model", f"hf/{root / 'videomae'}",
+        "--image_size", "16", "--clip_len", "4", "--frame_interval", "2", "--batch_size", "2", "--epochs", "1",
+        "--max_train_steps", "1", "--num_workers", "0", "--teacher", str(moved), "--output_dir", str(tmp_path / "s")])
+    assert results["global_step"] == 1
+    # A run folder written before runs recorded run.json (config.yaml only): read as those versions read it
+    (moved / "run.json").unlink()
+    config.write_text(config.read_text().replace(str(tmp_path / "gone"), str(videos)))
+    assert predict.main([str(moved), str(videos / "va"), "--top_k", "2", "--num_workers", "0"]) == here

@@ -117,11 +117,10 @@ def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_
         assert one[key] == two[key], key
     assert abs(one["video_loss"] - two["video_loss"]) < 1e-6 and one["video_loss"] < 5  # trained, not diverged
     # predict.py's ONNX export of the trained run: the graph (pathways, pools) against PyTorch
-    from utils.data.sources.catalog import resolve_input
     from utils.inference import export_onnx, load_run
 
-    args, _, model = load_run(whole)
-    diff = export_onnx(model, args, resolve_input(args), tmp_path / f"{name}.onnx")
+    run, model = load_run(whole)
+    diff = export_onnx(model, run.input, tmp_path / f"{name}.onnx")
     assert diff is not None and diff < 1e-4, diff
     # predict.py on the run: each file's val clip scored as validation scored it
     rows = tmp_path / "rows.jsonl"

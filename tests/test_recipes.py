@@ -15,9 +15,9 @@ from ranks import ranks_killed, ranks_ok
 # parameters on two CPU processes would cost minutes; FSDP itself is tested in test_fsdp.py.
 RECIPES = sorted(p.name for p in (ROOT / "configs").glob("*.yaml")
                  if not p.name.startswith("moving_digits") and not p.name.endswith("_fsdp.yaml"))
-# Each recipe's own model and hyperparameters, on synthetic 16-px input: a few steps, nothing to download.
-TINY_SYNTHETIC = ["--dataset", "synthetic", "--image_size", "16", "--train_crop_size", "16", "--val_resize_size",
-                  "16", "--val_crop_size", "16", "--num_classes", "10", "--batch_size", "4",
+# Each recipe's own model and hyperparameters, on tiny input: a few steps, nothing to download. The image recipes
+# on image files (their crops, interpolation and policies apply to files only: synthetic data refuses them).
+TINY_SYNTHETIC = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "10", "--batch_size", "4",
                   "--synthetic_train_samples", "40", "--synthetic_val_samples", "8", "--max_train_steps", "3",
                   "--log_every", "1"]
 
@@ -79,7 +79,10 @@ def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textur
 
     out = tmp_path / "run"
     recipe_values = yaml.safe_load((ROOT / "configs" / recipe).read_text())
-    tiny = tiny_images(textured_images) if "progressive_resize" in recipe_values else [*TINY_SYNTHETIC, *RECIPE_SIZE]
+    tiny = tiny_images(textured_images) if "progressive_resize" in recipe_values else \
+        [*TINY_SYNTHETIC, "--image_size", "32"] if recipe_values.get("dataset") == "synthetic" else \
+        ["--train_dir", textured_images / "tr", "--val_dir", textured_images / "va", *RECIPE_SIZE, "--batch_size", "4",
+         "--max_train_steps", "3", "--log_every", "1"]
     if "clip_len" in recipe_values:  # a video recipe
         tiny = tiny_videos(videos)
     env = kinetics_weights(tmp_path, recipe_values["model"]) if recipe_values.get("pretrained") else None

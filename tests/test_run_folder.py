@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
-from ranks import ranks_ok, run_ranks
+from ranks import ranks_killed, ranks_ok, run_ranks
 
 from utils.training import checkpoints
 from utils.training.run_folder import RunLock
@@ -80,7 +80,8 @@ def test_every_option_declares_whether_a_resumed_run_must_keep_it():
         _Declared(argparse.ArgumentParser()).add_argument_group("new").add_argument("--new_option", type=int)
     keys = resume_keys()
     # what the schedule, the sample stream and the optimizer state are made of must be kept...
-    kept = AUGMENTATION + ("seed", "epochs", "batch_size", "grad_accum_steps", "lr", "optimizer", "model")
+    kept = AUGMENTATION + ("seed", "epochs", "batch_size", "grad_accum_steps", "lr", "optimizer", "model",
+                           "bce_loss", "bce_target_thresh", "freeze_backbone", "layer_decay", "temporal_shift")
     assert set(kept) <= set(keys), sorted(set(kept) - set(keys))
     # ...and where the run reports, evaluates and checkpoints may change
     assert not {"output_dir", "resume", "log_every", "val_every", "keep_last", "report_to", "num_workers"} & set(keys)
@@ -196,8 +197,7 @@ def test_every_option_that_changes_what_is_optimised_is_a_resume_key(fresh_accel
 
     from accelerate import Accelerator
 
-    from utils.config.options import get_args_parser, parse_args, resume_keys
-    from utils.config.settings import resolve
+    from utils.config.options import get_args_parser, parse, resume_keys
     from utils.core.errors import UserError
     from utils.run.job import build_model_and_optimizer
 
@@ -205,8 +205,8 @@ def test_every_option_that_changes_what_is_optimised_is_a_resume_key(fresh_accel
     base = [*TINY, "--output_dir", "unused"]
 
     def optimised(argv):
-        args = parse_args(argv)
-        model, optimizer = build_model_and_optimizer(args, resolve(args, 1), [str(i) for i in range(7)], accelerator)
+        args, settings = parse(argv)
+        model, optimizer = build_model_and_optimizer(args, settings, [str(i) for i in range(7)], accelerator)
         groups = [(len(g["params"]), g["weight_decay"], g["lr"]) for g in optimizer.param_groups]
         return groups, [name for name, p in model.named_parameters() if p.requires_grad]
 
@@ -247,3 +247,15 @@ def test_resuming_with_the_backbone_frozen_is_refused_in_one_line(tmp_path, caps
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "optimizer state does not fit this run's parameter groups" in lines[0]
     assert snapshot(out, skip=(".lock",)) == before
+
+
+@pytest.mark.slow
+def test_resume_latest_starts_afresh_in_a_folder_killed_before_its_first_checkpoint(tmp_path, capsys):
+    """SIGKILLed at step 2, before any checkpoint (config.yaml, labels.json and metrics rows written): the same
+    command with --resume latest is no other run's folder, it starts afresh there and trains to the end."""
+    out = tmp_path / "run"
+    argv = [*TINY, "--epochs", "1", "--warmup_epochs", "0", "--log_every", "1", "--output_dir", out]
+    ranks_killed(argv, "step:2", nproc=1)
+    assert (out / "config.yaml").is_file() and not (out / "checkpoints").exists()
+    results = run_main([*argv, "--resume", "latest"])
+    assert results["global_step"] == 8 and "no complete checkpoint" in capsys.readouterr().out

@@ -41,11 +41,12 @@ def test_the_options_name_one_source_and_its_input_defaults_follow(videos, tmp_p
         assert (type(source).__name__, source.kind, source.video, inp.video) == (cls, kind, video, video), argv
         assert (inp.image_size, inp.mean_std and inp.mean_std[0][0], source.name(args)) == (size, mean, name), argv
         assert is_video_model(args.model) == video  # the default model follows the modality
-    # --image_size wins over every source's own side; --mean over a file source's statistics, not a source's own
+    # --image_size wins over every source's own side, --mean/--std over every source's statistics (its own too)
     assert resolve_input(parse_args(["--dataset", "moving_digits", "--image_size", "16"])).image_size == 16
     mine = ["--mean", "0.5", "0.5", "0.5", "--std", "0.2", "0.2", "0.2"]
-    assert resolve_input(parse_args(["--train_dir", str(tmp_path / "img"), *mine])).mean_std[0] == [0.5] * 3
-    assert resolve_input(parse_args(mine)).mean_std == (DIGITS_MEAN, DIGITS_STD)
+    assert resolve_input(parse_args(["--train_dir", str(tmp_path / "img"), *mine])).mean_std[0] == (0.5,) * 3
+    assert resolve_input(parse_args(mine)).mean_std == ((0.5,) * 3, (0.2,) * 3)
+    assert resolve_input(parse_args([])).mean_std == (DIGITS_MEAN, DIGITS_STD)
 
 
 def test_every_source_answers_the_protocol_with_datasets_of_its_own():

@@ -342,10 +342,23 @@ def test_an_epoch_has_its_length_on_every_process_padded_when_shards_run_out(par
     from utils.data.streaming.loader import PADDING
 
     args = stream_args(parquet_shards, "--steps_per_epoch", "14")
-    batches = list(loader_for(args, 1, 2).batches(0))
+    loader = loader_for(args, 1, 2)
+    batches = list(loader.batches(0))
     assert len(batches) == 14
     assert [b["error"] == [PADDING] for b in batches] == [False] * 12 + [True] * 2
     assert [BadImages(skip=False).check(b) for b in batches] == [4] * 12 + [0] * 2
+    # the next epoch is a new pass: its shards are read again, not taken as run out
+    assert [b["error"] == [PADDING] for b in loader.batches(1)] == [False] * 12 + [True] * 2
+
+
+def test_an_epoch_of_accumulated_steps_takes_all_its_micro_batches(parquet_shards):
+    """--grad_accum_steps 2: the epoch is the split over the global batch (2 processes x 4 x 2 = 16), 6 optimizer
+    steps of 2 micro-batches: 12 batches on each process, every sample once, as without accumulation."""
+    args = stream_args(parquet_shards, "--grad_accum_steps", 2, "--label_column", "id")
+    loaders = [loader_for(args, rank, 2) for rank in (0, 1)]
+    assert [len(loader) for loader in loaders] == [12, 12]
+    seen = sum((sum(ids_of(loader.batches(0)), []) for loader in loaders), [])
+    assert sorted(seen) == list(range(TRAIN_SHARDS * ROWS_PER_SHARD))
 
 
 @pytest.fixture(scope="session")

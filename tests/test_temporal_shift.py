@@ -44,3 +44,23 @@ def test_what_tsm_cannot_shift_is_refused_in_one_line(capsys):
         assert e.value.code == 2 and "temporal_shift: shifts channels in time" in capsys.readouterr().err
     with pytest.raises(ModelError, match="mobilenet_v3_small has no ResNet-style residual blocks"):
         build_model("mobilenet_v3_small", 4, video=True, temporal_shift=4)
+
+
+@pytest.mark.slow
+def test_a_tsm_runs_folder_predicts_with_its_shift(videos, tmp_path):
+    """predict.py on a TSM run's val videos gives its val top-1 and loss: the model it builds from the run folder
+    shifts channels as the run trained (without the shift, the same weights give other logits)."""
+    import math
+    import os
+
+    import predict
+    from conftest import run_main
+
+    results = run_main(["--train_dir", videos / "tr", "--val_dir", videos / "va", "--model", "resnet18",
+                        "--temporal_shift", "--image_size", "32", "--clip_len", "4", "--batch_size", "2", "--epochs",
+                        "1", "--warmup_epochs", "0", "--num_workers", "0", "--output_dir", tmp_path / "run"])
+    rows = predict.main([str(tmp_path / "run"), str(videos / "va"), "--top_k", "2", "--num_workers", "0"])
+    truth = [os.path.basename(os.path.dirname(r["path"])) for r in rows]
+    nll = -sum(math.log(dict(zip(r["labels"], r["probs"]))[t]) for r, t in zip(rows, truth)) / len(rows)
+    assert nll == pytest.approx(results["val_loss"], abs=1e-4)
+    assert sum(r["labels"][0] == t for r, t in zip(rows, truth)) == round(results["val_top1"] * len(rows))

@@ -240,3 +240,21 @@ def test_a_run_in_this_process_leaves_no_worker_behind(tmp_path, capsys):
                             tmp_path / "bad"], capsys)
     assert code == 2 and "cannot decode" in err
     assert not new_children(before)
+
+
+def test_save_every_n_checkpoints_after_every_nth_epoch(tmp_path):
+    """--save_every 2 over 3 epochs: after epoch 1 (the second) and at the end, not after the first."""
+    out = tmp_path / "run"
+    run_main([*TINY, "--synthetic_train_samples", "16", "--epochs", "3", "--save_every", "2", "--output_dir", out])
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_1", "epoch_2"]
+
+
+def test_an_epoch_whose_batches_accumulation_does_not_divide_has_a_step_for_its_last_group(tmp_path):
+    """8 micro-batches an epoch, --grad_accum_steps 3: 3 optimizer steps (3 + 3 + 2), so epochs are laid out and
+    reported in steps of 3: epoch 1.0 at step 3, 2.0 at step 6, and the schedule's warmup ends at epoch 1."""
+    out = tmp_path / "run"
+    results = run_main([*TINY, "--epochs", "2", "--grad_accum_steps", "3", "--warmup_epochs", "1", "--log_every", "1",
+                        "--output_dir", out])
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
+    assert results["global_step"] == 6 and [(r["step"], r["epoch"]) for r in rows][2::3] == [(3, 1.0), (6, 2.0)]
+    assert rows[2]["lr"] == pytest.approx(0.1)  # the peak LR, reached at the warmup's end: the end of epoch 0

@@ -157,7 +157,7 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
 
 
 def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
-    inp = resolve_input(parse_args(["--dataset", "moving_digits", "--image_size", "8", "--crop_pct", "1"]))
+    inp = resolve_input(parse_args(["--dataset", "moving_digits", "--image_size", "8"]))  # resized to 8, no crop
     # A 2-frame clip, 8 high and 16 wide, whose pixel values are their column numbers.
     frames = tv_tensors.Video(torch.arange(16, dtype=torch.uint8).expand(2, 3, 8, 16).clone())
     views = video_test(inp, 3)(frames)  # (crops, T, C, H, W)

@@ -1,18 +1,19 @@
-"""Using a trained run (predict.py): its options, labels and weights, its own eval transform over files
-(images, or videos with the run's clip sampling), and the eval graph (uint8 pixels in, logits out) for ONNX."""
+"""Using a trained run (predict.py): what it recorded and its weights (utils/run/trained.py), its own eval transform
+over files (images, or videos with the run's clip sampling), and the eval graph (uint8 pixels in, logits out) for
+ONNX."""
 
-import json
 import os
 from pathlib import Path
 
 import torch
-from torchvision.transforms import v2
 
-from utils.data.transforms import images as presets, video as video_presets
+from utils.data.datasets.clips import PathFrames, VideoClips
 from utils.data.datasets.images import with_transform
 from utils.data.decoding.images import IMAGE_SUFFIXES
-from utils.data.datasets.clips import PathFrames, VideoClips
 from utils.data.decoding.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFIXES
+from utils.data.sources.catalog import source_named
+from utils.data.transforms.images import Fixed
+from utils.data.transforms.video import video_eval, video_test
 from utils.run.trained import RunError, load_run  # noqa: F401 (predict.py's, with what follows)
 
 
@@ -46,44 +47,39 @@ def list_inputs(items, video=False):
     return files
 
 
-def eval_dataset(args, inp, files, multi_view=False):
-    """`files` through the run's own eval transform, read as validation reads (utils/data/sources/image_files.py,
-    utils/data/sources/video_files.py): the same pixels. Each item holds pixel_values (uint8), valid, source and
-    error. Video: the run's val clip of each file, or with `multi_view` its test views (--test_clips
-    clips of each video, item i = clip i % clips of video i // clips, each (--test_crops, C, T, H, W)).
-    `inp`: the run's Input (catalog.resolve_input(args)). Returns (dataset, items per file)."""
+def eval_dataset(run, files, multi_view=False):
+    """`files` through the trained `run`'s own eval transform, read as its validation read (utils/data/sources/):
+    the same pixels. Each item holds pixel_values (uint8), valid, source and error. Video: the run's val clip of
+    each file, or with `multi_view` its test views (its --test_clips clips of each video, item i = clip i % clips
+    of video i // clips, each (--test_crops, C, T, H, W)). Returns (dataset, items per file)."""
+    inp = run.input
     if inp.video:
-        return _video_dataset(args, inp, files, multi_view)
+        return _video_dataset(run, files, multi_view)
     import datasets
 
     rows = datasets.Dataset.from_dict(
         {"image": [str(f) for f in files], "label": [0] * len(files)},
         features=datasets.Features(image=datasets.Image(), label=datasets.Value("int64")))
-    size = inp.val_crop_size
-    if inp.kind == "digits":  # its eval resize works on PIL images: lossless files give the same
-        transform = v2.Compose([v2.ToPILImage(), presets.digits_eval(size)])
-    else:
-        transform = presets.eval_preset(inp)
+    transform = source_named(run.source).file_transform(inp)  # the digits' own, else the eval resize and crop
     # Undecoded rows: our decoder reads each file, and one that fails becomes a row marked invalid.
-    return with_transform(rows, presets.Fixed(transform, size), decoded=False), 1
+    return with_transform(rows, Fixed(transform, inp.val_crop_size), decoded=False), 1
 
 
-def _video_dataset(args, inp, files, multi_view):
-    size, paths = inp.image_size, [str(f) for f in files]
-    shape = (3, args.clip_len * args.num_segments, size, size)
-    clips, crops = (args.test_clips or 1, args.test_crops or 1) if multi_view else (1, None)
-    transform = video_presets.video_test(inp, crops) if multi_view else video_presets.video_eval(inp)
-    dataset = VideoClips(PathFrames(paths, VIDEO_READERS[args.video_decoder]), [0] * len(paths), clip_len=args.clip_len,
-                         interval=args.frame_interval, segments=args.num_segments, transform=transform, clips=clips,
-                         names=paths,
-                         shape=(crops, *shape) if multi_view else shape)
+def _video_dataset(run, files, multi_view):
+    inp, paths = run.input, [str(f) for f in files]
+    shape = input_shape(inp)
+    clips, crops = (run.test_clips or 1, run.test_crops or 1) if multi_view else (1, None)
+    transform = video_test(inp, crops) if multi_view else video_eval(inp)
+    dataset = VideoClips(PathFrames(paths, VIDEO_READERS[run.video_decoder]), [0] * len(paths), clip_len=inp.clip_len,
+                         interval=inp.frame_interval, segments=inp.num_segments, transform=transform, clips=clips,
+                         names=paths, shape=(crops, *shape) if multi_view else shape)
     return dataset, clips
 
 
-def input_shape(args, inp):
+def input_shape(inp):
     """One input of the eval graph: (3, H, W), or (3, T, H, W) for a video run's clips."""
     if inp.video:
-        return (3, args.clip_len * args.num_segments, inp.image_size, inp.image_size)
+        return (3, inp.frames, inp.image_size, inp.image_size)
     return (3, inp.val_crop_size, inp.val_crop_size)
 
 
@@ -103,7 +99,7 @@ class EvalGraph(torch.nn.Module):
         return self.model((pixels.float() / 255).sub(self.mean).div(self.std))
 
 
-def export_onnx(model, args, inp, path, overwrite=False):
+def export_onnx(model, inp, path, overwrite=False):
     """Write the eval graph with a dynamic batch to `path` (torch's dynamo exporter; onnx and onnxscript
     needed); with onnxruntime installed, run it beside PyTorch on a batch and return the largest
     absolute difference of the logits (else None)."""
@@ -111,7 +107,7 @@ def export_onnx(model, args, inp, path, overwrite=False):
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
     graph = EvalGraph(model, inp).eval()
-    shape = input_shape(args, inp)
+    shape = input_shape(inp)
     example = torch.randint(0, 256, (2, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1)
     try:

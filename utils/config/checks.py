@@ -2,10 +2,10 @@
 built: each bad combination stops the run with one line naming the option (ConfigError, exit 2)."""
 
 from utils.core.errors import ConfigError, at_least, requirement
-from utils.data.decoding import on_device as device_decode
+from utils.data.decoding import on_device as decoding_on_device
 from utils.data.loading import sampling
-from utils.data.sources import catalog, streamed as streaming, video_files as video_sources
-from utils.data.transforms import batch as on_device, input as presets
+from utils.data.sources import catalog, streamed, video_files
+from utils.data.transforms import batch, input as inputs
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
 from utils.training import early_stop, losses, schedule
@@ -13,15 +13,17 @@ from utils.training import early_stop, losses, schedule
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 # The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video,
 # crops and progressive resizing, MixUp/CutMix and erasing, decoding on the device, repeated augmentation.
-DATA = (catalog, streaming, video_sources, presets, on_device, device_decode, sampling)
+DATA = (catalog, streamed, video_files, inputs, batch, decoding_on_device, sampling)
 
 
-def check_args(args):
-    """Reject impossible combinations before anything is built: the data, how it is streamed, video,
-    augmentation (each module's check_options), the schedule, the run's own bookkeeping, then the model
-    (which may import its library) and the input it can take."""
+def check_args(args, source, defaults):
+    """Reject impossible combinations before anything is built: an option the run's data `source` does not read
+    (one whose value is not its default in `defaults`), the data's own checks (each module's check_options), the
+    schedule, the run's own bookkeeping, then the model (which may import its library) and the input it can take.
+    Returns that input, the run's Input, resolved here once."""
     need = requirement(args)
-    source = catalog.source_for(args)  # utils/data/sources/protocol.py: its kind, modality, own input
+    for key, why in source.unused.items():  # applied or refused: never trained on without a word
+        need(getattr(args, key) == defaults[key], key, why)
     for module in DATA:
         module.check_options(args, need, source)
     schedule.check_options(args, need)
@@ -29,7 +31,7 @@ def check_args(args):
     losses.check_options(args, need)
     _run(args, need)
     libraries.check_options(args, need, source.video)
-    _model_input(args, source)
+    return _model_input(args, source)
 
 
 def _run(args, need):
@@ -55,17 +57,16 @@ def _run(args, need):
 
 
 def _model_input(args, source):
-    """The input sizes and clip length the model can take (the Input resolved as the run resolves it)."""
-    video = source.video
+    """The run's Input, resolved, and the input sizes and clip length the model can take."""
     try:
-        inp = presets.resolve_input(args, source)
-        libraries.check_image_size(args.model, min(inp.train_crop_size, inp.val_crop_size),
-                                   args.clip_len * args.num_segments if video else None)
+        inp = inputs.resolve_input(args, source)
+        libraries.check_image_size(args.model, min(inp.train_crop_size, inp.val_crop_size), inp.frames)
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""
         raise ConfigError(f"image_size: {e}{default}") from None
-    if video:
+    if inp.video:
         try:
-            libraries.check_clip_frames(args.model, args.clip_len * args.num_segments)
+            libraries.check_clip_frames(args.model, inp.frames)
         except ValueError as e:
             raise ConfigError(f"clip_len: {e}") from None
+    return inp

@@ -11,7 +11,8 @@ from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
 from utils.config.training_options import (add_distillation_options, add_model_options, add_run_options,
                                            add_schedule_options)
-from utils.data.sources.catalog import is_video
+from utils.config.settings import settle
+from utils.data.sources.catalog import source_for
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -73,9 +74,11 @@ def get_args_parser(prog="train_classification.py"):
     return parser
 
 
-def parse_args(argv=None, prog="train_classification.py"):
-    """Parse `argv` (default sys.argv[1:]) over the recipe's defaults; exit 2 with one line on bad input."""
+def parse(argv=None, prog="train_classification.py"):
+    """(the options, their Settings): `argv` (default sys.argv[1:]) parsed over the recipes' defaults, the data
+    source picked and the model's input resolved once, all checked together; exit 2 with one line on bad input."""
     parser = get_args_parser(prog)
+    defaults = {action.dest: action.default for action in parser._actions}  # the parser's own, before any recipe
     config_path, dataset = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
     try:
         recipe = load_recipe(config_path, parser) if config_path is not None else {}
@@ -84,12 +87,18 @@ def parse_args(argv=None, prog="train_classification.py"):
             parser.set_defaults(**load_recipe(data_recipe, parser))
         parser.set_defaults(**recipe)
         args = parser.parse_args(argv)
+        source = source_for(args)  # the one place a run picks its data source
         if args.model is None:
-            args.model = "r2plus1d_18" if is_video(args) else "resnet18"
-        check_args(args)
+            args.model = "r2plus1d_18" if source.video else "resnet18"
+        inp = check_args(args, source, defaults)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
-    return args
+    return args, settle(args, source, inp)
+
+
+def parse_args(argv=None, prog="train_classification.py"):
+    """The options alone (see parse)."""
+    return parse(argv, prog)[0]
 
 
 def _find_config_arg(argv, parser):

@@ -20,9 +20,8 @@ from utils.models.libraries import library, save_in_library_form
 def input_config(inp):
     """The eval input of the run (its Input, utils/data/transforms/input.py): what a user of the folder must feed the model."""
     mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
-    size = inp.val_crop_size
-    resize = size if inp.kind == "digits" else inp.val_resize_size  # digits: no crop
-    return dict(image_size=size, resize=resize, interpolation=inp.interpolation, mean=list(mean), std=list(std))
+    return dict(image_size=inp.val_crop_size, resize=inp.val_resize_size, interpolation=inp.interpolation,
+                mean=list(mean), std=list(std))
 
 
 def save_model_folder(model, args, inp, class_names, folder):

@@ -33,7 +33,7 @@ from utils.training import checkpoints
 from utils.training.early_stop import Patience
 from utils.training.losses import Objective
 from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
-from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note
+from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
 
 
 @dataclass
@@ -67,6 +67,7 @@ class Job:
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/transforms/batch.py)
     settings: object = None  # what the run derived from its options once (utils/config/settings.py)
     teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
+    lr_notes: tuple = ()  # where the LR in force came from (--lr_scale_batch), also at the top of config.yaml
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -187,7 +188,8 @@ def build_job(args, settings, accelerator, out):
                           "from the labels (their mean is scored)")
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
     scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
-    for note in settings.warmup_notes:
+    notes = tuple(lr_notes(args, accelerator.num_processes))  # where the LR in force came from
+    for note in notes + settings.warmup_notes:
         accelerator.print(note)
     ema = build_ema(model, args, accelerator.device)  # from the initial weights, on every rank alike
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -197,7 +199,7 @@ def build_job(args, settings, accelerator, out):
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
     data = source.signature(train_ds, len(class_names))
-    inputs = BatchInput(args, len(class_names), accelerator.process_index, inp.mean_std)
+    inputs = BatchInput.for_training(args, len(class_names), accelerator.process_index, inp.mean_std)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
@@ -206,7 +208,7 @@ def build_job(args, settings, accelerator, out):
               metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
               patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema,
-              inputs=inputs, settings=settings, teacher=teacher)
+              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
                       f"{len(val_ds)} val {settings.sample_unit}, "
                       f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
@@ -229,8 +231,8 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     set_seed(args.seed, device_specific=True)
     layers = layer_ids(model, args.model) if args.layer_decay is not None else None
     optimizer = build_optimizer(model, args, accelerator.num_processes, layers)
-    for note in settings.lr_notes + ((layer_decay_note(layers, args.layer_decay),) if layers else ()):
-        accelerator.print(note)
+    if layers:
+        accelerator.print(layer_decay_note(layers, args.layer_decay))
     return model, optimizer
 
 

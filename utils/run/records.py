@@ -6,17 +6,19 @@ from accelerate.utils import gather_object
 from utils.config.recipes import save_config
 from utils.core.io import write_json_atomic
 from utils.reporting import report, trackers
+from utils.run.trained import trained_run, write_record
 
 
 def start_records(job, num_workers, previous_run=None):
-    """config.yaml (a resumed run keeps the one it started with) and labels.json, then the dashboards'
-    run (the checkpoint's, continued, when resuming)."""
+    """config.yaml (a resumed run keeps the one it started with), labels.json and run.json (what a user of its
+    weights needs: utils/run/trained.py), then the dashboards' run (the checkpoint's, continued, when resuming)."""
     args, accelerator, out = job.args, job.accelerator, job.out
     if accelerator.is_main_process:
         if not (out / "config.yaml").exists():
             save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
-                        mixed_precision=accelerator.mixed_precision, notes=job.settings.lr_notes)
+                        mixed_precision=accelerator.mixed_precision, notes=job.lr_notes)
         write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
+        write_record(out, trained_run(args, job.settings, job.class_names))
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)

@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from utils.core.errors import UserError
-from utils.data.sources.catalog import is_video, resolve_input
 from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
 from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD
 from utils.models.libraries import check_clip_frames, check_image_size, data_config, pretrained_model
@@ -81,19 +80,19 @@ def _model(args, class_names, inp):
         raise TeacherError(f"teacher: {weights} does not exist: " + (
             "a sharded (FSDP) checkpoint cannot teach; give the finished run's folder" if checkpoint else
             "the run has not finished; give one of its checkpoints (<run>/checkpoints/<name>)"))
-    run_args, names, model = load_run(run, ema=ema, checkpoint=checkpoint)
+    trained, model = load_run(run, ema=ema, checkpoint=checkpoint)  # what the run recorded, not its data
+    names = trained.classes
     if names != list(class_names):
         raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
                            f"than this data's ({len(class_names)}); give a teacher trained on the same classes")
-    if is_video(run_args) != inp.video:
+    if trained.input.video != inp.video:
         kinds = ("videos", "images") if inp.video else ("images", "videos")
         raise TeacherError(f"teacher: {folder} was trained on {kinds[1]}, this run trains on {kinds[0]}")
-    if inp.video and run_args.clip_len * run_args.num_segments != args.clip_len * args.num_segments:
-        raise TeacherError(f"teacher: {folder} took clips of {run_args.clip_len * run_args.num_segments} frames, this "
-                           f"run's have {args.clip_len * args.num_segments} (--clip_len x --num_segments): give the same")
-    _check_input(args, run_args.model, inp)
-    return model, resolve_input(run_args).mean_std, run_args.model, str(folder), \
-        f"{folder}'s {'EMA ' if ema else ''}weights"
+    if inp.video and trained.input.frames != inp.frames:
+        raise TeacherError(f"teacher: {folder} took clips of {trained.input.frames} frames, this run's have "
+                           f"{inp.frames} (--clip_len x --num_segments): give the same")
+    _check_input(args, trained.model, inp)
+    return model, trained.input.mean_std, trained.model, str(folder), f"{folder}'s {'EMA ' if ema else ''}weights"
 
 
 def _check_input(args, name, inp):
@@ -102,9 +101,9 @@ def _check_input(args, name, inp):
     sizes = sorted({inp.train_crop(0), inp.train_crop(args.epochs - 1)})
     try:
         for size in sizes:
-            check_image_size(name, size, args.clip_len * args.num_segments if inp.video else None)
+            check_image_size(name, size, inp.frames)
         if inp.video:
-            check_clip_frames(name, args.clip_len * args.num_segments)
+            check_clip_frames(name, inp.frames)
     except ValueError as e:
         raise TeacherError(f"teacher: {e}") from None
 

@@ -1,56 +1,109 @@
-"""A trained run of this script read back: its options, its class names and its weights in its model (for
-predict.py, utils/inference.py, and a --teacher given as a run folder)."""
+"""A trained run of this script read back from what it recorded: its model, its input (modality, sizes,
+normalisation, clip sampling), its classes and its weights, for predict.py, utils/inference.py and a --teacher
+given as a run folder. Never from its training data: the run folder explains itself, wherever it was copied.
+
+A run writes run.json when it starts (write_record). A folder written before runs recorded it holds config.yaml
+only: its options are parsed again, as those versions read them (which looks at the data they name)."""
 
 import contextlib
+import dataclasses
 import io
 import json
 from pathlib import Path
 
-from utils.config.options import parse_args
+from utils.config.options import parse
 from utils.core.errors import UserError
-from utils.data.sources.catalog import is_video
+from utils.core.io import write_json_atomic
+from utils.data.transforms.input import Input
 from utils.models.libraries import build_model
 from utils.models.torchvision_models import ModelError, read_state_dict
+
+RECORD = "run.json"
+FORMAT = 1  # run.json's layout; a newer one names its format
 
 
 class RunError(UserError, ValueError):
     """A run folder, input or output that cannot be used as asked; the message is one line."""
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedRun:
+    """What a trained run is, as it recorded it."""
+
+    model: str  # its --model
+    source: str  # its data source's kind (utils/data/sources/catalog.source_named gives the source back)
+    input: Input  # the model's input: modality, sizes, crop, interpolation, normalisation, clips
+    classes: list  # class names, in the classifier's order (labels.json)
+    temporal_shift: bool  # TSM in its residual blocks
+    test_clips: int  # the multi-view test's views (None: 1)
+    test_crops: int
+    video_decoder: str  # who decodes its video files
+
+
+def trained_run(args, settings, classes):
+    """The TrainedRun of a run of these options and Settings, on these classes."""
+    return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
+                      args.test_clips, args.test_crops, args.video_decoder)
+
+
+def write_record(out, run):
+    """<out>/run.json: what a user of the TrainedRun `run`'s weights needs of it (its classes: labels.json)."""
+    record = {key: value for key, value in dataclasses.asdict(run).items() if key != "classes"}
+    del record["input"]["notes"]  # start-up lines
+    write_json_atomic(out / RECORD, {"format": FORMAT, **record})
+
+
+def read_run(run_dir):
+    """The TrainedRun of a folder written by train_classification.py; a RunError naming what is missing."""
+    run_dir = Path(run_dir)
+    record, config, labels = run_dir / RECORD, run_dir / "config.yaml", run_dir / "labels.json"
+    for file in (record if record.is_file() else config, labels):
+        if not file.is_file():
+            raise RunError(f"{run_dir}: no {file.name} (give a folder written by train_classification.py)")
+    classes = [name for _, name in sorted(json.loads(labels.read_text()).items(), key=lambda kv: int(kv[0]))]
+    if not record.is_file():
+        return trained_run(*read_options(config), classes)
+    saved = json.loads(record.read_text())
+    try:
+        if saved.get("format") != FORMAT:
+            raise TypeError(f"format {saved.get('format')}")
+        inp = dict(saved.pop("input"), notes=())
+        for key in ("mean_std", "progressive_resize"):  # JSON keeps tuples as lists
+            inp[key] = inp[key] and tuple(tuple(v) if isinstance(v, list) else v for v in inp[key])
+        return TrainedRun(**{k: v for k, v in saved.items() if k != "format"}, input=Input(**inp), classes=classes)
+    except TypeError as e:
+        raise RunError(f"{record}: written by another version of the script, which this one cannot read ({e})") \
+            from None
+
+
 def load_run(run_dir, ema=False, checkpoint=None):
-    """(the run's options, its class names, its model in eval mode with the chosen weights on the CPU).
+    """(the TrainedRun, its model in eval mode with the chosen weights on the CPU).
 
     Weights: <run>/model.safetensors, model_ema.safetensors with `ema`, or a checkpoint folder's."""
     run_dir = Path(run_dir)
-    config, labels = run_dir / "config.yaml", run_dir / "labels.json"
-    for file in (config, labels):
-        if not file.is_file():
-            raise RunError(f"{run_dir}: no {file.name} (give a folder written by train_classification.py)")
-    args = read_options(config)
-    names = [name for _, name in sorted(json.loads(labels.read_text()).items(), key=lambda kv: int(kv[0]))]
+    run = read_run(run_dir)
     weights = Path(checkpoint) / "model.safetensors" if checkpoint else \
         run_dir / ("model_ema.safetensors" if ema else "model.safetensors")
     if not weights.is_file():
         hint = " (the run trained without --model_ema)" if ema else " (training has not finished: pass --checkpoint)"
         raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
-    shift = args.clip_len * args.num_segments if args.temporal_shift else None  # TSM, as the run trained
-    model = build_model(args.model, num_classes=len(names), video=is_video(args), class_names=names,
-                        temporal_shift=shift)
+    model = build_model(run.model, num_classes=len(run.classes), video=run.input.video, class_names=run.classes,
+                        temporal_shift=run.input.frames if run.temporal_shift else None)  # TSM, as the run trained
     try:
         model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:
-        raise RunError(f"{weights}: does not fit {args.model} with {len(names)} classes "
+        raise RunError(f"{weights}: does not fit {run.model} with {len(run.classes)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
-    return args, names, model.eval()
+    return run, model.eval()
 
 
 def read_options(config):
-    """The options a run's config.yaml holds, as this version of the script parses them; a RunError naming the file
-    when it cannot (an option since renamed, a model whose library is not installed here)."""
+    """(options, Settings) of a run's config.yaml, as this version of the script parses them; a RunError naming the
+    file when it cannot (an option since renamed, a model whose library is not installed here)."""
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
-            return parse_args(["--config", str(config)])
+            return parse(["--config", str(config)])
     except SystemExit:
         why = said.getvalue().strip().splitlines()[-1:] or ["no reason given"]
         raise RunError(f"{config}: this version of the script cannot read it ({why[0].split('error: ', 1)[-1]})") \

@@ -17,7 +17,6 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from utils.core.errors import UserError
 from utils.core.io import first_free
-from utils.data.sources.catalog import source_for
 from utils.training import checkpoints
 
 
@@ -42,8 +41,8 @@ def _decided(accelerator, decide):
     return value
 
 
-def output_dir_for(args, accelerator):
-    """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<dataset>-<model>."""
+def output_dir_for(args, accelerator, data_name):
+    """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<data_name>-<model>."""
     def check_resume():  # on the main process: a rank that cannot read it is named later (resume_folder)
         if not checkpoints.is_complete(args.resume):
             raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
@@ -56,7 +55,7 @@ def output_dir_for(args, accelerator):
         return Path(args.resume).resolve().parent.parent
 
     def new_name():  # holds a timestamp: one name for every rank
-        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (source_for(args).name(args), args.model))
+        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (data_name, args.model))
         return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{model}"))  # names, paths: no slashes
     return Path(_decided(accelerator, new_name))
 

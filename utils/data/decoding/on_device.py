@@ -246,12 +246,10 @@ class DeviceDecoder:
 
 def check_options(args, need, source):
     """What --decode_on_device can take: image files with presets without whole-pixel policies; video files
-    decoded by torchcodec."""
+    decoded by torchcodec. (Data without files refuses it: its source's `unused`.)"""
     if not args.decode_on_device:
         return
-    need(source.kind in ("images", "video"), "decode_on_device", f"decodes image files (JPEG) and video files on "
-         f"the device; this data ({source.kind}) has none")
-    need(source.kind != "video" or args.video_decoder == "torchcodec", "decode_on_device", "decodes videos with "
+    need(not source.video or args.video_decoder == "torchcodec", "decode_on_device", "decodes videos with "
          "torchcodec (NVDEC on CUDA): add --video_decoder torchcodec")
     need(not args.auto_augment and args.rand_augment is None, "decode_on_device", "with --auto_augment or "
          "--rand_augment: their policies need whole pixels in the workers; drop one of them")

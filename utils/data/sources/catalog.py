@@ -15,6 +15,12 @@ from utils.data.sources.video_files import VideoFiles
 from utils.data.transforms import input as inputs
 
 EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDigits}  # --dataset NAME
+KINDS = {**EMBEDDED, "images": ImageFiles, "video": VideoFiles}  # a source by its kind, as a trained run records it
+
+
+def source_named(kind):
+    """The source of a trained run's kind of data, without its data (what its file transforms are)."""
+    return KINDS[kind]()
 
 
 def source_for(args):
@@ -34,12 +40,9 @@ def source_for(args):
     return Streamed() if args.streaming else ImageFiles()
 
 
-def is_video(args):
-    return source_for(args).video
-
-
 def resolve_input(args):
-    """The Input (utils/data/transforms/input.py) of the run `args` describes."""
+    """The Input (utils/data/transforms/input.py) of the run `args` describes, for tools and tests (a run resolves
+    its own once: utils/config/options.parse)."""
     return inputs.resolve_input(args, source_for(args))
 
 
@@ -47,10 +50,6 @@ def check_options(args, need, source):
     """Where the data comes from: one source, its sizes and subsets."""
     at_least(args, need, ("synthetic_train_samples", "synthetic_val_samples"), 1)
     at_least(args, need, ("image_size", "max_train_samples", "max_val_samples"), 1, optional=True)
-    for key in ("max_train_samples", "max_val_samples"):  # else silently ignored
-        need(getattr(args, key) is None or source.kind not in ("synthetic", "moving_digits"), key,
-             "applies to the digits, folders, lists and Hub datasets; synthetic data is sized with "
-             "--synthetic_train_samples/--synthetic_val_samples, the moving digits are used whole")
     need(0 < args.val_fraction < 1, "val_fraction", "must be in (0, 1)")
     need(args.num_workers is None or args.num_workers >= 0, "num_workers", "must be >= 0")
     need(args.num_classes >= 2, "num_classes", "must be >= 2")

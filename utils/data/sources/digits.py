@@ -3,13 +3,30 @@
 import numpy as np
 
 from utils.data.datasets.images import with_transform
-from utils.data.sources.protocol import DataSource
+from torchvision.transforms import v2
+
+from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files
 from utils.data.sources.splits import SPLIT_SEED, subset
-from utils.data.transforms.images import ByEpoch, Fixed, digits_eval, digits_train
+from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import progressive_notes
 
 # Pixel statistics of the embedded digits (32x32, 0..1 scale), measured over all 1,797 images.
 DIGITS_MEAN, DIGITS_STD = (0.306,) * 3, (0.324,) * 3
+OWN_RECIPE = "the embedded digits keep their own recipe (resized to the crop side, a small random affine, no flip)"
+
+
+def digits_train(size):
+    # Digits must not be flipped; a small random affine (on the PIL image, ~2x faster than on tensors)
+    # is what lifts val top-1 from ~0.989 to ~0.995 in the default 18 epochs.
+    return v2.Compose([
+        v2.Resize(size),
+        v2.RandomAffine(degrees=10, translate=(0.08, 0.08), scale=(0.9, 1.1)),
+        v2.PILToTensor(),
+    ])
+
+
+def digits_eval(size):
+    return v2.Compose([v2.Resize(size), v2.PILToTensor()])
 
 
 def load_digits_dataset():
@@ -36,6 +53,9 @@ class Digits(DataSource):
     """--dataset digits: decoded PIL images (nothing to decode in workers), its own size and statistics."""
 
     kind, own_input, eval_crop, size, stats = "digits", True, False, 32, (DIGITS_MEAN, DIGITS_STD)
+    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("digits"),
+              **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment"),
+                              OWN_RECIPE)}
 
     def datasets(self, args, inp, rank=0, world=1):
         splits = load_digits_dataset()
@@ -45,3 +65,7 @@ class Digits(DataSource):
         return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=args.seed),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True),
                 train.features["label"].names, progressive_notes(inp, args.epochs))
+
+    def file_transform(self, inp):
+        """Its eval resize, on PIL images as its validation's: lossless files of its images give the same pixels."""
+        return v2.Compose([v2.ToPILImage(), digits_eval(inp.val_crop_size)])

@@ -13,7 +13,8 @@ Train clips use the scans of the digits' train split, val clips those of its val
 import numpy as np
 
 from utils.data.datasets.clips import ArrayFrames
-from utils.data.sources.protocol import DataSource
+from utils.data.sources.protocol import (EMBEDDED_SUBSETS, IMAGE_CROPS, POLICIES, STREAM_ONLY, SYNTHETIC_ONLY,
+                                        DataSource, no_files)
 from utils.data.sources.video_files import _clip_datasets
 from utils.data.transforms.video import video_eval
 
@@ -72,6 +73,9 @@ class MovingDigits(DataSource):
     its own size (the canvas) and statistics."""
 
     kind, video, own_input, eval_crop, size = "moving_digits", True, True, False, CANVAS
+    unused = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES, **EMBEDDED_SUBSETS, **no_files("moving_digits"),
+              "crop_pct": "the moving digits are resized to --image_size, never cropped (a crop could hide the "
+                          "motion that is the label)"}
     stats = (MOVING_DIGITS_MEAN, MOVING_DIGITS_STD)
 
     def datasets(self, args, inp, rank=0, world=1):

@@ -4,15 +4,20 @@ files (folders, the Hub, save_to_disk), streamed shards, video files (folders, l
 A source is one class, in its own module, instantiated once per run by utils/data/sources/catalog.py (the one
 place that tells which source the options name). The rest of the run asks it, never `args.dataset`:
 
-    kind          digits, synthetic, moving_digits, images or video (results and notes print it)
+    kind          digits, synthetic, moving_digits, images or video: its name in notes and in the run's
+                  record (catalog.source_named gives it back, without its data, to a trained run's user)
     video         the modality: clips (N, C, T, H, W) or images (N, C, H, W)
     own_input     its own frame side and pixel statistics win over a timm/hf model's recommended input
     eval_crop     its eval view is a centre crop of a larger resize (crop_pct); else a resize to the side
     size          the frame side when --image_size (and, without own_input, the model) gives none
     stats         ((mean), (std)) of its pixels on the 0..1 scale; None: not normalised (synthetic)
+    unused        {option: why} of the options it does not read: one that is set is refused in one line
+                  (utils/config/checks.py), rather than trained without a word
     name(args)    how results.json and the run folder name the data
     datasets(args, inp, rank, world) -> (train, val, class names, notes), transforms attached for the
                   run's Input `inp` (utils/data/transforms/input.py); rank of world matters to streams only
+    loaders(accelerator, train, val, ...) -> (training loader, validation loader)
+    file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
     sample_count(train) the training set's size (None for a stream of unknown size)
     signature(train, classes) what a resumed run must find again (utils/run/job.py compares it)
 """
@@ -22,9 +27,32 @@ import hashlib
 import numpy as np
 
 from utils.data.loading.loaders import build_dataloaders
-
+from utils.data.transforms.images import eval_preset
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+# The options only some sources read, and why, for `unused`. Each source lists those it does not read.
+VIDEO_ONLY = {**dict.fromkeys(("clip_len", "frame_interval", "num_segments", "video_decoder"), "is for video data "
+                              "(clips)"), **dict.fromkeys(("test_clips", "test_crops"), "multi-view test is for video data")}
+SYNTHETIC_ONLY = dict.fromkeys(("num_classes", "synthetic_train_samples", "synthetic_val_samples"),
+                               "sizes --dataset synthetic only")
+STREAM_ONLY = {"streaming": "reads a Hub dataset or local shard files named by --dataset, not the embedded data or "
+                            "folders of images or videos",
+               "steps_per_epoch": "sets the epoch of --streaming data (map-style epochs are a pass over the data)",
+               "shuffle_buffer": "shuffles --streaming data in blocks (map-style data is shuffled whole)"}
+IMAGE_CROPS = dict.fromkeys(("train_crop_size", "progressive_resize", "progressive_resize_step", "val_crop_size",
+                             "val_resize_size"), "is for images (clips use --image_size)")
+POLICIES = dict.fromkeys(("auto_augment", "rand_augment"), "is an image policy; clips take the video presets (a random "
+                         "short side, crop and flip of every frame alike)")
+EMBEDDED_SUBSETS = dict.fromkeys(("max_train_samples", "max_val_samples"), "applies to the digits, folders, lists "
+                                 "and Hub datasets; synthetic data is sized with --synthetic_train_samples/"
+                                 "--synthetic_val_samples, the moving digits are used whole")
+
+
+def no_files(kind):
+    """`unused` of data without files to decode (embedded, generated)."""
+    return {"decode_on_device": f"decodes image files (JPEG) and video files on the device; this data ({kind}) has "
+                                f"none"}
 
 
 class DataSource:
@@ -34,6 +62,7 @@ class DataSource:
     eval_crop = True
     size = 224
     stats = (IMAGENET_MEAN, IMAGENET_STD)
+    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY}
 
     def name(self, args):
         return args.dataset
@@ -45,6 +74,10 @@ class DataSource:
         """(training loader, validation loader) of its datasets: map-style ones, sharded by Accelerate."""
         return build_dataloaders(accelerator, train, val, batch_size, num_workers, ra_reps=ra_reps, seed=seed,
                                  decode=decode)
+
+    def file_transform(self, inp):
+        """Its validation's transform of an image file decoded to (3, H, W) uint8: the eval resize and crop."""
+        return eval_preset(inp)
 
     def sample_count(self, train):
         return len(train)

@@ -12,7 +12,8 @@ from utils.data.errors import DataError
 from utils.data.sources.hub import hub_features, load_hub
 from utils.data.sources.protocol import DataSource
 from utils.data.sources.splits import LABEL_COLUMNS, VAL_SPLITS, pick_column, subset
-from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD, _clip_datasets, decoding_notes
+from utils.data.sources.video_files import (KINETICS_MEAN, KINETICS_STD, VIDEO_FILES_UNUSED, _clip_datasets,
+                                            decoding_notes)
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -72,6 +73,7 @@ class StoredVideos(DataSource):
     Kinetics' statistics unless a timm/hf/pv model recommends others, as video files."""
 
     kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
+    unused = VIDEO_FILES_UNUSED
 
     def name(self, args):
         return f"videodataset:{args.dataset}"

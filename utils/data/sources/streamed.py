@@ -7,6 +7,7 @@ from pathlib import Path
 from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
 from utils.data.sources.image_files import ImageFiles
+from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY
 from utils.data.sources.splits import VAL_SPLITS, image_and_label, normalise, subset
 from utils.data.loading.loaders import build_val_loader, loader_options
 from utils.data.streaming.loader import StreamLoader
@@ -161,6 +162,9 @@ class Streamed(ImageFiles):
     split read whole. Its size comes from the split's metadata (None: unknown), its resume signature from
     the split's files, whose labels are not read ahead."""
 
+    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY,
+              "max_train_samples": "cannot subset a stream: set its length with --steps_per_epoch"}
+
     def datasets(self, args, inp, rank=0, world=1):
         train_preset, val_preset = image_presets(inp)
         train, val, names, notes = build_stream(args, rank, world, train_preset)
@@ -186,16 +190,10 @@ class Streamed(ImageFiles):
 
 def check_options(args, need, source):
     """--streaming reads shards named by --dataset, in epochs of --steps_per_epoch."""
-    if args.streaming:
-        need(source.kind == "images" and not (args.train_dir or args.data_dir), "streaming",
-             "reads a Hub dataset or local shard files named by --dataset, not the embedded data or folders of images")
-        need(args.max_train_samples is None, "max_train_samples", "cannot subset a stream: set its length with "
-             "--steps_per_epoch")
+    if args.streaming:  # (a source that streams nothing refuses --streaming itself: its `unused`)
         need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
              "to processes): not with --streaming")
         need(not args.sync_bn, "sync_bn", "not with --streaming: a process past the end of its shards takes padding "
              "steps, without SyncBatchNorm's collective, and the others would wait for it")
-    need(args.steps_per_epoch is None or args.streaming, "steps_per_epoch",
-         "sets the epoch of --streaming data (map-style epochs are a pass over the data)")
     need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
     need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")

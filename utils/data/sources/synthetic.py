@@ -4,13 +4,20 @@ import torch
 
 from utils.core.seeding import EpochSeeded
 from utils.data.datasets.synthetic import SyntheticDataset
-from utils.data.sources.protocol import DataSource
+from utils.data.sources.protocol import (EMBEDDED_SUBSETS, IMAGE_CROPS, STREAM_ONLY, VIDEO_ONLY, DataSource,
+                                        no_files)
+
+GENERATED = "synthetic data is generated at --image_size: it has no crop to resize or augment"
 
 
 class Synthetic(DataSource):
     """Float input already, not normalised (stats None); sized by --synthetic_*_samples and --image_size."""
 
     kind, own_input, eval_crop, size, stats = "synthetic", True, False, 32, None
+    unused = {**VIDEO_ONLY, **STREAM_ONLY, **no_files("synthetic"), **EMBEDDED_SUBSETS,
+              **dict.fromkeys(IMAGE_CROPS, GENERATED),
+              **dict.fromkeys(("crop_pct", "interpolation", "auto_augment", "rand_augment"), GENERATED),
+              **dict.fromkeys(("mean", "std"), "synthetic input is generated as floats, not normalised")}
 
     def datasets(self, args, inp, rank=0, world=1):
         names = [f"class_{i}" for i in range(args.num_classes)]

@@ -12,7 +12,7 @@ from utils.data.datasets.clips import PathFrames, VideoClips
 from utils.data.decoding.video import VIDEO_READERS, VIDEO_SUFFIXES, torchcodec_video_problem
 from utils.data.errors import DataError
 from utils.data.sources.folders import folder_files
-from utils.data.sources.protocol import DataSource
+from utils.data.sources.protocol import IMAGE_CROPS, POLICIES, STREAM_ONLY, SYNTHETIC_ONLY, DataSource
 from utils.data.sources.splits import SPLIT_SEED
 from utils.data.transforms.video import video_eval, video_test, video_train
 
@@ -112,6 +112,7 @@ def _subset(paths, labels, n):
     return [paths[i] for i in rows], [labels[i] for i in rows]
 
 
+VIDEO_FILES_UNUSED = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES}  # what video files do not read
 # Kinetics-400's, which torchvision's video weights were trained with.
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
 
@@ -119,8 +120,8 @@ KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0
 def _clip_datasets(args, inp, train, val, train_preset=None):
     """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded, its
     transform `train_preset` (default: video_train's random resize, crop and flip)."""
-    common = dict(clip_len=args.clip_len, interval=args.frame_interval, segments=args.num_segments,
-                  shape=(3, args.clip_len * args.num_segments, inp.image_size, inp.image_size))
+    common = dict(clip_len=inp.clip_len, interval=inp.frame_interval, segments=inp.num_segments,
+                  shape=(3, inp.frames, inp.image_size, inp.image_size))
     (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
     common["on_device"] = args.decode_on_device  # files decoded by the main process (utils/data/decoding/on_device.py)
     train = VideoClips(train_src, train_labels, transform=train_preset or video_train(inp), seed=args.seed,
@@ -142,6 +143,7 @@ class VideoFiles(DataSource):
     (--train_list/--val_list); 112 px and Kinetics' statistics unless a timm/hf model recommends others."""
 
     kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
+    unused = VIDEO_FILES_UNUSED
 
     def name(self, args):
         return f"videolist:{args.train_list}" if args.train_list else f"videofolder:{args.train_dir or args.data_dir}"
@@ -167,14 +169,9 @@ def test_views(args, inp, val):
 
 
 def check_options(args, need, source):
-    """Clips and the multi-view test; the image-only crop options."""
+    """Clips, the multi-view test and the video decoder (image data refuses them: its `unused`)."""
     at_least(args, need, ("clip_len", "frame_interval", "num_segments"), 1)
     at_least(args, need, ("test_clips", "test_crops"), 1, optional=True)
-    video = source.video
-    need(video or not (args.test_clips or args.test_crops), "test_clips", "multi-view test is for video data")
-    sizes = ("train_crop_size", "progressive_resize", "val_crop_size", "val_resize_size")
-    given = [key for key in sizes if getattr(args, key) is not None]
-    need(not video or not given, given[0] if given else "", "is for images (clips use --image_size)")
     if args.video_decoder == "torchcodec":
         problem = torchcodec_video_problem()
         need(problem is None, "video_decoder", problem)

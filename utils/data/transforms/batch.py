@@ -33,13 +33,18 @@ def mixing(args, num_classes):
 class BatchInput:
     """Turns a loader's batch into model input on the device; see the module's docstring."""
 
-    def __init__(self, args, num_classes, rank, stats):
-        """`stats`: the Input's ((mean), (std)); None: synthetic input, float already and not normalised."""
+    def __init__(self, stats, channels_last=False, erase=None, mix=None, seed=0, rank=0):
+        """`stats`: the Input's ((mean), (std)); None: synthetic input, float already and not normalised. Without
+        the rest: normalisation alone, as validation and a trained run's user (predict.py) feed the model."""
         self.mean, self.std = (None, None) if stats is None else (torch.tensor(v) for v in stats)
-        self.channels_last = args.channels_last
-        self.erase = v2.RandomErasing(p=args.random_erase) if args.random_erase else None
-        self.mix = mixing(args, num_classes)
-        self.seed, self.rank = args.seed, rank
+        self.channels_last, self.erase, self.mix, self.seed, self.rank = channels_last, erase, mix, seed, rank
+
+    @classmethod
+    def for_training(cls, args, num_classes, rank, stats):
+        """The training run's: --channels_last, --random_erase and MixUp/CutMix, drawn per (seed, epoch, batch,
+        rank)."""
+        erase = v2.RandomErasing(p=args.random_erase) if args.random_erase else None
+        return cls(stats, args.channels_last, erase, mixing(args, num_classes), args.seed, rank)
 
     def __call__(self, pixels):
         """uint8 (N, C, H, W) or (N, C, T, H, W) -> normalised float32 (eval, and the first step of training)."""

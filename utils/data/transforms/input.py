@@ -33,12 +33,14 @@ def interpolation(args, source):
 
 
 def mean_std(args, source):
-    """The normalisation of the model's input: a source's own statistics, else --mean/--std, the timm/hf
-    model's, the source's (ImageNet's for images, Kinetics' for video); None: synthetic input, not normalised."""
-    if source.own_input or source.stats is None:
-        return source.stats
+    """The normalisation of the model's input, ((mean), (std)) per channel: --mean/--std; else a source's own
+    statistics (the embedded data's); else the timm/hf model's; else the source's (ImageNet's for images, Kinetics'
+    for video). None: synthetic input, not normalised."""
+    if source.stats is None:
+        return None
     model = model_input(args, source)
-    return args.mean or model.get("mean") or source.stats[0], args.std or model.get("std") or source.stats[1]
+    mean, std = args.mean or model.get("mean") or source.stats[0], args.std or model.get("std") or source.stats[1]
+    return tuple(map(float, mean)), tuple(map(float, std))
 
 
 def input_notes(args, source):
@@ -74,10 +76,9 @@ def progressive_size(opts, epoch):
 @dataclass(frozen=True)
 class Input:
     """The model's input, resolved once from the options, the data and the model's library (resolve_input):
-    what the transforms, the on-device normalisation, the model folder and predict.py read. The fields
-    that are options keep their option's name."""
+    what the transforms, the on-device normalisation, the model folder and predict.py read; a run records it
+    (utils/run/trained.py). The fields that are options keep their option's name."""
 
-    kind: str  # the source's: digits, synthetic, moving_digits, video, images
     video: bool  # clips (N, C, T, H, W) or images
     image_size: int
     crop_pct: float
@@ -92,6 +93,14 @@ class Input:
     auto_augment: str
     rand_augment: int
     notes: tuple  # which values a timm/hf model's input uses, and where they came from
+    clip_len: int = None  # video: frames of a clip in each segment, every frame_interval-th of the video
+    frame_interval: int = None
+    num_segments: int = None  # TSN's segments: a clip in each, the model sees them all
+
+    @property
+    def frames(self):
+        """A video input's frame count T (None for images)."""
+        return self.clip_len * self.num_segments if self.video else None
 
     def train_crop(self, epoch):
         """The train crop's side in `epoch`: progressive_size with --progressive_resize."""
@@ -104,7 +113,8 @@ def resolve_input(args, source):
     size = image_size(args, source)
     val_crop = args.val_crop_size or size
     pct = crop_pct(args, source)
-    return Input(kind=source.kind, video=source.video, image_size=size, crop_pct=pct,
+    clips = dict(clip_len=args.clip_len, frame_interval=args.frame_interval, num_segments=args.num_segments)
+    return Input(video=source.video, image_size=size, crop_pct=pct,
                  interpolation=interpolation(args, source), mean_std=mean_std(args, source),
                  train_crop_size=(progressive_size(args, 0) if args.progressive_resize else
                                   args.train_crop_size or size),
@@ -113,7 +123,7 @@ def resolve_input(args, source):
                  progressive_resize=tuple(args.progressive_resize) if args.progressive_resize else None,
                  progressive_resize_step=args.progressive_resize_step, no_hflip=args.no_hflip,
                  auto_augment=args.auto_augment, rand_augment=args.rand_augment,
-                 notes=tuple(input_notes(args, source)))
+                 notes=tuple(input_notes(args, source)), **(clips if source.video else {}))
 
 
 def progressive_notes(inp, epochs):
@@ -145,8 +155,6 @@ def check_options(args, need, source):
              f"{args.progressive_resize_step}")
         need(args.train_crop_size is None, "train_crop_size", "leave it out with --progressive_resize, which sets "
              "the train crop of each epoch")
-        need(source.kind != "synthetic", "progressive_resize", "synthetic data has no crop to resize "
-             "(it is generated at --image_size)")
     need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args, source)),
          "val_resize_size", "must be at least the val crop size")
     need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
