@@ -1,11 +1,12 @@
 """The parts of a run, in layers: each package may import only the packages below it (tests/test_layers.py).
 
     core        errors, files written whole, seeds, threads, signals, restarts   (imports nothing of ours)
-    models      model libraries (torchvision, timm/, hf/), weights, EMA
-    data        sources, transforms, clips, streams, loaders, the batch on the device
-    evaluation  per-sample results gathered into figures, multi-view video test
-    training    optimizer and schedule, checkpoints, the run folder
+    models      model libraries (torchvision, timm/, hf/, pv/), weights, EMA, checkpointed blocks, TSM
+    data        decoders, datasets, transforms, streaming, loaders, the data sources (sub-packages)
+    evaluation  the one scoring loop, per-sample results gathered into figures, multi-view video test, TTA
+    training    optimizer and schedule, the loss, early stopping, checkpoints, the run folder
     reporting   progress lines, results.json and plots, trackers, the model folder
-    config      the options, YAML recipes and their checks
+    config      the options, YAML recipes and their checks, the Settings derived from them once
+    run         a run's Job built from the options, its records, a teacher, a trained run read back
 and above them all, `utils/inference.py`, `train_classification.py` and `predict.py`.
 """

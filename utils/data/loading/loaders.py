@@ -57,7 +57,6 @@ class MapLoader:
 
     def __init__(self, accelerator, loader, decode=None):
         self.accelerator, self.loader, self.decode = accelerator, loader, decode
-        self.resumed = []  # the loaders that skipped a resumed epoch's first batches: their workers are kept too
 
     def __len__(self):
         return len(self.loader)
@@ -74,14 +73,11 @@ class MapLoader:
             # draw epoch 0's permutation: give it this epoch.
             loader = self.accelerator.skip_first_batches(loader, skipped)
             loader.set_epoch(epoch)
-            self.resumed.append(loader)
         return loader if self.decode is None else map(self.decode, loader)
 
     def close(self):
-        """Its workers (and those of a resumed epoch's loader) stopped now."""
-        for loader in (self.loader, *self.resumed):
-            stop_workers(loader)
-        self.resumed = []
+        """Its kept workers stopped now. (A resumed epoch's loader, skip_first_batches', ends its own with the epoch.)"""
+        stop_workers(self.loader)
 
     def save_position(self, folder, rank):
         """Nothing of its own: the checkpoint's step count and the sampler's (seed, epoch) say where it stood."""
