@@ -70,6 +70,7 @@ def test_a_relative_folder_is_stored_as_absolute_paths(tmp_path, monkeypatch):
                      str(tmp_path / "va" / "cat" / "0.png")]
 
 
+@pytest.mark.slow
 def test_a_run_on_nested_image_folders(tmp_path):
     tr, va = nested_folder(tmp_path / "tr"), nested_folder(tmp_path / "va")
     (va / "cat" / "sub" / "deeper" / "b.jpg").unlink()

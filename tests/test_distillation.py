@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from utils.run.teacher import _renormalisation
 
 
+@pytest.mark.slow
 def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_without_gradients(images, reference,
                                                                                               tmp_path, capsys):
     import torchvision
@@ -43,6 +44,7 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
     assert state["teacher"]["teacher"] == str(reference[1]) and len(state["teacher"]["weights_sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images, reference):
     """--teacher runs/<run> and --teacher runs/<run>/checkpoints/<last>: the same model, the same digest."""
     from utils.config.options import parse_args
@@ -59,6 +61,7 @@ def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images
     assert digests[0] == digests[1] == weights_digest_of_file(reference[1] / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, reference, tmp_path):
     """A finished --model_ema run teaches with model_ema.safetensors: the weights its validation, best/ and model/
     followed, not the raw ones."""

@@ -10,6 +10,7 @@ from ranks import ranks_killed, ranks_ok
 NO_GAIN = ("--early_stop", "2", "--early_stop_min_delta", "1.0")
 
 
+@pytest.mark.slow
 def test_a_run_without_gain_stops_after_patience_validations_and_stays_stopped(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [*TINY, "--synthetic_train_samples", "16", "--epochs", "6", "--output_dir", out, *NO_GAIN]

@@ -45,7 +45,7 @@ def gradients(model, x):
 
 
 @pytest.mark.parametrize("name, shape, kwargs", [
-    ("vit_b_16", (2, 3, 224, 224), {}),
+    pytest.param("vit_b_16", (2, 3, 224, 224), {}, marks=pytest.mark.slow),  # 224 px only: seconds of CPU
     ("swin_t", (2, 3, 64, 64), {}),
     ("efficientnet_b0", (2, 3, 64, 64), {"drop_path": 0.2}),  # stochastic depth and BatchNorm in its blocks
     ("timm/test_convnext", (2, 3, 32, 32), {"drop_path": 0.2}),

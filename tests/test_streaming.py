@@ -191,6 +191,7 @@ def test_a_position_written_by_the_shuffle_reader_resumes_exactly(parquet_shards
     assert ids_of(again.batches(2)) == ids_of(epoch2)
 
 
+@pytest.mark.slow
 def test_blocks_read_ahead_give_each_epoch_what_a_fresh_loader_reads(parquet_shards, tmp_path):
     """A block is read in a thread while the one before is used, and a kept worker reads the next epoch's first
     block once its pass runs out. Blocks of 5 (several per worker and epoch): a loader whose workers are kept
@@ -254,6 +255,7 @@ def test_workers_make_only_the_batches_an_epoch_takes(parquet_shards, monkeypatc
         assert all(torch.equal(a["pixel_values"], b["pixel_values"]) for a, b in zip(batches, reference[epoch]))
 
 
+@pytest.mark.slow
 def test_a_worker_that_runs_out_first_leaves_its_turns_to_the_others(parquet_shards, monkeypatch):
     """3 workers on 4 shards: one reads 2 (48 rows), two read 1 (24 rows, 6 batches of their 8 turns). The one
     with more goes on past its turns, and the epoch takes what it takes without turns: every sample once, in the
@@ -317,6 +319,7 @@ def test_more_workers_than_batches_and_an_epoch_left_early(parquet_shards, monke
     assert time.perf_counter() - start < 4
 
 
+@pytest.mark.slow
 def test_a_pass_left_open_at_exit_ends_quietly(parquet_shards):
     """Without workers, an epoch that ends before its pass leaves the pass open (nothing asks for the sample that
     would close it) until the interpreter exits: it must end without a traceback then (the reading thread's pool

@@ -49,6 +49,7 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
     assert state["data"]["train_samples"] == 64 and state["validation_pending"] is False
 
 
+@pytest.mark.slow
 def test_default_dataset_is_the_embedded_digits(tmp_path):
     out = tmp_path / "run"
     run_main(["--max_train_steps", "2", "--epochs", "2", "--log_every", "1", "--output_dir", out])
