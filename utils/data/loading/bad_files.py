@@ -34,5 +34,5 @@ class BadImages:
         met = gather_object([self.first]) if accelerator.num_processes > 1 else [self.first]
         rank, (source, error) = next(((rank, first) for rank, first in enumerate(met) if first is not None),
                                      (0, ("a file", "invalid")))
-        where = f" (met by process {rank})" if accelerator.num_processes > 1 else ""
-        raise DataError(f"cannot decode {source}{where} ({error.splitlines()[0]}); {self.hint}")
+        where = f"; met by process {rank}" if accelerator.num_processes > 1 else ""
+        raise DataError(f"cannot decode {source} ({error.splitlines()[0]}{where}); {self.hint}")
