@@ -8,8 +8,9 @@
     python predict.py runs/<video run> clips/ --multi_view           # the run's --test_clips x --test_crops views
     python predict.py runs/<run> --export_onnx model.onnx             # uint8 (N, 3, [T,] H, W) in, logits out
 
-The run's own options (config.yaml), class names (labels.json) and eval transform are used: the same
-resize, crop, normalisation and decoding as its validation, so a run's val files give its val figures.
+What the run recorded (run.json: its model and input), its class names (labels.json) and its eval transform
+are used, never its training data (a copied run folder works anywhere): the same resize, crop, normalisation
+and decoding as its validation, so a run's val files give its val figures.
 A video run reads video files and frame folders (a folder of frame images is one video) and scores
 the run's val clip of each (its val_top1), or with --multi_view the softmax averaged over its test
 views (its video_top1). Folders are walked in sorted order. Under `accelerate launch` each file is predicted once, by one
@@ -29,7 +30,7 @@ PROG = "predict.py"
 def get_args(argv=None):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", help="a run folder written by train_classification.py (config.yaml, labels.json, weights)")
+    p.add_argument("run", help="a run folder written by train_classification.py (run.json, labels.json, weights)")
     p.add_argument("inputs", nargs="*", help="image files, video files, folders of them (frame folders: videos)")
     p.add_argument("--top_k", type=int, default=5, help="labels per file (at most the class count)")
     p.add_argument("--output", type=str, default=None, help="write one row per file to a .csv or .jsonl file")

@@ -236,7 +236,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
     for index, batch in enumerate(loader, start=skipped):
         data_time = time.perf_counter() - fetch_start
         valid_images = job.bad_images.check(batch)
-        saved = saved if saved is not None else skippable(job)
+        saved = saved if saved is not None else buffers_at_step_start(job)
         with accelerator.accumulate(model):
             loss, used_images = training_loss(job, batch, valid_images, epoch, index)
             in_short_group = short_group and index >= batches - short_group
@@ -303,7 +303,7 @@ class NonFiniteLoss(Exception):
     """Training met more NaN/inf losses than --skip_nonfinite_steps allows."""
 
 
-def skippable(job):
+def buffers_at_step_start(job):
     """--skip_nonfinite_steps: the model's buffers at an optimizer step's start (BatchNorm's running statistics),
     which its forward passes move, to put back if the step is skipped; [] without the option."""
     return [buffer.clone() for buffer in job.model.buffers()] if job.args.skip_nonfinite_steps else []
