@@ -128,6 +128,9 @@ def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
     assert inp.mean_std == ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
     inp, sizes = looks(["--model", "timm/resnet50.a1_in1k"])  # the embedded data keeps its own input
     assert sizes[0] == 32 and "digits's own size" in inp.notes[0]
+    from utils.data.sources.digits import DIGITS_MEAN, DIGITS_STD
+
+    assert inp.mean_std == (DIGITS_MEAN, DIGITS_STD)  # its own statistics, not the model's ImageNet ones
     assert looks(folders)[1] == (224, 0.875, "bilinear")  # torchvision names: as before
     with pytest.raises(SystemExit) as e:  # a ViT's position embeddings fix its input size
         parse_args([*folders, "--model", f"hf/{tiny_vit}", "--image_size", "32"])

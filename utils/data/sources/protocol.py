@@ -32,8 +32,9 @@ from utils.data.transforms.images import eval_preset
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 # The options only some sources read, and why, for `unused`. Each source lists those it does not read.
-VIDEO_ONLY = {**dict.fromkeys(("clip_len", "frame_interval", "num_segments", "video_decoder"), "is for video data "
-                              "(clips)"), **dict.fromkeys(("test_clips", "test_crops"), "multi-view test is for video data")}
+VIDEO_ONLY = {**dict.fromkeys(("clip_len", "frame_interval", "num_segments", "video_decoder"),
+                              "is for video data (clips)"),
+              **dict.fromkeys(("test_clips", "test_crops"), "multi-view test is for video data")}
 SYNTHETIC_ONLY = dict.fromkeys(("num_classes", "synthetic_train_samples", "synthetic_val_samples"),
                                "sizes --dataset synthetic only")
 STREAM_ONLY = {"streaming": "reads a Hub dataset or local shard files named by --dataset, not the embedded data or "
