@@ -6,7 +6,8 @@ def add_data_options(p):
     """Where the data comes from, how video is read, how samples are augmented."""
     g = p.add_argument_group("data")
     g.add_argument("--dataset", resume_key=False, type=str, default="digits",
-                   help="digits (embedded 8x8 scans, offline), moving_digits (embedded video clips labelled by "
+                   help="digits (embedded 8x8 scans, offline), multi_digits (embedded tiles of 2-4 digits, labelled "
+                        "with every digit shown: multi-label, offline), moving_digits (embedded video clips labelled by "
                         "direction of motion, offline), synthetic (random tensors, no I/O), imagefolder "
                         "(with --data_dir), a folder written by save_to_disk, or a Hub dataset name (e.g. cifar10)")
     g.add_argument("--dataset_config", resume_key=False, type=str, default=None, help="Hub dataset configuration name")
@@ -59,16 +60,26 @@ def add_data_options(p):
                         "files are decoded in the workers; not with --auto_augment/--rand_augment). Video files, "
                         "with --video_decoder torchcodec: the workers choose each clip's frames and draws, the "
                         "device decodes them (NVDEC on CUDA)")
-    g = p.add_argument_group("video (list files, <class>/<video> folders, moving digits)")
+    g = p.add_argument_group("list and label files, video (<class>/<video> folders, moving digits)")
     g.add_argument("--train_list", resume_key=False, type=str, default=None,
                    help="list file of training videos: 'path label' or 'path num_frames label' per line; a path "
                         "is a video file or a folder of frame images")
     g.add_argument("--val_list", resume_key=False,
                    type=str, default=None, help="list file of validation videos (same format)")
+    g.add_argument("--train_csv", resume_key=False, type=str, default=None,
+                   help="multi-label CSV of training images or videos: a header, then 'path,labels' per file, the "
+                        "labels class names separated by spaces or '|' (none: an all-negative sample)")
+    g.add_argument("--val_csv", resume_key=False, type=str, default=None,
+                   help="the validation CSV (same layout; images without it: --val_fraction of --train_csv)")
+    g.add_argument("--csv_path_column", resume_key=False, type=str, default=None,
+                   help="the CSVs' path column (default: path, image, image_name, 'Image Index', ... or the first)")
+    g.add_argument("--csv_labels_column", resume_key=False, type=str, default=None,
+                   help="the CSVs' labels column (default: labels, tags, 'Finding Labels', ... or the second)")
     g.add_argument("--data_root", resume_key=False, type=str, default=None,
-                   help="folder the list files' paths are relative to (default: each list file's folder)")
+                   help="folder the list and CSV files' paths are relative to (default: each file's folder)")
     g.add_argument("--class_names", resume_key=False, type=str, default=None,
-                   help="file with one class name per line, for the integer labels of list files")
+                   help="file with one class name per line: the integer labels of list files, or the order of a "
+                        "CSV's classes")
     g.add_argument("--clip_len", resume_key=True, type=int, default=16, help="frames per clip (per segment)")
     g.add_argument("--frame_interval", resume_key=True,
                    type=int, default=2, help="take every N-th frame of the video in a clip")

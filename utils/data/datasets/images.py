@@ -6,6 +6,7 @@ import torch
 from torch.utils.data import Dataset
 
 from utils.core.seeding import EpochSeeded, sample_rng
+from utils.data.datasets.labels import multi_hot
 from utils.data.decoding.images import decode_rgb
 from utils.data.decoding.on_device import Deferred, blank
 
@@ -38,9 +39,11 @@ class ImageRows(Dataset):
     k >= len(self) is copy k // len of row k % len (repeated augmentation), with its own draws. A
     file that cannot be decoded becomes a zero image with valid=False and its path in `source`, so
     every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
+    With `multi_label` classes (a List(ClassLabel) column), a label is the multi-hot row of its
+    list (utils/data/datasets/labels.py), all zeros for a file that could not be decoded.
     """
 
-    def __init__(self, ds, preset, decoded, seed=None, on_device=False):
+    def __init__(self, ds, preset, decoded, seed=None, on_device=False, multi_label=None):
         import datasets
 
         # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
@@ -48,6 +51,7 @@ class ImageRows(Dataset):
         self.preset, self.decoded, self.seed = preset, decoded, seed
         self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/decoding/on_device.py)
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
+        self.multi_label = multi_label  # the class count of multi-hot targets; None: one class index a sample
 
     def __len__(self):
         return len(self.rows)
@@ -70,9 +74,13 @@ class ImageRows(Dataset):
 
     def _item(self, image, label, key, epoch, transform, size):
         if self.on_device:
-            return load_on_device(image, label, key, epoch, transform, size, self.seed)
-        decode = (lambda image: image.convert("RGB")) if self.decoded else decode_rgb
-        return load_item(image, label, key, epoch, transform, size, self.seed, decode)
+            item = load_on_device(image, label, key, epoch, transform, size, self.seed)
+        else:
+            decode = (lambda image: image.convert("RGB")) if self.decoded else decode_rgb
+            item = load_item(image, label, key, epoch, transform, size, self.seed, decode)
+        if self.multi_label is not None:
+            item["labels"] = multi_hot(label if item["valid"] else (), self.multi_label)
+        return item
 
 
 def deferred(transform, size):
@@ -86,7 +94,7 @@ def load_on_device(image, label, key, epoch, transform, size, seed, classes=None
     return load_item(image, label, key, epoch, transform, size, seed, lambda image: image, classes, blank=blank)
 
 
-def with_transform(ds, preset, decoded, seed=None, on_device=False):
+def with_transform(ds, preset, decoded, seed=None, on_device=False, multi_label=None):
     """ImageRows over `ds`, its epoch set through EpochSeeded."""
-    rows = ImageRows(ds, preset, decoded, seed, on_device)
+    rows = ImageRows(ds, preset, decoded, seed, on_device, multi_label)
     return EpochSeeded(rows, rows.epoch)

@@ -7,14 +7,17 @@ from utils.core.errors import at_least
 from utils.data.sources.digits import Digits
 from utils.data.sources.folders import folder_holds_videos
 from utils.data.sources.image_files import ImageFiles
+from utils.data.sources.label_files import csv_holds_videos
 from utils.data.sources.moving_digits import MovingDigits
+from utils.data.sources.multi_digits import MultiDigits
 from utils.data.sources.stored_videos import StoredVideos, holds_videos
 from utils.data.sources.streamed import Streamed
 from utils.data.sources.synthetic import Synthetic
 from utils.data.sources.video_files import VideoFiles
 from utils.data.transforms import input as inputs
 
-EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDigits}  # --dataset NAME
+# --dataset NAME
+EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDigits, "multi_digits": MultiDigits}
 KINDS = {**EMBEDDED, "images": ImageFiles, "video": VideoFiles}  # a source by its kind, as a trained run records it
 
 
@@ -30,6 +33,8 @@ def source_for(args):
     shards streamed (Streamed)."""
     if args.train_list:
         return VideoFiles()
+    if args.train_csv:  # several labels a file, images or videos
+        return VideoFiles() if csv_holds_videos(args.train_csv, args.data_root, args.csv_path_column) else ImageFiles()
     folder = args.train_dir or args.data_dir and os.path.join(args.data_dir, "train")
     if folder:
         return VideoFiles() if folder_holds_videos(folder) else ImageFiles()
@@ -58,6 +63,12 @@ def check_options(args, need, source):
     need(not (args.train_list and (args.train_dir or args.data_dir)), "train_list",
          "give list files or folders, not both")
     need(args.val_list is None or args.train_list, "val_list", "needs --train_list")
+    need(not (args.train_csv and (args.train_list or args.train_dir or args.data_dir)), "train_csv",
+         "give one kind of training files: a CSV, list files or folders")
+    need(args.val_csv is None or args.train_csv, "val_csv", "needs --train_csv")
+    need(not args.train_csv or args.dataset == "digits", "dataset", "reads no CSV: drop it when giving --train_csv")
+    for key in ("csv_path_column", "csv_labels_column"):
+        need(getattr(args, key) is None or args.train_csv, key, "names a column of --train_csv/--val_csv")
     need(args.train_list is None or args.val_list, "train_list", "needs --val_list too")
     need(not args.train_list or args.dataset == "digits", "dataset",
          "reads no list file: drop it when giving --train_list")

@@ -7,8 +7,11 @@ from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
 from utils.data.sources.folders import folder_files
 from utils.data.sources.hub import load_hub
+from utils.data.sources.label_files import label_csv_splits
 from utils.data.sources.protocol import DataSource
-from utils.data.sources.splits import SPLIT_SEED, VAL_SPLITS, normalise, subset, _check_range
+from utils.data.datasets.labels import is_multi_label
+from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, normalise, subset,
+                                       _check_range)
 from utils.data.transforms.images import image_presets
 from utils.data.transforms.input import progressive_notes
 
@@ -46,10 +49,24 @@ def _load_folders(train_dir, val_dir):
     return datasets.DatasetDict(splits)
 
 
+def _load_csv(args):
+    """Train (and val) Datasets of the files --train_csv (--val_csv) list, labels a List(ClassLabel)."""
+    import datasets
+
+    train, val, names = label_csv_splits(args)
+    features = datasets.Features(image=datasets.Image(), label=datasets.List(datasets.ClassLabel(names=names)))
+    splits = {"train": train} if val is None else {"train": train, "validation": val}
+    return datasets.DatasetDict({split: datasets.Dataset.from_dict({"image": paths, "label": labels},
+                                                                   features=features)
+                                 for split, (paths, labels) in splits.items()})
+
+
 def _load(args):
     """A DatasetDict (or Dataset) for the source that `args` names."""
     import datasets
 
+    if args.train_csv:
+        return _load_csv(args)
     if args.train_dir or args.data_dir:
         if args.data_dir:
             root = Path(args.data_dir)
@@ -81,21 +98,25 @@ def load_splits(args):
     if not len(loaded[args.train_split]):
         _fail(f"train_split: split {args.train_split!r} is empty")
     train = normalise(loaded[args.train_split], args)
-    names = train.features["label"].names
+    names = class_labels(train.features["label"]).names
     val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
     if args.val_split and args.val_split not in loaded:
         _fail(f"val_split: no split {args.val_split!r}; splits are: {', '.join(loaded)}")
     _check_range(train, names)
     if val_split is None:
-        try:
-            carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
-        except ValueError as e:  # a stratified carve needs an image of each class on both sides
-            _fail(f"val_fraction: cannot carve a stratified {args.val_fraction:.0%} of {len(train)} images in "
-                  f"{len(train.features['label'].names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, "
-                  f"or give a validation split (--val_dir)")
-        train, val = carved["train"], carved["test"]
+        if is_multi_label(train.features["label"]):
+            train, val, how = carve_multi_label(train, args.val_fraction)
+        else:
+            try:
+                carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label",
+                                                seed=SPLIT_SEED)
+            except ValueError as e:  # a stratified carve needs an image of each class on both sides
+                _fail(f"val_fraction: cannot carve a stratified {args.val_fraction:.0%} of {len(train)} images in "
+                      f"{len(names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, or give a validation "
+                      f"split (--val_dir)")
+            train, val, how = carved["train"], carved["test"], "stratified"
         notes.append(f"no validation split: carved {len(val)} images ({args.val_fraction:.0%}) from "
-                     f"{args.train_split!r}, stratified, seed {SPLIT_SEED}")
+                     f"{args.train_split!r}, {how}, seed {SPLIT_SEED}")
     else:
         if not len(loaded[val_split]):
             _fail(f"val_split: the validation split {val_split!r} is empty")
@@ -118,12 +139,14 @@ class ImageFiles(DataSource):
 
     def name(self, args):
         folder = args.train_dir or args.data_dir
-        return f"imagefolder:{folder}" if folder else args.dataset
+        return f"csv:{args.train_csv}" if args.train_csv else f"imagefolder:{folder}" if folder else args.dataset
 
     def datasets(self, args, inp, rank=0, world=1):
         train_preset, val_preset = image_presets(inp)
         train, val, names, notes = load_splits(args)
         on_device = args.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
-        return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device),
-                with_transform(val, val_preset, decoded=False, on_device=on_device), names,
+        multi = len(names) if is_multi_label(train.features["label"]) else None  # multi-hot targets
+        return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device,
+                               multi_label=multi),
+                with_transform(val, val_preset, decoded=False, on_device=on_device, multi_label=multi), names,
                 notes + progressive_notes(inp, args.epochs))

@@ -19,6 +19,9 @@ place that tells which source the options name). The rest of the run asks it, ne
     loaders(accelerator, train, val, ...) -> (training loader, validation loader)
     file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
     sample_count(train) the training set's size (None for a stream of unknown size)
+    multi_label(train)  the class count when its samples carry several labels each (multi-hot targets), else None
+    positives(train, classes) (how many training samples carry each class, how many samples): multi-label data's
+                        --pos_weight auto
     signature(train, classes) what a resumed run must find again (utils/run/job.py compares it)
 """
 
@@ -26,6 +29,7 @@ import hashlib
 
 import numpy as np
 
+from utils.data.datasets.labels import positive_counts
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.images import eval_preset
 
@@ -83,6 +87,15 @@ class DataSource:
     def sample_count(self, train):
         return len(train)
 
+    def multi_label(self, train):
+        """The class count of multi-hot targets when the training rows carry lists of labels, else None."""
+        return getattr(train.dataset, "multi_label", None)
+
+    def positives(self, train, classes):
+        """(positives per class, samples) over the whole training split (every rank reads the same rows: no shard)."""
+        labels = train.dataset.labels
+        return positive_counts(labels, classes), len(labels)
+
     def train_labels(self, train):
         """The training labels in order, as int64 bytes (b"" where they follow from the size alone): the
         `labels` of the dataset that EpochSeeded wraps (ImageRows, VideoClips)."""
@@ -96,4 +109,7 @@ class DataSource:
 
 
 def label_bytes(labels):
+    """Class indices as int64 bytes; lists of them (multi-label) each preceded by its length."""
+    if len(labels) and not isinstance(labels[0], (int, np.integer)):
+        return np.asarray([v for row in labels for v in (len(row), *row)], dtype=np.int64).tobytes()
     return np.asarray(labels, dtype=np.int64).tobytes()

@@ -8,7 +8,8 @@ from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
 from utils.data.sources.image_files import ImageFiles
 from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY
-from utils.data.sources.splits import VAL_SPLITS, image_and_label, normalise, subset
+from utils.data.datasets.labels import is_multi_label
+from utils.data.sources.splits import VAL_SPLITS, class_labels, image_and_label, normalise, subset
 from utils.data.loading.loaders import build_val_loader, loader_options
 from utils.data.streaming.loader import StreamLoader
 from utils.data.streaming.rows import StreamRows
@@ -125,12 +126,14 @@ def build_stream(args, rank, world, train_preset):
     # Only the validation split's files: a plain load_dataset would convert every split, the training one too.
     val = _open(args, val_split, streaming=False, data_files=_files(builder, val_split))
     label = stream.features["label"]
+    multi = is_multi_label(label)  # a List(ClassLabel): several labels a row
+    label = class_labels(label)
     names = label.names if isinstance(label, datasets.ClassLabel) else None
     val = normalise(val, args, class_names=names)
-    if names is not None and val.features["label"].names != names:
+    if names is not None and class_labels(val.features["label"]).names != names:
         _fail(f"val_split: the validation split's classes are not the training split's ({len(names)} classes: "
               f"{', '.join(names[:5])}...)")
-    names = val.features["label"].names
+    names = class_labels(val.features["label"]).names
     rows, files = split_rows(builder, args.train_split)
     notes = [f"streaming {args.train_split!r} ({stream.num_shards} shards, "
              f"{'%d rows' % rows if rows is not None else 'size unknown'}); validation split {val_split!r} read "
@@ -153,7 +156,7 @@ def build_stream(args, rank, world, train_preset):
     signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
         "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
     train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
-                       steps * args.grad_accum_steps, signature, args.epochs)
+                       steps * args.grad_accum_steps, signature, args.epochs, multi_label=multi)
     return train, val, names, notes
 
 
@@ -170,7 +173,7 @@ class Streamed(ImageFiles):
         train, val, names, notes = build_stream(args, rank, world, train_preset)
         train.on_device = args.decode_on_device
         return (train, with_transform(subset(val, args.max_val_samples), val_preset, decoded=False,
-                                      on_device=args.decode_on_device), names,
+                                      on_device=args.decode_on_device, multi_label=train.multi_label), names,
                 notes + progressive_notes(inp, args.epochs))
 
     def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
@@ -183,6 +186,12 @@ class Streamed(ImageFiles):
 
     def sample_count(self, train):
         return train.rows
+
+    def multi_label(self, train):
+        return train.multi_label
+
+    def positives(self, train, classes):
+        return train.positives()
 
     def signature(self, train, classes):
         return train.signature

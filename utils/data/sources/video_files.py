@@ -12,6 +12,7 @@ from utils.data.datasets.clips import PathFrames, VideoClips
 from utils.data.decoding.video import VIDEO_READERS, VIDEO_SUFFIXES, torchcodec_video_problem
 from utils.data.errors import DataError
 from utils.data.sources.folders import folder_files
+from utils.data.sources.label_files import label_csv_splits
 from utils.data.sources.protocol import IMAGE_CROPS, POLICIES, STREAM_ONLY, SYNTHETIC_ONLY, DataSource
 from utils.data.sources.splits import SPLIT_SEED
 from utils.data.transforms.video import video_eval, video_test, video_train
@@ -70,6 +71,13 @@ def class_names_for(labels, names_file=None):
     return names
 
 
+def _from_csv(args):
+    train, val, names = label_csv_splits(args)
+    if val is None:
+        _fail("val_csv: a CSV of validation videos is needed with a --train_csv of videos")
+    return train, val, names
+
+
 def _from_lists(args):
     train_paths, train_labels = parse_list(args.train_list, args.data_root)
     if args.val_list is None:
@@ -117,13 +125,14 @@ VIDEO_FILES_UNUSED = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
 
 
-def _clip_datasets(args, inp, train, val, train_preset=None):
+def _clip_datasets(args, inp, train, val, train_preset=None, multi_label=None):
     """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded, its
     transform `train_preset` (default: video_train's random resize, crop and flip)."""
     common = dict(clip_len=inp.clip_len, interval=inp.frame_interval, segments=inp.num_segments,
                   shape=(3, inp.frames, inp.image_size, inp.image_size))
     (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
     common["on_device"] = args.decode_on_device  # files decoded by the main process (utils/data/decoding/on_device.py)
+    common["multi_label"] = multi_label  # the class count of multi-hot targets (a label CSV)
     train = VideoClips(train_src, train_labels, transform=train_preset or video_train(inp), seed=args.seed,
                        names=train_names, **common)
     val = VideoClips(val_src, val_labels, transform=video_eval(inp), names=val_names, **common)
@@ -146,16 +155,19 @@ class VideoFiles(DataSource):
     unused = VIDEO_FILES_UNUSED
 
     def name(self, args):
+        if args.train_csv:
+            return f"videocsv:{args.train_csv}"
         return f"videolist:{args.train_list}" if args.train_list else f"videofolder:{args.train_dir or args.data_dir}"
 
     def datasets(self, args, inp, rank=0, world=1):
         (train_names, train_labels), (val_names, val_labels), names = \
-            _from_lists(args) if args.train_list else _from_folders(args)
+            _from_csv(args) if args.train_csv else _from_lists(args) if args.train_list else _from_folders(args)
         train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
         val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
         reader = VIDEO_READERS[args.video_decoder]
         train, val = _clip_datasets(args, inp, (PathFrames(train_names, reader), train_labels, train_names),
-                                    (PathFrames(val_names, reader), val_labels, val_names))
+                                    (PathFrames(val_names, reader), val_labels, val_names),
+                                    multi_label=len(names) if args.train_csv else None)  # a CSV: lists of labels
         return train, val, names, decoding_notes(train)
 
 
@@ -165,7 +177,7 @@ def test_views(args, inp, val):
     crops = args.test_crops or 1
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
                       transform=video_test(inp, crops), shape=(crops, *val.shape),
-                      clips=args.test_clips or 1, names=val.names)
+                      clips=args.test_clips or 1, names=val.names, multi_label=val.multi_label)
 
 
 def check_options(args, need, source):

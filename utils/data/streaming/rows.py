@@ -38,6 +38,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.core.seeding import spread
 from utils.data.datasets.images import deferred, load_item, load_on_device
+from utils.data.datasets.labels import multi_hot
 from utils.data.decoding.images import decode_rgb
 from utils.data.streaming.blocks import Blocks
 from utils.data.streaming.loader import Turns
@@ -51,9 +52,12 @@ class StreamRows(IterableDataset):
     of its block, the block's number and how many of its samples were taken.
     """
 
-    def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature, epochs):
+    def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature, epochs,
+                 multi_label=False):
         self.stream, self.preset, self.seed, self.block, self.rank, self.world, self.classes = \
             stream, preset, seed, block, rank, world, classes
+        # several labels a row (a List(ClassLabel) column): multi-hot targets of the class count, as ImageRows makes
+        self.multi_label = classes if multi_label else None
         # The split's size (None: unknown), the batches every process takes per epoch, what a resume must find again
         self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -64,6 +68,14 @@ class StreamRows(IterableDataset):
 
     def set_epoch(self, epoch):
         self.epoch.fill_(epoch)
+
+    def positives(self):
+        """Positives per class over the whole training split (multi-label): its label column read in full, the
+        same on every process (not this process's share)."""
+        from utils.data.datasets.labels import positive_counts
+
+        rows = [row["label"] for row in self.stream.select_columns(["label"])]
+        return positive_counts(rows, self.classes), len(rows)
 
     def share(self, epoch):
         """This process's shards of the epoch's pass, their order shuffled by (seed, epoch) alike on every process.
@@ -109,10 +121,16 @@ class StreamRows(IterableDataset):
                 self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
                 row = chunk[order[taken]]
                 key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
+                label = row["label"]
+                if self.multi_label is not None:  # checked as one index: the first out of range, or 0
+                    label = next((v for v in row["label"] if not 0 <= v < self.classes), 0)
                 if self.on_device:
-                    yield load_on_device(row["image"], row["label"], key, epoch, transform, size, self.seed,
-                                         classes=self.classes)
+                    item = load_on_device(row["image"], label, key, epoch, transform, size, self.seed,
+                                          classes=self.classes)
                 else:
-                    yield load_item(row["image"], row["label"], key, epoch, transform, size, self.seed,
-                                    decode_rgb, classes=self.classes)
+                    item = load_item(row["image"], label, key, epoch, transform, size, self.seed, decode_rgb,
+                                     classes=self.classes)
+                if self.multi_label is not None:
+                    item["labels"] = multi_hot(row["label"] if item["valid"] else (), self.classes)
+                yield item
             skip = 0
