@@ -52,17 +52,17 @@ from functools import partial
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from utils.config.options import parse, resume_keys
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
-from utils.evaluation import tta
-from utils.evaluation.metrics import dump_rank_sums, rank_sums, result_figures, summarize, validation_row
+from utils.evaluation.metrics import dump_rank_sums
 from utils.evaluation.multiview import test_row, test_videos
 from utils.evaluation.scoring import kept_rows, scored_batches
+from utils.core.io import write_json_atomic
+from utils.evaluation.tasks import tracked_key, tuned_thresholds
 from utils.models.ema import save_ema, update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder, save_model_folder
@@ -163,13 +163,17 @@ def train(job, start):
         figures = validate(job, epochs_completed - 1, global_step)
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
-                        val_top1=tracked_top1(figures))
+                        val_score=tracked_figure(job, figures))
     accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.ema, job.out / "model_ema.safetensors")
     if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
-        save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model")
-    return {**result_figures(figures, job.class_names), "epochs_completed": epochs_completed,
+        folder = save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model",
+                                   job.task.multi_label)
+        if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
+            write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
+                                                           "tuned": dict(zip(job.class_names, tuned))})
+    return {**job.task.results(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name,
             **job.patience.results()}, figures
@@ -179,16 +183,16 @@ def after_epoch(job, epoch, global_step, finished):
     """Validation when due (its figures, else None), the best weights, and the epoch's checkpoint."""
     args = job.args
     figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
-    if figures is not None and job.patience.update(tracked_top1(figures), epoch):  # gathered: alike on every rank
+    if figures is not None and job.patience.update(tracked_figure(job, figures), epoch):  # gathered: alike everywhere
         job.accelerator.print(job.patience.line())
         finished = True  # the end-of-training checkpoint follows, not an epoch's
     if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
         best_model = job.ema.module if job.ema else job.bare_model()
-        checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_top1, {
-            "epoch": epoch, "global_step": global_step, **result_figures(figures, job.class_names)},
-            key="val_ema_top1" if job.ema else "val_top1")
+        checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_score, {
+            "epoch": epoch, "global_step": global_step, **job.task.results(figures, job.class_names)},
+            key=tracked_key(job.task, job.ema))
     if checkpoint_due(args, epoch, global_step, epoch_end=True, finished=finished, validated=figures is not None):
-        save_checkpoint(job, epoch, global_step, epoch_end=True, val_top1=figures and tracked_top1(figures))
+        save_checkpoint(job, epoch, global_step, epoch_end=True, val_score=figures and tracked_figure(job, figures))
     return figures
 
 
@@ -341,7 +345,7 @@ def agree_on_step(job, nonfinite, images, step, saved=()):
 def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
     figures = validate(job, position.epoch - 1, position.global_step)
-    return {**result_figures(figures, job.class_names), "epochs_completed": position.epoch,
+    return {**job.task.results(figures, job.class_names), "epochs_completed": position.epoch,
             "global_step": position.global_step,
             "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
             "dataset": job.settings.source_name}, figures
@@ -349,20 +353,19 @@ def evaluate_only(job, position):
 
 def validate(job, epoch, global_step):
     """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked."""
+    task = job.task  # one label a sample or several: what is scored (utils/evaluation/tasks.py)
     figures, own, examples = evaluate(job)
     if job.ema is not None:  # the averaged weights, scored the same exact way
         ema_figures, _, _ = evaluate(job, job.ema.module)
-        figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in ("val_top1", "val_topk", "val_loss")})
+        figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in task.ema_keys})
     row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
-           **validation_row(figures, job.class_names)}
-    job.logger.write(row, f"epoch {epoch} val: top-1 {figures['val_top1']:.4f} top-{job.k} "
-                          f"{figures['val_topk']:.4f} macro F1 {figures['val_macro_f1']:.4f} "
-                          f"loss {figures['val_loss']:.4f} ({figures['val_samples']} {job.settings.sample_unit})"
-                          f"{ema_line(figures)}")
+           **task.row(figures, job.class_names)}
+    job.logger.write(row, f"epoch {epoch} val: {task.line(figures)} ({figures['val_samples']} "
+                          f"{job.settings.sample_unit}){task.ema_line(figures) if job.ema is not None else ''}")
     trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
     if job.args.dump_rank_metrics:  # init: scored before any epoch
-        dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), figures, own,
-                       job.accelerator)
+        dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), task.global_sums(figures),
+                       own, job.accelerator)
     return figures
 
 
@@ -375,16 +378,17 @@ def evaluate(job, model=None):
     job.share_buffers(only=model)
     model.eval()
 
-    def score(batch):
-        logits = tta.scores(model, job.inputs(batch["pixel_values"]), job.args.tta)  # --tta flip: mean of 2 views
-        if not examples and job.tracker_run_id is not None:  # a wandb run on this process: its image table
-            examples.append(trackers.examples(batch, logits))
-        return (logits.topk(job.k, dim=1).indices, batch["labels"],
-                F.cross_entropy(logits, batch["labels"], reduction="none"))
+    task = job.task
 
-    ranked, labels, losses, owners = kept_rows(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
-    figures = summarize(job.metrics, ranked, labels, losses, job.k, len(job.class_names))
-    own = rank_sums(ranked, labels, losses, owners, job.accelerator.process_index, job.k)
+    def score(batch):
+        logits = task.outputs(model, job.inputs(batch["pixel_values"]))  # --tta flip: the mean of 2 views
+        if not examples and job.tracker_run_id is not None and not task.multi_label:  # wandb's table of images
+            examples.append(trackers.examples(batch, logits))  # and their one predicted class
+        return task.fields(logits, batch["labels"])
+
+    *fields, owners = kept_rows(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
+    figures = task.figures(fields)
+    own = task.own(fields, owners, job.accelerator.process_index)
     return figures, own, examples[0] if examples else None
 
 
@@ -394,27 +398,29 @@ def multiview_test(job, global_step):
     and, with --dump_rank_metrics, eval/test/rank_<R>.json sums of the trained weights'."""
     args, videos = job.args, len(job.test_loader.dataset.labels)
     figures, own = test_videos(job, job.test_loader, videos)
-    row = test_row(figures, args)
-    line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video top-1 {row['video_top1']:.4f} "
-            f"top-{job.k} {row['video_topk']:.4f}, clip top-1 {row['clip_top1']:.4f} ({row['test_videos']} videos)")
+    row = test_row(figures, args, job.task)
+    clip = "exact match" if job.task.multi_label else "top-1"
+    line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video {job.task.line(figures)}, clip "
+            f"{clip} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
     if job.ema is not None:
-        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], args)
+        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], args, job.task)
         row.update({key.replace("video_", "video_ema_").replace("clip_", "clip_ema_"): value
                     for key, value in ema.items() if key.startswith(("video_", "clip_top1"))})
-        line += f"; EMA video top-1 {row['video_ema_top1']:.4f} loss {row['video_ema_loss']:.4f}"
+        tracked = job.task.tracked.replace("val_", "video_ema_")
+        line += f"; EMA video {job.task.tracked_name} {row[tracked]:.4f} loss {row['video_ema_loss']:.4f}"
     job.logger.write({"step": global_step, **row}, line)
     if args.dump_rank_metrics:
-        dump_rank_sums(job.out / "eval" / "test", figures, own, job.accelerator)
+        dump_rank_sums(job.out / "eval" / "test", job.task.global_sums(figures), own, job.accelerator)
     return row
 
 
-def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validation_pending=False):
+def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validation_pending=False):
     """Model, optimizer, scheduler, RNG and sampler states, plus where training stood, what it depends on
     (options, data), and whether the epoch's validation is still to come (an interrupt at its end)."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
              "options": {k: getattr(job.args, k) for k in resume_keys()}, "data": job.data,
-             "validation_pending": validation_pending, "val_top1": val_top1, "tracker_run_id": job.tracker_run_id,
+             "validation_pending": validation_pending, "val_score": val_score, "tracker_run_id": job.tracker_run_id,
              "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
@@ -425,14 +431,10 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_top1=None, validatio
     job.accelerator.print(f"checkpoint: {folder}")
 
 
-def ema_line(figures):
-    return f"; EMA top-1 {figures['val_ema_top1']:.4f} loss {figures['val_ema_loss']:.4f}" \
-        if "val_ema_top1" in figures else ""
-
-
-def tracked_top1(figures):
-    """The figure --keep_best follows: the EMA's with --model_ema."""
-    return figures.get("val_ema_top1", figures["val_top1"])
+def tracked_figure(job, figures):
+    """The figure --keep_best and --early_stop follow: val top-1, or mAP for multi-label data; the EMA's with
+    --model_ema."""
+    return figures[tracked_key(job.task, job.ema)]
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from utils.data.sources.catalog import resolve_input
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
+from utils.evaluation.tasks import SingleLabel
 from utils.reporting.progress import StepLogger
 from utils.run.job import Job
 from utils.training.losses import Objective
@@ -61,8 +62,9 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                objective=Objective(args), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_top1=[], inputs=BatchInput.for_training(args, 3, accelerator.process_index,
-                                                                     resolve_input(args).mean_std))
+               best_score=[], inputs=BatchInput.for_training(args, 3, accelerator.process_index,
+                                                             resolve_input(args).mean_std),
+               task=SingleLabel(None, 3))
 
 
 def epoch_order(loader, epoch):

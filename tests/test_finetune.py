@@ -116,7 +116,7 @@ def test_keep_last_and_keep_best_bookkeeping(tmp_path):
     assert best["val_top1"] == max(vals) and best["epoch"] == vals.index(max(vals))  # the first epoch reaching it
     kept = {p.name: read_json(p / "training_state.json") for p in (out / "checkpoints").iterdir()}
     assert "epoch_4" in kept and len(kept) <= 2  # the newest, and the best one
-    assert max(state["val_top1"] for state in kept.values()) == max(vals)
+    assert max(state["val_score"] for state in kept.values()) == max(vals)
     assert f"epoch_{best['epoch']}" in kept  # the best epoch's checkpoint survived pruning
     best_weights = load_file(out / "best" / "model.safetensors")
     ckpt = load_file(out / "checkpoints" / f"epoch_{best['epoch']}" / "model.safetensors")

@@ -8,6 +8,7 @@ import torch
 
 from utils.data.loading.bad_files import BadImages
 from utils.evaluation.metrics import load_metrics
+from utils.evaluation.tasks import SingleLabel
 from utils.evaluation.multiview import test_videos as score_videos
 
 # Per video, its views' logits: 2 clips x 2 crops. Video 0's mean softmax favours class 1 (its label), its mean
@@ -47,7 +48,7 @@ def test_a_videos_figures_come_from_the_mean_of_its_views_softmaxes(fresh_accele
 
     job = SimpleNamespace(accelerator=Accelerator(cpu=True), model=LogitsOfTheInput(), class_names=["a", "b", "c"],
                           share_buffers=lambda only=None: None, bad_images=BadImages(skip=False),
-                          inputs=lambda pixels: pixels, metrics=load_metrics(), k=2)
+                          inputs=lambda pixels: pixels, task=SingleLabel(load_metrics(), 3))
     figures, own = score_videos(job, list(batches()), len(VIEWS))
 
     means = {v: torch.tensor(views, dtype=torch.float64).softmax(dim=1).mean(dim=0) for v, views in VIEWS.items()}
@@ -76,7 +77,7 @@ def test_a_clip_that_could_not_be_decoded_is_left_out_of_its_videos_mean(fresh_a
     items[0]["source"][0], items[0]["error"][0] = "v0.mp4", "InvalidDataError: broken"
     job = SimpleNamespace(accelerator=Accelerator(cpu=True), model=LogitsOfTheInput(), class_names=["a", "b", "c"],
                           share_buffers=lambda only=None: None, bad_images=BadImages(skip=True),
-                          inputs=lambda pixels: pixels, metrics=load_metrics(), k=2)
+                          inputs=lambda pixels: pixels, task=SingleLabel(load_metrics(), 3))
     figures, _ = score_videos(job, items, len(VIEWS))
     assert figures["test_clips_scored"] == 5 and figures["val_samples"] == 3
     kept = torch.tensor(VIEWS[0][CROPS:], dtype=torch.float64).softmax(dim=1).mean(dim=0)  # clip 1's crops

@@ -78,7 +78,7 @@ def parse(argv=None, prog="train_classification.py"):
     """(the options, their Settings): `argv` (default sys.argv[1:]) parsed over the recipes' defaults, the data
     source picked and the model's input resolved once, all checked together; exit 2 with one line on bad input."""
     parser = get_args_parser(prog)
-    defaults = {action.dest: action.default for action in parser._actions}  # the parser's own, before any recipe
+    defaults = parser_defaults()  # the parser's own, before any recipe
     config_path, dataset = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
     try:
         recipe = load_recipe(config_path, parser) if config_path is not None else {}
@@ -94,6 +94,11 @@ def parse(argv=None, prog="train_classification.py"):
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
     return args, settle(args, source, inp)
+
+
+def parser_defaults():
+    """{option: the parser's own default}, before any recipe: what "left at its default" means in the checks."""
+    return {action.dest: action.default for action in get_args_parser()._actions}
 
 
 def parse_args(argv=None, prog="train_classification.py"):

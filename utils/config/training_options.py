@@ -84,6 +84,12 @@ def add_model_options(p):
                         "of cross-entropy; validation still reports cross-entropy")
     g.add_argument("--bce_target_thresh", resume_key=True, type=float, default=None,
                    help="--bce_loss: targets above this become 1, the others 0 (timm's; A1-A3: 0.2)")
+    g.add_argument("--pos_weight", resume_key=True, type=str, default=None, choices=("auto",),
+                   help="multi-label data: weigh each class's positives in the BCE by its negatives over positives, "
+                        "counted over the whole training split (the same on every rank, recorded in results.json)")
+    g.add_argument("--multi_label_loss", resume_key=True, type=str, default="bce", choices=("bce", "asl"),
+                   help="multi-label data: binary cross-entropy per class, or timm's asymmetric loss "
+                        "(AsymmetricLossMultiLabel: gamma_neg 4, gamma_pos 1, clip 0.05)")
     g.add_argument("--layer_decay", resume_key=True, type=float, default=None, metavar="RATE",
                    help="layer-wise LR decay (BEiT/MAE fine-tuning): the LR of layer i of L (0 the stem) is scaled "
                         "by RATE^(L - 1 - i), the head's by 1; ViT, DeiT, Swin, ConvNeXt... of timm, torchvision and "
@@ -149,19 +155,22 @@ def add_run_options(p):
     g.add_argument("--keep_last", resume_key=False,
                    type=int, default=0, help="keep only the newest N checkpoints (0: all)")
     g.add_argument("--keep_best", resume_key=False, type=int, default=0,
-                   help="also keep the K checkpoints with the best val top-1 (a checkpoint follows each "
-                        "validation); the best weights go to <output_dir>/best/model.safetensors")
+                   help="also keep the K checkpoints with the best val top-1 (multi-label: mAP; a checkpoint follows "
+                        "each validation); the best weights go to <output_dir>/best/model.safetensors")
     g.add_argument("--skip_nonfinite_steps", resume_key=False, type=int, default=0,
                    help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
     g.add_argument("--dist_timeout_s", resume_key=False, type=int, default=600,
                    help="seconds a rank waits in a collective for the others before giving up")
     g.add_argument("--max_train_steps", resume_key=False, type=int, default=None,
                    help="stop after this many optimizer steps (the schedule stays laid out over --epochs)")
+    g.add_argument("--threshold", resume_key=False, type=float, default=0.5,
+                   help="multi-label data: a class is predicted when its sigmoid probability is at least this "
+                        "(precision, recall, F1, exact match)")
     g.add_argument("--tta", resume_key=False, type=str, default=None, choices=("flip",),
-                   help="validation: average each view's softmax with its horizontal flip's")
+                   help="validation: average each view's softmax (multi-label: sigmoid) with its horizontal flip's")
     g.add_argument("--early_stop", resume_key=False, type=int, default=None, metavar="PATIENCE",
-                   help="end training after PATIENCE validations in a row without a better val top-1 (the EMA's "
-                        "with --model_ema): a finished run, results.json says stopped_early")
+                   help="end training after PATIENCE validations in a row without a better val top-1 (multi-label "
+                        "data: mAP; the EMA's with --model_ema): a finished run, results.json says stopped_early")
     g.add_argument("--early_stop_min_delta", resume_key=False, type=float, default=0.0,
                    help="--early_stop: a gain must exceed this to count")
     g.add_argument("--val_every", resume_key=False,

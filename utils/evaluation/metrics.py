@@ -139,12 +139,12 @@ def rank_sums(ranked, labels, losses, owners, rank, k):
     return sums(ranked[mine], labels[mine], losses[mine], k)
 
 
-def dump_rank_sums(folder, figures, own, accelerator):
-    """GluonCV's per-rank eval files, made right: sums that add up exactly to global.json."""
+def dump_rank_sums(folder, global_sums, own, accelerator):
+    """GluonCV's per-rank eval files, made right: sums that add up exactly to global.json (`global_sums`: the
+    task's, utils/evaluation/tasks.py)."""
     write_json_atomic(folder / f"rank_{accelerator.process_index}.json", own)
     if accelerator.is_main_process:
-        keys = ("correct_top1", "correct_topk", "loss_sum")
-        write_json_atomic(folder / "global.json", {"samples": figures["val_samples"], **{k: figures[k] for k in keys}})
+        write_json_atomic(folder / "global.json", global_sums)
 
 
 def topk_for(num_classes):

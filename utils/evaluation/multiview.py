@@ -1,5 +1,5 @@
-"""Multi-view test of videos: N clips x M crops of every video, softmax averaged per video, exact on
-any number of processes.
+"""Multi-view test of videos: N clips x M crops of every video, softmax (multi-label: sigmoid) probabilities
+averaged per video, exact on any number of processes.
 
 The test loader's items are one clip of one video with its M crops; Accelerate shards them like any
 data and pads the last batches with repeats, which gather_for_metrics drops. Every rank then adds
@@ -11,7 +11,6 @@ per test video on the host (float64: 20,000 videos x 400 classes = 64 MB).
 
 import torch
 
-from utils.evaluation.metrics import rank_sums, summarize
 from utils.evaluation.scoring import scored_batches
 
 
@@ -23,47 +22,49 @@ def test_videos(job, loader, num_videos, model=None):
     A video belongs to the rank that scored the first of its clips to arrive (any rule that gives
     each video one owner makes the per-rank sums add up to the global ones).
     """
-    accelerator, model = job.accelerator, model or job.model
+    accelerator, model, task = job.accelerator, model or job.model, job.task
     job.share_buffers(only=model)
     model.eval()
     classes = len(job.class_names)
     sums = torch.zeros(num_videos, classes, dtype=torch.float64)
     views = torch.zeros(num_videos, dtype=torch.int64)
-    labels = torch.full((num_videos,), -1, dtype=torch.int64)
+    labels = torch.zeros((num_videos, classes), dtype=torch.uint8) if task.multi_label else \
+        torch.full((num_videos,), -1, dtype=torch.int64)
     owners = torch.full((num_videos,), -1, dtype=torch.int64)
     clip_hits = clips = 0
 
     def score(batch):
         pixels = batch["pixel_values"]  # (B, crops, C, T, H, W)
         b, crops = pixels.shape[:2]
-        probs = model(job.inputs(pixels.flatten(0, 1))).float().softmax(dim=1).view(b, crops, -1).mean(dim=1)
+        probs = task.activate(model(job.inputs(pixels.flatten(0, 1))).float()).view(b, crops, -1).mean(dim=1)
         return probs, batch["labels"], batch["video"]
 
     for scored in scored_batches(accelerator, loader, score, job.bad_images):
         probs, label, video, owner = scored.kept()
         sums.index_add_(0, video, probs.double())
         views.index_add_(0, video, torch.ones_like(video))
-        labels[video] = label
+        labels[video] = label.to(labels.dtype)
         for v, o in zip(video.tolist(), owner.tolist()):
             if owners[v] < 0:
                 owners[v] = o
-        clip_hits += int((probs.argmax(dim=1) == label).sum())
+        clip_hits += task.clip_hits(probs, label)
         clips += len(label)
     scored = views > 0  # a video whose every clip failed to decode (skipped) is not scored
     mean = sums[scored] / views[scored, None]
     labels, owners = labels[scored], owners[scored]
-    ranked = mean.topk(job.k, dim=1).indices
-    losses = -mean.gather(1, labels[:, None]).squeeze(1).clamp(min=1e-12).log()  # NLL of the averaged softmax
-    figures = summarize(job.metrics, ranked, labels, losses, job.k, classes)
-    own = rank_sums(ranked, labels, losses, owners, accelerator.process_index, job.k)
+    fields = task.averaged_fields(mean, labels)  # the averaged probabilities scored as validation scores outputs
+    figures = task.figures(fields)
+    own = task.own(fields, owners, accelerator.process_index)
     figures["clip_top1"] = clip_hits / max(clips, 1)
     figures["test_clips_scored"] = clips
     return figures, own
 
 
-def test_row(figures, args):
-    """What results.json, metrics.jsonl and the dashboards say of the multi-view test."""
+def test_row(figures, args, task):
+    """What results.json, metrics.jsonl and the dashboards say of the multi-view test: the task's figures of the
+    videos (video_top1 ..., or multi-label video_map ...), and the clip-level top-1 (multi-label: exact match)."""
+    keys = ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "val_loss") if task.multi_label else \
+        ("val_top1", "val_topk", "val_loss", "val_macro_f1")
     return {"test_clips": args.test_clips or 1, "test_crops": args.test_crops or 1,
-            "video_top1": figures["val_top1"], "video_topk": figures["val_topk"], "video_loss": figures["val_loss"],
-            "video_macro_f1": figures["val_macro_f1"], "test_videos": figures["val_samples"],
+            **{key.replace("val_", "video_"): figures[key] for key in keys}, "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}

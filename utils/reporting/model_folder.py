@@ -17,18 +17,20 @@ from utils.core.io import write_text_atomic
 from utils.models.libraries import library, save_in_library_form
 
 
-def input_config(inp):
-    """The eval input of the run (its Input, utils/data/transforms/input.py): what a user of the folder must feed the model."""
+def input_config(inp, multi_label=False):
+    """The eval input of the run (its Input, utils/data/transforms/input.py): what a user of the folder must feed the
+    model; and, for a multi-label run, that its outputs are each class's own (a sigmoid, not a softmax)."""
     mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
-    return dict(image_size=inp.val_crop_size, resize=inp.val_resize_size, interpolation=inp.interpolation,
-                mean=list(mean), std=list(std))
+    config = dict(image_size=inp.val_crop_size, resize=inp.val_resize_size, interpolation=inp.interpolation,
+                  mean=list(mean), std=list(std))
+    return {**config, "multi_label": True} if multi_label else config
 
 
-def save_model_folder(model, args, inp, class_names, folder):
+def save_model_folder(model, args, inp, class_names, folder, multi_label=False):
     """Write `model` (a bare, unsharded module on the CPU, in the default memory format) to `folder` in its
     library's format, with the run's eval input `inp`; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_in_library_form(model, args.model, folder, input_config(inp), class_names)
+    save_in_library_form(model, args.model, folder, input_config(inp, multi_label), class_names)
     return folder
 
 
@@ -39,9 +41,14 @@ class PushError(UserError, RuntimeError):
 def model_card(repo, args, results, command):
     """README.md of the model folder: what it is, its validation figures, how it was trained and loaded."""
     lib, _ = library(args.model)
-    rows = [("val top-1", results["val_top1"]), (f"val top-{results['topk']}", results["val_topk"]),
-            ("val loss", results["val_loss"]), ("macro F1", results["macro_f1"])]
-    rows += [("val top-1, EMA weights", results["val_ema_top1"])] if "val_ema_top1" in results else []
+    if "val_map" in results:  # a multi-label run (utils/evaluation/tasks.py)
+        rows = [("val mAP", results["val_map"]), (f"val F1 micro at {results['threshold']:g}", results["val_f1_micro"]),
+                ("val F1 macro", results["val_f1_macro"]), ("val loss", results["val_loss"])]
+        rows += [("val mAP, EMA weights", results["val_ema_map"])] if "val_ema_map" in results else []
+    else:
+        rows = [("val top-1", results["val_top1"]), (f"val top-{results['topk']}", results["val_topk"]),
+                ("val loss", results["val_loss"]), ("macro F1", results["macro_f1"])]
+        rows += [("val top-1, EMA weights", results["val_ema_top1"])] if "val_ema_top1" in results else []
     table = "\n".join(f"| {name} | {value:.4f} |" for name, value in rows)
     return (f"---\n{lib.card_header}tags:\n- image-classification\n---\n\n# {repo}\n\n"
             f"`{args.model}` trained on `{results['dataset']}` ({results['train_samples']} training samples, "
@@ -50,6 +57,11 @@ def model_card(repo, args, results, command):
             f"| metric ({results['val_samples']} validation samples) | value |\n|---|---|\n{table}\n\n"
             f"## Command line\n\n```\n{command}\n```\n\n## Loading\n\n```python\n"
             f"{lib.load_snippet.format(repo=repo)}\n```\n")
+
+
+def headline(results):
+    """The run's tracked validation figure, as a commit message says it."""
+    return f"val mAP {results['val_map']:.4f}" if "val_map" in results else f"val top-1 {results['val_top1']:.4f}"
 
 
 def push_model_folder(folder, repo, args, results, command):
@@ -61,7 +73,7 @@ def push_model_folder(folder, repo, args, results, command):
         api = HfApi()
         api.create_repo(repo, repo_type="model", exist_ok=True)
         api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
-                          commit_message=f"{args.model}: val top-1 {results['val_top1']:.4f}")
+                          commit_message=f"{args.model}: {headline(results)}")
     except Exception as e:  # offline, no token, no rights: all the same to the user
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise PushError(f"push_to_hub: could not upload {folder} to {repo} ({type(e).__name__}: {reason}); every "

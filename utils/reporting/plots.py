@@ -1,4 +1,5 @@
-"""curves.png and confusion_matrix.png, drawn with matplotlib's object API (no display, no global state)."""
+"""curves.png, confusion_matrix.png and (multi-label) per_class_ap.png, drawn with matplotlib's object API (no
+display, no global state)."""
 
 import io
 import math
@@ -37,7 +38,13 @@ def curves_figure(rows):
     # Log scale: an early spike (BatchNorm statistics of a barely trained net) would flatten the rest.
     for ax in (loss_ax, val_loss_ax):
         ax.set_yscale("log")
-    if val:
+    if val and "val_map" in val[-1]:  # multi-label: mAP and micro F1 at the threshold
+        last = val[-1]
+        acc_ax.plot([r["epoch"] for r in val], [r["val_map"] for r in val], "s-", label=f"val mAP (last "
+                    f"{last['val_map']:.4f})")
+        acc_ax.plot([r["epoch"] for r in val], [r["val_f1_micro"] for r in val], "^--",
+                    label=f"val F1 micro at {last['threshold']:g} (last {last['val_f1_micro']:.4f})")
+    elif val:
         k, last = val[-1].get("topk", 5), val[-1]
         acc_ax.plot([r["epoch"] for r in val], [r["val_top1"] for r in val], "s-",
                     label=f"val top-1 (last {last['val_top1']:.4f})")
@@ -80,6 +87,24 @@ def confusion_figure(matrix, class_names):
                 if counts[i, j]:
                     ax.text(j, i, f"{share[i, j]:.2f}", ha="center", va="center", fontsize=8,
                             color="white" if share[i, j] > 0.5 else "black")
+    return fig
+
+
+def per_class_ap_figure(per_class_ap, positives, class_names):
+    """Each class's validation AP as a bar, worst first (up to 60 shown), its positives in the label; classes
+    without positives have no AP and no bar."""
+    from matplotlib.figure import Figure
+
+    rows = sorted(((ap, name, n) for ap, name, n in zip(per_class_ap, class_names, positives) if ap is not None),
+                  key=lambda r: r[0])[:60]
+    fig = Figure(figsize=(8, max(3, 0.25 * len(rows) + 1.5)), layout="constrained")
+    ax = fig.subplots()
+    ax.barh(range(len(rows)), [r[0] for r in rows], color="tab:blue")
+    ax.set_yticks(range(len(rows)), [f"{name} ({n})" for _, name, n in rows], fontsize=_font(len(rows)))
+    ax.invert_yaxis()
+    shown = "" if len(rows) == sum(ap is not None for ap in per_class_ap) else f", the {len(rows)} worst"
+    ax.set(xlim=(0, 1.02), xlabel="average precision", title=f"per-class AP on validation{shown} (positives)")
+    ax.grid(alpha=0.3, axis="x")
     return fig
 
 

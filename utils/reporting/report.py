@@ -1,4 +1,5 @@
-"""The end of a run, without any tracker: results.json, curves.png, confusion_matrix.png/.csv, a per-class table."""
+"""The end of a run, without any tracker: results.json, curves.png, confusion_matrix.png/.csv (multi-label:
+per_class_ap.png and per_class_counts.csv), a per-class table."""
 
 import csv
 import io
@@ -11,7 +12,9 @@ TABLE_ROWS = 30  # more classes than this: the table shows the worst ones (resul
 
 
 def per_class_table(figures, class_names):
-    """A text table of per-class top-1 accuracy, worst first when it has to be cut."""
+    """A text table of per-class top-1 accuracy (multi-label: AP and counts), worst first when it has to be cut."""
+    if "per_class_ap" in figures:
+        return per_class_ap_table(figures, class_names)
     matrix = figures["confusion_matrix"]
     rows = [(name, acc, n, matrix[i][i]) for i, (name, acc, n)
             in enumerate(zip(class_names, figures["per_class_accuracy"], figures["class_support"]))]
@@ -23,6 +26,22 @@ def per_class_table(figures, class_names):
     lines = [title, f"  {'class':<{width}}  {'images':>6}  {'correct':>7}  accuracy"]
     for name, acc, n, correct in rows:
         lines.append(f"  {name:<{width}}  {n:>6}  {correct:>7}  {'-' if acc is None else f'{acc:.4f}'}")
+    return "\n".join(lines)
+
+
+def per_class_ap_table(figures, class_names):
+    """Multi-label: each class's AP, positives and true/false positives at the threshold, worst AP first when cut."""
+    rows = [(name, ap, n, tp, fp) for name, ap, n, tp, fp in zip(
+        class_names, figures["per_class_ap"], figures["class_support"], figures["true_positives"],
+        figures["false_positives"])]
+    title = f"per-class AP (and counts at threshold {figures['threshold']:g})"
+    if len(rows) > TABLE_ROWS:
+        rows = sorted(rows, key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))[:TABLE_ROWS]
+        title += f", the {TABLE_ROWS} worst of {len(class_names)} classes (all in results.json)"
+    width = max(len("class"), *(len(row[0]) for row in rows))
+    lines = [title, f"  {'class':<{width}}  {'positives':>9}  {'true pos':>8}  {'false pos':>9}  AP"]
+    for name, ap, n, tp, fp in rows:
+        lines.append(f"  {name:<{width}}  {n:>9}  {tp:>8}  {fp:>9}  {'-' if ap is None else f'{ap:.4f}'}")
     return "\n".join(lines)
 
 
@@ -39,6 +58,20 @@ def write(out, results, figures, bad_images):
     if any("train_loss" in row or "epoch_train_loss" in row for row in rows):  # something was trained
         plots.save(plots.curves_figure(rows), out / "curves.png")
         written.append(out / "curves.png")
+    if "per_class_ap" in figures:  # multi-label: no confusion between classes, per-class AP and counts instead
+        plots.save(plots.per_class_ap_figure(figures["per_class_ap"], figures["class_support"], class_names),
+                   out / "per_class_ap.png")
+        written.append(out / "per_class_ap.png")
+        text = io.StringIO()
+        table = csv.writer(text)
+        table.writerow(["class", "positives", "true_positives", "false_positives", "false_negatives",
+                        "true_negatives", "average_precision"])
+        table.writerows([name, figures["class_support"][i], *(figures[key][i] for key in (
+            "true_positives", "false_positives", "false_negatives", "true_negatives")),
+            "" if figures["per_class_ap"][i] is None else figures["per_class_ap"][i]]
+            for i, name in enumerate(class_names))
+        write_text_atomic(out / "per_class_counts.csv", text.getvalue())
+        return written
     plots.save(plots.confusion_figure(figures["confusion_matrix"], class_names), out / "confusion_matrix.png")
     written.append(out / "confusion_matrix.png")
     text = io.StringIO()

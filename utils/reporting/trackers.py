@@ -52,8 +52,8 @@ def log_validation_media(accelerator, step, figures, class_names, examples):
     import wandb
 
     values = {}
-    matrix = figures["confusion_matrix"]
-    if len(class_names) <= CONFUSION_PLOT_MAX:
+    matrix = figures.get("confusion_matrix")  # none for multi-label data (per-class AP is in the rows)
+    if matrix is not None and len(class_names) <= CONFUSION_PLOT_MAX:
         cells = [[class_names[i], class_names[j], matrix[i][j]]
                  for i in range(len(class_names)) for j in range(len(class_names))]
         values["val_confusion_matrix"] = wandb.plot_table(

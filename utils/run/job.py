@@ -22,7 +22,9 @@ from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_test_loader, stop_workers
 from utils.data.transforms.batch import BatchInput
 from utils.data.sources.video_files import test_views
+from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics, topk_for
+from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
 from utils.models.torchvision_models import for_device
@@ -31,7 +33,7 @@ from utils.reporting.progress import StepLogger
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
 from utils.training.early_stop import Patience
-from utils.training.losses import Objective
+from utils.training.losses import Objective, label_kind
 from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
 
@@ -58,7 +60,7 @@ class Job:
     bad_images: BadImages
     stop: StopRequest
     nonfinite_steps: list  # optimizer steps skipped for a NaN/inf loss
-    best_top1: list  # the best val top-1 so far, last (--keep_best)
+    best_score: list  # the best tracked figure so far (val top-1, or mAP), last (--keep_best)
     patience: Patience = None  # --early_stop's count (utils/training/early_stop.py)
     data: dict = None  # the training data's signature (utils/data/sources/protocol.py), kept in checkpoints
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
@@ -68,6 +70,8 @@ class Job:
     settings: object = None  # what the run derived from its options once (utils/config/settings.py)
     teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
     lr_notes: tuple = ()  # where the LR in force came from (--lr_scale_batch), also at the top of config.yaml
+    task: object = None  # what validation scores: one label a sample or several (utils/evaluation/tasks.py)
+    pos_weight: list = None  # --pos_weight auto: each class's weight, from the whole training split (results.json)
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -177,6 +181,8 @@ def build_job(args, settings, accelerator, out):
     metrics = load_metrics(args.metrics)
     inp, source = settings.input, settings.source
     train_ds, val_ds, class_names = load_datasets(args, settings, accelerator)
+    # lists of labels: multi-hot targets, sigmoid outputs, --pos_weight from the whole split
+    multi_label, pos_weight = label_kind(args, parser_defaults(), source, train_ds, class_names, accelerator.print)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
@@ -203,15 +209,16 @@ def build_job(args, settings, accelerator, out):
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-              objective=Objective(args, teacher), train_loader=train_loader, val_loader=val_loader,
-              steps_per_epoch=steps_per_epoch,
-              metrics=metrics, k=topk_for(len(class_names)), class_names=class_names, out=out, logger=logger,
-              bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_top1=[],
+              objective=Objective(args, teacher, multi_label, pos_weight), train_loader=train_loader,
+              val_loader=val_loader, task=task_for(multi_label, len(class_names), metrics, args.threshold, args.tta),
+              steps_per_epoch=steps_per_epoch, metrics=metrics, k=topk_for(len(class_names)), class_names=class_names,
+              out=out, logger=logger,
+              bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_score=[],
               patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema,
-              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes)
+              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, pos_weight=pos_weight)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
-                      f"{len(val_ds)} val {settings.sample_unit}, "
-                      f"{len(class_names)} classes, {accelerator.num_processes} process(es) on "
+                      f"{len(val_ds)} val {settings.sample_unit}, {len(class_names)} classes"
+                      f"{' (multi-label)' if multi_label else ''}, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
     return job, source.sample_count(train_ds), num_workers

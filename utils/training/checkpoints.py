@@ -115,15 +115,21 @@ def prune(out, keep_last, keep_best=0):
     found = _with_states(out)  # each state file read once
     drop = []
     if keep_last:  # keep_last 0 keeps every checkpoint, whatever keep_best says
-        scored = [(f, st) for f, st in found if st.get("val_top1") is not None]
+        scored = [(f, st) for f, st in found if score(st) is not None]
         # Ties go to the earlier checkpoint, the one whose weights <output_dir>/best/ holds.
-        ranked = [f for f, _ in sorted(scored, key=lambda fs: (fs[1]["val_top1"], -fs[1]["global_step"]))]
+        ranked = [f for f, _ in sorted(scored, key=lambda fs: (score(fs[1]), -fs[1]["global_step"]))]
         keep = set(ranked[-keep_best:] if keep_best else []) | {f for f, _ in found[-keep_last:]}
         drop = [f for f, _ in found if f not in keep]
     for folder in drop:
         os.replace(folder, folder.with_name(f".deleting-{folder.name}"))
     for leftover in folder_of(out).glob(".*"):
         shutil.rmtree(leftover, ignore_errors=True)
+
+
+def score(state):
+    """A checkpoint's validation figure that --keep_best ranks by (val top-1, or mAP for multi-label data; the
+    EMA's with --model_ema), None when none was taken; `val_top1` in checkpoints written before it was named so."""
+    return state.get("val_score", state.get("val_top1"))
 
 
 def keep_if_best(accelerator, model, out, record, summary, key="val_top1"):

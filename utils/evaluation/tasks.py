@@ -1,0 +1,249 @@
+"""What validation scores, by the kind of labels a sample carries: one class (softmax; top-1, top-k, macro F1, the
+confusion matrix) or several (sigmoid; mAP, per-class AP, micro and macro precision/recall/F1 at --threshold, exact
+match). The loop asks the run's task (`task_for`) and never which one it holds.
+
+Either way the figures come from the gathered per-sample outputs (utils/evaluation/scoring.py: padding dropped,
+each sample once), never from per-rank means: mAP is a ranking over every sample's scores, which no sum of
+per-rank figures gives. The per-rank files of --dump_rank_metrics keep the figures that are sums.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from utils.evaluation import tta
+from utils.evaluation.metrics import rank_sums, result_figures, summarize, topk_for, validation_row
+
+PER_CLASS_LOG_MAX = 100  # more classes than this: per-class AP goes to results.json, not to every row
+
+
+class SingleLabel:
+    """One class a sample: the figures of utils/evaluation/metrics.py, tracked by top-1."""
+
+    multi_label = False
+    tracked, tracked_name = "val_top1", "top-1"  # --keep_best, --early_stop, best/: the EMA's with --model_ema
+    ema_keys = ("val_top1", "val_topk", "val_loss")  # what validation also reports of the averaged weights
+    sum_keys = ("correct_top1", "correct_topk", "loss_sum")  # --dump_rank_metrics: what adds up over ranks
+
+    def __init__(self, metrics, num_classes, tta_kind=None):
+        self.metrics, self.classes, self.k, self.tta = metrics, num_classes, topk_for(num_classes), tta_kind
+
+    def outputs(self, model, pixels):
+        """Logits (with --tta flip: the log of the averaged softmax, which reads the same way)."""
+        return tta.scores(model, pixels, self.tta)
+
+    def probabilities(self, model, pixels):
+        """Class probabilities (softmax), as predict.py lists them."""
+        return self.activate(self.outputs(model, pixels))
+
+    @staticmethod
+    def activate(logits):
+        return logits.softmax(dim=1)
+
+    def clip_hits(self, probs, labels):
+        """The multi-view test's clips whose own top class is right."""
+        return int((probs.argmax(dim=1) == labels).sum())
+
+    def averaged_fields(self, probs, labels):
+        """The fields of videos scored by their averaged (float64) probabilities: the loss is the NLL of the mean."""
+        return probs.topk(self.k, dim=1).indices, labels, -probs.gather(1, labels[:, None]).squeeze(1).clamp(
+            min=1e-12).log()
+
+    def fields(self, logits, labels):
+        """Per-sample tensors to gather: the top-k classes, the label, the cross-entropy."""
+        return logits.topk(self.k, dim=1).indices, labels, F.cross_entropy(logits, labels, reduction="none")
+
+    def figures(self, fields):
+        ranked, labels, losses = fields
+        return summarize(self.metrics, ranked, labels, losses, self.k, self.classes)
+
+    def own(self, fields, owners, rank):
+        return rank_sums(*fields, owners, rank, self.k)
+
+    def line(self, figures):
+        return (f"top-1 {figures['val_top1']:.4f} top-{self.k} {figures['val_topk']:.4f} macro F1 "
+                f"{figures['val_macro_f1']:.4f} loss {figures['val_loss']:.4f}")
+
+    def ema_line(self, figures):
+        return f"; EMA top-1 {figures['val_ema_top1']:.4f} loss {figures['val_ema_loss']:.4f}"
+
+    def row(self, figures, class_names):
+        return validation_row(figures, class_names)
+
+    def results(self, figures, class_names):
+        return result_figures(figures, class_names)
+
+    def global_sums(self, figures):
+        """What the per-rank sums of --dump_rank_metrics add up to (eval/.../global.json)."""
+        return {"samples": figures["val_samples"], **{key: figures[key] for key in self.sum_keys}}
+
+
+class MultiLabel:
+    """Several classes a sample (multi-hot targets): sigmoid probabilities, tracked by mAP.
+
+    mAP is the mean over the classes that have a positive in the validation split of scikit-learn's
+    average_precision_score (the area under each class's precision-recall steps); a class without positives
+    has no AP and is counted in `val_map_classes_without_positives`. The loss is binary cross-entropy, summed
+    over the classes of each sample as training sums it (no --pos_weight, no smoothing: the data's own loss, as
+    validation scores
+    plain cross-entropy for single-label runs)."""
+
+    multi_label = True
+    tracked, tracked_name = "val_map", "mAP"
+    ema_keys = ("val_map", "val_f1_micro", "val_loss", "val_tuned_thresholds")
+    sum_keys = ("loss_sum", "true_positives", "false_positives", "false_negatives", "exact_matches")
+
+    def __init__(self, num_classes, threshold=0.5, tta_kind=None):
+        self.classes, self.threshold, self.tta = num_classes, threshold, tta_kind
+        self.k = topk_for(num_classes)  # the probabilities predict.py lists beside the labels
+
+    def outputs(self, model, pixels):
+        """Logits; with --tta flip the log-odds of the sigmoid probabilities averaged with the flipped view's."""
+        logits = model(pixels).float()
+        if self.tta is None:
+            return logits
+        mean = (logits.sigmoid() + model(pixels.flip(-1)).float().sigmoid()) / 2
+        return mean.log() - (-mean).log1p()
+
+    def probabilities(self, model, pixels):
+        """Each class's sigmoid probability (with --tta flip: averaged over the two views)."""
+        return self.activate(self.outputs(model, pixels))
+
+    @staticmethod
+    def activate(logits):
+        return logits.sigmoid()
+
+    def clip_hits(self, probs, targets):
+        """The multi-view test's clips whose own labels at the threshold are exactly right."""
+        return int(((probs >= self.threshold) == targets.bool()).all(dim=1).sum())
+
+    def averaged_fields(self, probs, targets):
+        """The fields of videos scored by their averaged probabilities: the BCE of the mean, summed over classes."""
+        p = probs.clamp(1e-12, 1 - 1e-12)
+        loss = -(targets * p.log() + (1 - targets.double()) * (-p).log1p()).sum(dim=1)
+        return probs, targets, loss
+
+    def fields(self, logits, targets):
+        """Per-sample tensors to gather: the class probabilities, the multi-hot targets, the BCE."""
+        loss = F.binary_cross_entropy_with_logits(logits, targets.float(), reduction="none").sum(dim=1)
+        return logits.sigmoid(), targets.to(torch.uint8), loss
+
+    def figures(self, fields):
+        probs, targets, losses = fields
+        return multi_label_figures(probs.double().numpy(), targets.numpy().astype(bool),
+                                   losses.double().numpy(), self.threshold)
+
+    def own(self, fields, owners, rank):
+        probs, targets, losses = fields
+        mine = (owners == rank).numpy()
+        counts = counts_at(probs.numpy()[mine], targets.numpy()[mine].astype(bool), self.threshold)
+        return {"samples": int(mine.sum()), "loss_sum": float(losses.double().numpy()[mine].sum()),
+                **{key: int(value.sum()) for key, value in counts.items() if key != "exact_matches"},
+                "exact_matches": int(counts["exact_matches"])}
+
+    def line(self, figures):
+        return (f"mAP {figures['val_map']:.4f} F1 micro {figures['val_f1_micro']:.4f} macro "
+                f"{figures['val_f1_macro']:.4f} exact {figures['val_exact_match']:.4f} loss {figures['val_loss']:.4f}")
+
+    def ema_line(self, figures):
+        return f"; EMA mAP {figures['val_ema_map']:.4f} loss {figures['val_ema_loss']:.4f}"
+
+    def row(self, figures, class_names):
+        row = {key: value for key, value in figures.items()
+               if (key in MULTI_SCALARS or key.startswith("val_")) and not isinstance(value, list)}
+        if len(class_names) <= PER_CLASS_LOG_MAX:
+            for name, ap in zip(class_names, figures["per_class_ap"]):
+                if ap is not None:  # a class without positives in validation has no AP
+                    row[f"val_class_ap/{name.replace('/', '_')}"] = ap
+        return row
+
+    def results(self, figures, class_names):
+        scalars = {key: value for key, value in figures.items()
+                   if (key in MULTI_SCALARS or key.startswith("val_")) and not isinstance(value, list)}
+        return {**scalars, "per_class_ap": dict(zip(class_names, figures["per_class_ap"])),
+                "per_class_tuned_threshold": dict(zip(class_names, figures["val_tuned_thresholds"])),
+                "per_class_positives": dict(zip(class_names, figures["class_support"])),
+                "per_class_counts": {name: {key: figures[key][i] for key in COUNTS}
+                                     for i, name in enumerate(class_names)}}
+
+    def global_sums(self, figures):
+        return {"samples": figures["val_samples"], "loss_sum": figures["loss_sum"],
+                **{key: int(sum(figures[key])) for key in self.sum_keys[1:4]},
+                "exact_matches": figures["exact_matches"]}
+
+
+COUNTS = ("true_positives", "false_positives", "false_negatives", "true_negatives")
+MULTI_SCALARS = ("threshold",)
+
+
+def counts_at(probs, targets, threshold):
+    """Per-class true/false positives/negatives of the predictions `probs >= threshold`, and the exact matches."""
+    predicted = probs >= threshold
+    return {"true_positives": (predicted & targets).sum(axis=0), "false_positives": (predicted & ~targets).sum(axis=0),
+            "false_negatives": (~predicted & targets).sum(axis=0),
+            "true_negatives": (~predicted & ~targets).sum(axis=0),
+            "exact_matches": int((predicted == targets).all(axis=1).sum())}
+
+
+def _ratio(num, den):
+    return float(num) / float(den) if den else 0.0
+
+
+def multi_label_figures(probs, targets, losses, threshold):
+    """The figures of (N, C) probabilities and boolean targets, and N per-sample losses (see MultiLabel)."""
+    from sklearn.metrics import average_precision_score
+
+    n, classes = targets.shape
+    positives = targets.sum(axis=0)
+    per_class_ap = [float(average_precision_score(targets[:, c], probs[:, c])) if positives[c] else None
+                    for c in range(classes)]
+    scored = [ap for ap in per_class_ap if ap is not None]
+    tuned = [best_f1_threshold(targets[:, c], probs[:, c]) if positives[c] else None for c in range(classes)]
+    counts = counts_at(probs, targets, threshold)
+    tp, fp, fn = counts["true_positives"], counts["false_positives"], counts["false_negatives"]
+    precision = [_ratio(t, t + f) for t, f in zip(tp, fp)]
+    recall = [_ratio(t, t + f) for t, f in zip(tp, fn)]
+    f1 = [_ratio(2 * t, 2 * t + p + q) for t, p, q in zip(tp, fp, fn)]
+    loss_sum = float(losses.sum())
+    return {"val_map": float(np.mean(scored)) if scored else 0.0, "val_map_classes": len(scored),
+            "val_map_classes_without_positives": classes - len(scored),
+            "val_f1_micro": _ratio(2 * tp.sum(), 2 * tp.sum() + fp.sum() + fn.sum()),
+            "val_f1_macro": float(np.mean(f1)), "val_precision_micro": _ratio(tp.sum(), tp.sum() + fp.sum()),
+            "val_precision_macro": float(np.mean(precision)), "val_recall_micro": _ratio(tp.sum(), tp.sum() + fn.sum()),
+            "val_recall_macro": float(np.mean(recall)), "val_exact_match": _ratio(counts["exact_matches"], n),
+            "val_loss": loss_sum / max(n, 1), "val_samples": n, "threshold": threshold,
+            "loss_sum": loss_sum, "exact_matches": counts["exact_matches"],
+            "per_class_ap": per_class_ap, "class_support": positives.astype(int).tolist(),
+            "val_tuned_thresholds": tuned,
+            **{key: counts[key].astype(int).tolist() for key in COUNTS}}
+
+
+def best_f1_threshold(targets, probs):
+    """The probability threshold at which one class's F1 on these samples is highest (scikit-learn's
+    precision-recall curve; the lowest such threshold on a tie)."""
+    from sklearn.metrics import precision_recall_curve
+
+    precision, recall, thresholds = precision_recall_curve(targets, probs)
+    f1 = 2 * precision[:-1] * recall[:-1] / np.maximum(precision[:-1] + recall[:-1], 1e-12)
+    return float(thresholds[int(np.argmax(f1))])
+
+
+def tuned_thresholds(figures, threshold, ema):
+    """Per-class thresholds of the weights the model folder holds (the EMA's with --model_ema), each class without
+    positives in validation at the run's `threshold`; None for single-label figures."""
+    tuned = figures.get("val_ema_tuned_thresholds" if ema else "val_tuned_thresholds")
+    return None if tuned is None else [threshold if t is None else t for t in tuned]
+
+
+def task_for(multi_label, num_classes, metrics=None, threshold=0.5, tta_kind=None):
+    """The run's task: MultiLabel when the data's samples carry several labels (the source says), else SingleLabel.
+    (`metrics`: the evaluate modules that score single-label figures; predict.py needs none.)"""
+    if multi_label:
+        return MultiLabel(num_classes, threshold, tta_kind)
+    return SingleLabel(metrics, num_classes, tta_kind)
+
+
+def tracked_key(task, ema):
+    """The figure best/, --keep_best and --early_stop follow: the task's, of the EMA with --model_ema."""
+    return task.tracked.replace("val_", "val_ema_", 1) if ema else task.tracked
+
