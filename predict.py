@@ -7,6 +7,7 @@
     accelerate launch --num_processes 2 predict.py runs/<run> many/ --output preds.jsonl
     python predict.py runs/<video run> clips/ --multi_view           # the run's --test_clips x --test_crops views
     python predict.py runs/<run> --export_onnx model.onnx             # uint8 (N, 3, [T,] H, W) in, logits out
+    python predict.py runs/<multi-label run> tiles/ --threshold tuned  # every label at its class's tuned threshold
 
 What the run recorded (run.json: its model and input), its class names (labels.json) and its eval transform
 are used, never its training data (a copied run folder works anywhere): the same resize, crop, normalisation
@@ -16,6 +17,9 @@ the run's val clip of each (its val_top1), or with --multi_view the softmax aver
 views (its video_top1). Folders are walked in sorted order. Under `accelerate launch` each file is predicted once, by one
 process, and the rows come back in input order. When every file lies in a folder named after one of
 the run's classes (a <class>/<file> layout), the top-1 accuracy against those names is printed too.
+A multi-label run (several labels a sample) lists every label whose sigmoid probability is at least the threshold
+(the run's --threshold, another, or `tuned`: each class's F1-best on the run's validation, model/thresholds.json),
+then the top-k probabilities; its ONNX graph ends in the sigmoid (output 'probabilities').
 """
 
 import argparse
@@ -41,6 +45,9 @@ def get_args(argv=None):
     p.add_argument("--checkpoint", type=str, default=None, help="use this checkpoint folder's weights")
     p.add_argument("--tta", type=str, default=None, choices=("flip",),
                    help="average each view's softmax with its horizontal flip's (as the run's --tta flip scored)")
+    p.add_argument("--threshold", type=str, default=None,
+                   help="multi-label runs: list the labels with a probability at least this (default: the run's "
+                        "--threshold), or 'tuned': each class's threshold tuned on validation (model/thresholds.json)")
     p.add_argument("--multi_view", action="store_true",
                    help="video runs: average the run's --test_clips x --test_crops views of each video")
     p.add_argument("--skip_bad", action="store_true",
@@ -54,6 +61,13 @@ def get_args(argv=None):
         p.error(f"--output: {args.output} must end in .csv or .jsonl")
     if not args.inputs and not args.export_onnx:
         p.error("give image files or folders to predict, or --export_onnx FILE")
+    if args.threshold not in (None, "tuned"):
+        try:
+            args.threshold = float(args.threshold)
+        except ValueError:
+            p.error(f"--threshold: {args.threshold!r} is neither a number nor 'tuned'")
+        if not 0 < args.threshold < 1:
+            p.error(f"--threshold: {args.threshold} must be in (0, 1)")
     return args
 
 
@@ -81,17 +95,19 @@ def main(argv=None):
         run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
         inp = run.input  # its eval input: sizes, normalisation, clips
         if opts.export_onnx and accelerator.is_main_process:
-            diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite)
-            check = f"; onnxruntime vs PyTorch logits: max abs diff {diff:.2e}" if diff is not None else ""
+            diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite, sigmoid=run.multi_label)
+            output = "probabilities" if run.multi_label else "logits"
+            check = f"; onnxruntime vs PyTorch {output}: max abs diff {diff:.2e}" if diff is not None else ""
             shape = ", ".join(map(str, input_shape(inp)))
-            print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output 'logits'){check}")
+            print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output '{output}'){check}")
         if not opts.inputs:
             accelerator.end_training()
             return None
         if opts.multi_view and not inp.video:
             raise RunError("--multi_view: an image run has one view per file; drop the option")
+        thresholds = label_thresholds(run, opts)
         files = list_inputs(opts.inputs, video=inp.video)
-        rows = predict(accelerator, run, model, files, opts)
+        rows = predict(accelerator, run, model, files, opts, thresholds)
     except (UserError, ValueError) as e:  # ours, or a library refusing a value
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
@@ -102,15 +118,34 @@ def main(argv=None):
     return rows
 
 
-def predict(accelerator, run, model, files, opts):
-    """One row per file, in input order, on the main process (None elsewhere)."""
+def label_thresholds(run, opts):
+    """Multi-label runs: each class's threshold (--threshold, tuned, or the run's own); None for single-label runs."""
+    from utils.inference import RunError
+
+    if not run.multi_label:
+        if opts.threshold is not None:
+            raise RunError("--threshold: the run is single-label (one class a file, listed top-k); drop the option")
+        return None
+    if opts.threshold != "tuned":
+        return [run.threshold if opts.threshold is None else opts.threshold] * len(run.classes)
+    saved = Path(opts.run) / "model" / "thresholds.json"
+    if not saved.is_file():
+        raise RunError(f"--threshold tuned: {saved} does not exist (written at the end of a multi-label run's "
+                       f"training); give a number instead")
+    tuned = json.loads(saved.read_text())["tuned"]
+    return [tuned[name] for name in run.classes]
+
+
+def predict(accelerator, run, model, files, opts, thresholds=None):
+    """One row per file, in input order, on the main process (None elsewhere); `thresholds`: a multi-label run's
+    per class."""
     import torch
     from torch.utils.data import DataLoader
 
     from utils.data.loading.bad_files import BadImages
     from utils.data.transforms.batch import BatchInput
     from utils.evaluation.scoring import scored_batches
-    from utils.evaluation.tta import scores
+    from utils.evaluation.tasks import task_for
     from utils.inference import eval_dataset
 
     names = run.classes
@@ -121,19 +156,22 @@ def predict(accelerator, run, model, files, opts):
     model = model.to(accelerator.device).eval()
     inputs = BatchInput(run.input.mean_std)  # normalisation alone, as validation feeds the model
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
+    task = task_for(run.multi_label, len(names), tta_kind=opts.tta)  # softmax, or sigmoid for several labels
 
     def score(batch):
         pixels = batch["pixel_values"]
         crops = pixels.shape[1] if opts.multi_view else 1  # multi-view items: (B, crops, C, T, H, W)
-        p = scores(model, inputs(pixels.flatten(0, 1) if opts.multi_view else pixels), opts.tta).softmax(dim=1)
+        p = task.probabilities(model, inputs(pixels.flatten(0, 1) if opts.multi_view else pixels))
         return (p.view(len(pixels), crops, -1).mean(dim=1),)
 
     pending = (torch.zeros(0, len(names), dtype=torch.float64), torch.zeros(0, dtype=torch.bool))
-    probs, labels, valid = [], [], []
+    probs, labels, valid, chosen = [], [], [], []
     for scored in scored_batches(accelerator, loader, score, bad_files):  # in item order: a file's items together
         pending = tuple(torch.cat([a, b.to(a.dtype)]) for a, b in zip(pending, (scored.fields[0], scored.valid)))
         done = len(pending[0]) // per_file * per_file
         (p, ok), pending = _per_file(*(t[:done] for t in pending), per_file), tuple(t[done:] for t in pending)
+        if thresholds is not None:  # every label at or above its class's threshold
+            chosen += (p >= torch.tensor(thresholds, dtype=p.dtype)).tolist()
         top = p.topk(top_k, dim=1)
         probs.append(top.values)
         labels.append(top.indices)
@@ -143,12 +181,21 @@ def predict(accelerator, run, model, files, opts):
         return None
     probs, labels, valid = torch.cat(probs), torch.cat(labels), torch.cat(valid)
     assert len(probs) == len(files)
+    return _rows(files, probs.tolist(), labels.tolist(), valid.tolist(), names, errors,
+                 chosen if thresholds is not None else None)
+
+
+def _rows(files, probs, labels, valid, names, errors, chosen=None):
+    """One row per file: its top-k labels and probabilities, or its error; with `chosen` (multi-label: each
+    class's decision at its threshold) the labels predicted too."""
     rows = []
-    for f, p, i, ok in zip(files, probs.tolist(), labels.tolist(), valid.tolist()):
+    for n, (f, p, i, ok) in enumerate(zip(files, probs, labels, valid)):
         if ok:
             rows.append({"path": str(f), "labels": [names[j] for j in i], "probs": [round(x, 6) for x in p]})
         else:
             rows.append({"path": str(f), "labels": [], "probs": [], "error": errors.get(str(f), "cannot decode")})
+        if chosen is not None:  # multi-label: the labels predicted; `labels`/`probs` stay the top-k
+            rows[-1]["predicted"] = [name for name, on in zip(names, chosen[n]) if on] if ok else []
     return rows
 
 
@@ -174,11 +221,13 @@ def report(rows, names, opts):
     width = max(len(r["path"]) for r in rows[:20])
     for r in rows[:20]:
         shown = "  ".join(f"{label} {p:.4f}" for label, p in zip(r["labels"], r["probs"])) or f"({r.get('error')})"
+        if "predicted" in r:
+            shown = f"[{' '.join(r['predicted'])}]  top: {shown}"
         print(f"{r['path']:<{width}}  {shown}")
     if len(rows) > 20:
         print(f"... {len(rows) - 20} more rows" + (f" in {opts.output}" if opts.output else " (--output FILE for all)"))
     truth = [Path(r["path"]).parent.name for r in rows]
-    if all(t in names for t in truth):
+    if all(t in names for t in truth) and not any("predicted" in r for r in rows):
         scored = [(r, t) for r, t in zip(rows, truth) if r["labels"]]
         correct = sum(r["labels"][0] == t for r, t in scored)
         print(f"top-1 against the class folders: {correct / len(scored):.4f} ({correct}/{len(scored)} files)")
@@ -199,10 +248,13 @@ def write_rows(rows, path):
         k = max(len(r["labels"]) for r in rows)
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["path"] + [f"{kind}_{i + 1}" for i in range(k) for kind in ("label", "prob")] + ["error"])
+        multi = any("predicted" in r for r in rows)  # multi-label: the labels predicted, space-separated
+        writer.writerow(["path"] + ["predicted"] * multi + [f"{kind}_{i + 1}" for i in range(k)
+                                                           for kind in ("label", "prob")] + ["error"])
         for r in rows:
             pairs = [v for pair in zip(r["labels"], r["probs"]) for v in pair]
-            writer.writerow([r["path"], *pairs, *[""] * (2 * k - len(pairs)), r.get("error", "")])
+            writer.writerow([r["path"], *([" ".join(r["predicted"])] if multi else []), *pairs,
+                             *[""] * (2 * k - len(pairs)), r.get("error", "")])
         text = out.getvalue()
     write_text_atomic(path, text)
 

@@ -84,35 +84,38 @@ def input_shape(inp):
 
 
 class EvalGraph(torch.nn.Module):
-    """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits: the run's normalisation (the
-    arithmetic of utils/data/transforms/batch.py) and the model, as one graph to export."""
+    """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits (with `sigmoid`, a multi-label run's: each
+    class's probability): the run's normalisation (the arithmetic of utils/data/transforms/batch.py) and the model,
+    as one graph to export."""
 
-    def __init__(self, model, inp):
+    def __init__(self, model, inp, sigmoid=False):
         super().__init__()
-        self.model = model
+        self.model, self.sigmoid = model, sigmoid
         mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)
         shape = (1, -1) + (1,) * (3 if inp.video else 2)
         self.register_buffer("mean", torch.tensor(mean).view(shape))
         self.register_buffer("std", torch.tensor(std).view(shape))
 
     def forward(self, pixels):
-        return self.model((pixels.float() / 255).sub(self.mean).div(self.std))
+        logits = self.model((pixels.float() / 255).sub(self.mean).div(self.std))
+        return logits.sigmoid() if self.sigmoid else logits
 
 
-def export_onnx(model, inp, path, overwrite=False):
+def export_onnx(model, inp, path, overwrite=False, sigmoid=False):
     """Write the eval graph with a dynamic batch to `path` (torch's dynamo exporter; onnx and onnxscript
     needed); with onnxruntime installed, run it beside PyTorch on a batch and return the largest
     absolute difference of the logits (else None)."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
-    graph = EvalGraph(model, inp).eval()
+    graph = EvalGraph(model, inp, sigmoid).eval()
     shape = input_shape(inp)
     example = torch.randint(0, 256, (2, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim("batch", min=1)
     try:
         program = torch.onnx.export(graph, (example,), dynamo=True, dynamic_shapes={"pixels": {0: batch}},
-                                    input_names=["pixels"], output_names=["logits"], verbose=False)
+                                    input_names=["pixels"], output_names=["probabilities" if sigmoid else "logits"],
+                                    verbose=False)
     except ImportError as e:
         raise RunError(f"export_onnx: {e} (pip install onnx onnxscript)") from None
     tmp = path.with_name(f".{path.name}.tmp")

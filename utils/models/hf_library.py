@@ -184,6 +184,8 @@ class Transformers(Library):
         return [p for n, p in model.named_parameters() if not n.startswith(prefix)]
 
     def save(self, model, ref, folder, inputs, class_names):
+        if inputs.get("multi_label"):  # transformers' pipelines and losses then take a sigmoid per class
+            model.config.problem_type = "multi_label_classification"
         model.save_pretrained(str(folder))
         try:
             processor = quiet_transformers().AutoImageProcessor.from_pretrained(ref)

@@ -18,7 +18,7 @@ def start_records(job, num_workers, previous_run=None):
             save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                         mixed_precision=accelerator.mixed_precision, notes=job.lr_notes)
         write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
-        write_record(out, trained_run(args, job.settings, job.class_names))
+        write_record(out, trained_run(args, job.settings, job.class_names, job.task.multi_label))
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
@@ -32,13 +32,13 @@ def report_results(job, results, figures, train_samples):
     skipped = sorted(errors)
     results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped,
                    nonfinite_steps_skipped=job.nonfinite_steps)
+    if job.pos_weight is not None:
+        results["pos_weight"] = dict(zip(class_names, job.pos_weight))
     if accelerator.is_main_process:
         pictures = report.write(out, results, figures, errors)
         trackers.log_pictures(accelerator, results["global_step"], pictures)
         print(report.per_class_table(figures, class_names))
-    accelerator.print(f"done: val top-1 {results['val_top1']:.4f}, top-{job.k} {results['val_topk']:.4f}, "
-                      f"macro F1 {results['macro_f1']:.4f}, "
-                      f"loss {results['val_loss']:.4f} on {results['val_samples']} {job.settings.sample_unit}"
+    accelerator.print(f"done: val {job.task.line(figures)} on {results['val_samples']} {job.settings.sample_unit}"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")
     accelerator.end_training()

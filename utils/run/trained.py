@@ -38,12 +38,14 @@ class TrainedRun:
     test_clips: int  # the multi-view test's views (None: 1)
     test_crops: int
     video_decoder: str  # who decodes its video files
+    multi_label: bool = False  # several labels a sample: sigmoid outputs, labels at a threshold (older runs: one)
+    threshold: float = 0.5  # its --threshold (multi-label)
 
 
-def trained_run(args, settings, classes):
-    """The TrainedRun of a run of these options and Settings, on these classes."""
+def trained_run(args, settings, classes, multi_label=False):
+    """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`)."""
     return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
-                      args.test_clips, args.test_crops, args.video_decoder)
+                      args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold)
 
 
 def write_record(out, run):
