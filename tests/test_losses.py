@@ -126,3 +126,34 @@ def test_bce_trains_otherwise_and_validation_still_scores_cross_entropy(tmp_path
     scored = run_main([*TINY, "--eval_only", "--init_from", tmp_path / "bce", "--output_dir", tmp_path / "eval"])
     assert scored["val_loss"] == bce["val_loss"] and scored["val_top1"] == bce["val_top1"]
     assert read_json(tmp_path / "bce" / "results.json")["val_loss"] == bce["val_loss"] != ce["val_loss"]
+
+
+def test_multi_label_bce_is_summed_over_classes_with_smoothed_targets_and_weighed_positives():
+    """Per sample: the sum over classes of -w y' log s(x) - (1 - y') log(1 - s(x)), y' = y (1 - eps) + eps / 2."""
+    from utils.training.losses import MultiLabelBCE
+
+    logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]])
+    targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    weights = [3.0, 0.5, 1.0]
+    smoothed = targets * 0.9 + 0.05
+    p = torch.sigmoid(logits)
+    by_hand = -(torch.tensor(weights) * smoothed * p.log() + (1 - smoothed) * (1 - p).log()).sum(dim=1)
+    assert torch.allclose(MultiLabelBCE(0.1, weights)(logits, targets), by_hand, atol=1e-6)
+
+
+def test_asymmetric_loss_is_timms_per_sample_and_multi_label_distillation_is_the_bce_of_sigmoids():
+    from timm.loss import AsymmetricLossMultiLabel
+
+    from utils.training.losses import AsymmetricLoss
+
+    logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0], [1.0, 1.0, -1.0]])
+    targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    timm_sum = AsymmetricLossMultiLabel(gamma_neg=4, gamma_pos=1, clip=0.05)(logits, targets)
+    assert torch.allclose(AsymmetricLoss(0.0)(logits, targets), timm_sum / 3)
+    teacher = torch.tensor([[1.0, -2.0, 0.0], [-1.0, 2.0, 1.0], [0.5, 0.5, -3.0]])
+    t = 2.0
+    soft = (-(torch.sigmoid(teacher / t) * F.logsigmoid(logits / t)
+              + (1 - torch.sigmoid(teacher / t)) * F.logsigmoid(-logits / t))).sum(dim=1) * t ** 2
+    assert torch.allclose(distillation_loss("soft", logits, teacher, t, multi_label=True), soft, atol=1e-6)
+    hard = F.binary_cross_entropy_with_logits(logits, (teacher > 0).float(), reduction="none").sum(dim=1)
+    assert torch.allclose(distillation_loss("hard", logits, teacher, t, multi_label=True), hard)

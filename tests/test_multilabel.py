@@ -1,0 +1,339 @@
+"""Multi-label data (several labels a sample): its figures equal scikit-learn's over every validation sample on 1
+and 2 processes (an odd-sized split, padding dropped), the per-rank sums add up, --pos_weight comes from the whole
+training split, a run killed on 2 processes resumes bitwise with MixUp, and predict.py lists what validation
+counted."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import assert_same_weights, main_fails, read_json, read_jsonl, resumed_from, run_main
+from ranks import ranks_killed, ranks_ok
+
+CLASSES = ["cloud", "field", "road", "water"]  # "water" has no positive in validation
+
+
+def tags(i):
+    """Row i's labels, as class names (how a Hub dataset or a CSV of names holds them); some rows have none."""
+    return [name for c, name in enumerate(CLASSES[:3]) if (i >> c) & 1]
+
+
+def tile(labels, rng):
+    """A 20x20 image whose colour channels say its labels (with noise): something a tiny run can learn."""
+    pixels = rng.integers(0, 80, (20, 20, 3))
+    for name in labels:
+        pixels[..., CLASSES.index(name) % 3] += 150
+    return Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+
+
+@pytest.fixture(scope="session")
+def tagged(tmp_path_factory):
+    """A save_to_disk dataset whose `tags` column lists class names: 48 train rows (one of them tagged
+    "water"), 37 validation rows (odd: the second rank's last batch is padded)."""
+    import datasets
+
+    rng = np.random.default_rng(0)
+    train_tags = [tags(i) for i in range(47)] + [["water", "cloud"]]
+    val_tags = [tags(i * 5 + 1) for i in range(37)]
+    split = {name: datasets.Dataset.from_dict({"picture": [tile(t, rng) for t in rows], "tags": rows},
+                                              features=datasets.Features(picture=datasets.Image(),
+                                                                         tags=datasets.List(datasets.Value("string"))))
+             for name, rows in (("train", train_tags), ("validation", val_tags))}
+    path = tmp_path_factory.mktemp("tagged") / "saved"
+    datasets.DatasetDict(split).save_to_disk(str(path))
+    return path
+
+
+def job(data, out, *extra):
+    return ["--dataset", data, "--image_size", "32", "--batch_size", "4", "--epochs", "2", "--warmup_epochs", "0.5",
+            "--log_every", "1", "--num_workers", "1", "--output_dir", out, *extra]
+
+
+def sklearn_figures(probs, targets, threshold=0.5):
+    from sklearn.metrics import accuracy_score, average_precision_score, precision_recall_fscore_support
+
+    has = targets.sum(axis=0) > 0
+    ap = [average_precision_score(targets[:, c], probs[:, c]) if has[c] else None for c in range(targets.shape[1])]
+    predicted = probs >= threshold
+    micro = precision_recall_fscore_support(targets, predicted, average="micro", zero_division=0)
+    macro = precision_recall_fscore_support(targets, predicted, average="macro", zero_division=0)
+    return {"per_class_ap": ap, "val_map": float(np.mean([a for a in ap if a is not None])),
+            "val_precision_micro": micro[0], "val_recall_micro": micro[1], "val_f1_micro": micro[2],
+            "val_precision_macro": macro[0], "val_recall_macro": macro[1], "val_f1_macro": macro[2],
+            "val_exact_match": accuracy_score(targets, predicted)}
+
+
+def test_the_figures_are_scikit_learns():
+    """Random scores with ties, a class without positives: the same numbers as scikit-learn's."""
+    from utils.evaluation.tasks import multi_label_figures
+
+    rng = np.random.default_rng(3)
+    targets = rng.random((41, 5)) < 0.3
+    targets[:, 4] = False  # no positive: no AP, counted apart
+    probs = np.round(rng.random((41, 5)), 1)  # ties
+    ours = multi_label_figures(probs, targets, np.ones(41), threshold=0.5)
+    theirs = sklearn_figures(probs, targets)
+    assert ours["per_class_ap"][4] is None and ours["val_map_classes_without_positives"] == 1
+    for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, abs=1e-12) if key != "per_class_ap" else ours[key] == value, key
+
+
+def val_outputs(out, data):
+    """Every validation sample's probabilities and targets, computed in this process in one batch from the run's
+    saved weights (the raw ones), in the split's order."""
+    from utils.data.sources.catalog import build_datasets
+    from utils.config.options import parse_args
+    from utils.data.transforms.batch import BatchInput
+    from utils.run.trained import load_run
+
+    run, model = load_run(out)
+    _, val, names, _ = build_datasets(parse_args(["--dataset", str(data), "--image_size", "32"]))
+    items = [val[i] for i in range(len(val))]
+    pixels = torch.stack([item["pixel_values"] for item in items])
+    with torch.no_grad():
+        probs = model(BatchInput(run.input.mean_std)(pixels)).sigmoid().double().numpy()
+    return probs, torch.stack([item["labels"] for item in items]).numpy().astype(bool), names
+
+
+RECIPE = ("--mixup_alpha", "0.4", "--cutmix_alpha", "1.0", "--pos_weight", "auto", "--model_ema", "--keep_best", "1",
+          "--dump_rank_metrics")
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tagged, tmp_path_factory):
+    """The tagged data trained on 2 processes (a worker each) with MixUp/CutMix, --pos_weight auto and EMA: what the
+    exactness test reads and the killed run must end as."""
+    out = tmp_path_factory.mktemp("two") / "run"
+    ranks_ok(job(tagged, out, *RECIPE), nproc=2)
+    return out
+
+
+@pytest.mark.slow
+def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_process_run, tmp_path):
+    """Trained on 2 processes, 37 validation images: mAP, per-class AP, P/R/F1 and exact match equal
+    scikit-learn's over the 37 computed at once here; --eval_only on 1 process says the same; the per-rank files
+    add up to global.json; --pos_weight auto is each class's negatives over positives in all 48 rows; best/
+    follows the EMA's mAP."""
+    out = two_process_run
+    results = read_json(out / "results.json")
+    probs, targets, names = val_outputs(out, tagged)
+    assert names == CLASSES and results["val_samples"] == 37 == len(targets)
+    theirs = sklearn_figures(probs, targets)
+    assert [results["per_class_ap"][n] for n in names] == pytest.approx(theirs.pop("per_class_ap"), abs=1e-12)
+    for key, value in theirs.items():
+        assert results[key] == pytest.approx(value, abs=1e-12), key
+    assert results["val_map_classes_without_positives"] == 1 and results["per_class_ap"]["water"] is None
+    positives = [sum(name in tags(i) for i in range(47)) + (name in ("water", "cloud")) for name in CLASSES]
+    assert results["pos_weight"] == {n: pytest.approx((48 - p) / p) for n, p in zip(CLASSES, positives)}
+    folder = out / "eval" / "epoch_1"
+    ranks = [read_json(folder / f"rank_{r}.json") for r in (0, 1)]
+    total = read_json(folder / "global.json")
+    assert total["samples"] == 37 and sum(r["samples"] for r in ranks) == 37
+    for key in ("true_positives", "false_positives", "false_negatives", "exact_matches"):
+        assert sum(r[key] for r in ranks) == total[key], key
+    assert sum(r["loss_sum"] for r in ranks) == pytest.approx(total["loss_sum"], rel=1e-9)
+    one = run_main(job(tagged, tmp_path / "one", "--eval_only", "--init_from", out / "model.safetensors"))
+    for key in ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "per_class_ap"):
+        assert one[key] == pytest.approx(results[key], abs=1e-12), key
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["val_map"] for r in rows if "val_map" in r][-1] == results["val_map"]
+    assert (out / "per_class_ap.png").is_file() and (out / "per_class_counts.csv").is_file()
+    best = read_json(out / "best" / "metrics.json")  # --keep_best follows mAP, the EMA's with --model_ema
+    assert best["val_ema_map"] == max(r["val_ema_map"] for r in rows if "val_ema_map" in r)
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_on_two_processes_is_bitwise_with_mixup_and_pos_weight(tagged, two_process_run, tmp_path):
+    whole, out = two_process_run, tmp_path / "run"
+    argv = job(tagged, out, *RECIPE, "--checkpoint_every_steps", "1")
+    ranks_killed(argv, "step:8", nproc=2)  # epoch 1 (6 steps an epoch on each rank), mid-epoch
+    proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
+    assert resumed_from(proc.stdout) == out / "checkpoints" / "step_7"
+    assert_same_weights(out, whole)
+    assert read_json(out / "results.json")["val_ema_map"] == read_json(whole / "results.json")["val_ema_map"]
+
+
+def test_multi_label_options_are_refused_on_single_label_data_and_the_reverse(tagged, tmp_path, capsys):
+    code, err = main_fails(["--dataset", "digits", "--pos_weight", "auto", "--output_dir", tmp_path / "a"], capsys)
+    assert code == 2 and "pos_weight: weighs the positives of multi-label data" in err
+    code, err = main_fails(job(tagged, tmp_path / "b", "--bce_loss"), capsys)
+    assert code == 2 and "bce_loss: multi-label data trains with binary cross-entropy per class already" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_validation_class_is_one_line_naming_the_row(tmp_path, capsys):
+    import datasets
+
+    rng = np.random.default_rng(1)
+    features = datasets.Features(image=datasets.Image(), labels=datasets.List(datasets.Value("string")))
+    rows = {"train": [["a"], ["b"], ["a", "b"], []], "validation": [["a"], ["b", "c"]]}
+    datasets.DatasetDict({s: datasets.Dataset.from_dict({"image": [tile([], rng) for _ in r], "labels": r},
+                                                        features=features) for s, r in rows.items()}
+                         ).save_to_disk(str(tmp_path / "d"))
+    code, err = main_fails(job(tmp_path / "d", tmp_path / "out"), capsys)
+    assert code == 2 and "row 1 of column 'labels' names 'c', which is not one of the 2 training classes" in err
+
+
+@pytest.mark.slow
+def test_predict_lists_the_labels_validation_counted(tmp_path):
+    """multi_digits, a short run on 2 processes: its validation tiles written as PNG files (lossless), predicted at
+    the run's threshold: per class, the true and false positives equal those of the run's last validation;
+    --threshold tuned reads model/thresholds.json; the ONNX graph ends in the sigmoid."""
+    import predict
+    from utils.data.sources.multi_digits import load_multi_digits
+    from utils.data.sources.splits import subset
+
+    out = tmp_path / "run"
+    ranks_ok(["--dataset", "multi_digits", "--epochs", "1", "--max_train_samples", "256", "--max_val_samples", "75",
+              "--batch_size", "32", "--num_workers", "1", "--output_dir", out], nproc=2)
+    results = read_json(out / "results.json")
+    val = subset(load_multi_digits()["validation"], 75)  # the run's validation rows
+    files = tmp_path / "tiles"
+    files.mkdir()
+    for i in range(len(val)):
+        val[i]["image"].save(files / f"{i:03d}.png")
+    rows = at_half = predict.main([str(out), str(files), "--top_k", "2"])
+    names = results["class_names"]
+    predicted = np.array([[n in r["predicted"] for n in names] for r in rows])
+    truth = np.array([[c in labels for c in range(len(names))] for labels in val["label"]])
+    counts = results["per_class_counts"]
+    assert [int((predicted & truth)[:, c].sum()) for c in range(10)] == [counts[n]["true_positives"] for n in names]
+    assert [int((predicted & ~truth)[:, c].sum()) for c in range(10)] == [counts[n]["false_positives"] for n in names]
+    tuned = json.loads((out / "model" / "thresholds.json").read_text())["tuned"]
+    assert tuned == pytest.approx(results["per_class_tuned_threshold"])
+    rows = predict.main([str(out), str(files), "--threshold", "tuned", "--top_k", "10"])  # every probability
+    for row in rows:  # (probs are rounded to 6 places: a tuned threshold is one of validation's probabilities)
+        probs = dict(zip(row["labels"], row["probs"]))
+        assert all((n in row["predicted"]) == (probs[n] >= tuned[n]) for n in names if abs(probs[n] - tuned[n]) > 1e-6)
+    assert any(r["predicted"] != s["predicted"] for r, s in zip(rows, at_half)), "tuned thresholds changed nothing"
+    from utils.inference import EvalGraph, load_run
+
+    run, model = load_run(out)
+    graph = EvalGraph(model, run.input, sigmoid=run.multi_label).eval()
+    pixels = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(graph(pixels), EvalGraph(model, run.input)(pixels).sigmoid())
+
+
+@pytest.fixture(scope="session")
+def csv_files(tmp_path_factory):
+    """Images listed by CSV files: train.csv in Planet's layout (image_name,tags; names space-separated), val.csv in
+    ChestX-ray14's (Image Index,Finding Labels; names '|'-separated, a quoted comma in a name), 23 validation rows."""
+    root = tmp_path_factory.mktemp("csv")
+    rng = np.random.default_rng(2)
+    (root / "img").mkdir()
+    lines = {"train.csv": ["image_name,tags"], "val.csv": ["Image Index,Finding Labels,Patient"]}
+    for split, count, sep in (("train.csv", 32, " "), ("val.csv", 23, "|")):
+        for i in range(count):
+            labels = tags(i if split == "train.csv" else 3 * i + 2)
+            name = f"img/{split[:-4]}_{i}.png"
+            tile(labels, rng).save(root / name)
+            lines[split].append(f"{name},{sep.join(labels)},x" if sep == "|" else f"{name},{sep.join(labels)}")
+    for split, rows in lines.items():
+        (root / split).write_text("\n".join(rows) + "\n")
+    return root
+
+
+@pytest.mark.slow
+def test_csv_label_files_train_on_two_processes(csv_files, tmp_path):
+    out = tmp_path / "run"
+    ranks_ok(["--train_csv", csv_files / "train.csv", "--val_csv", csv_files / "val.csv", "--image_size", "32",
+              "--batch_size", "4", "--epochs", "1", "--num_workers", "1", "--output_dir", out], nproc=2)
+    results = read_json(out / "results.json")
+    assert results["class_names"] == CLASSES[:3] and results["val_samples"] == 23
+    assert results["dataset"] == f"csv:{csv_files / 'train.csv'}"
+    positives = [sum(name in tags(3 * i + 2) for i in range(23)) for name in CLASSES[:3]]
+    assert list(results["per_class_positives"].values()) == positives
+
+
+def test_a_bad_label_file_is_one_line_naming_it(csv_files, tmp_path, capsys):
+    bad = tmp_path / "val.csv"
+    bad.write_text("image_name,tags\nimg/val_0.png,cloud\nimg/val_1.png,cloud snow\n")
+    common = ["--train_csv", csv_files / "train.csv", "--data_root", csv_files, "--output_dir", tmp_path / "o"]
+    code, err = main_fails([*common, "--val_csv", bad], capsys)
+    assert code == 2 and f"{bad}:3: class 'snow' is not one of the 3 classes of the training file" in err
+    empty = tmp_path / "empty.csv"
+    empty.write_text("image_name,tags\n")
+    code, err = main_fails([*common, "--val_csv", empty], capsys)
+    assert code == 2 and f"{empty}: holds no rows" in err
+    code, err = main_fails([*common, "--val_csv", csv_files / "val.csv", "--csv_labels_column", "tags"], capsys)
+    assert code == 2 and "no column 'tags' (--csv_labels_column); columns are: Image Index, Finding Labels" in err
+
+
+@pytest.mark.slow
+def test_a_video_csv_trains_and_its_multi_view_test_is_exact_on_1_and_2_processes(videos, tmp_path):
+    """The `videos` fixture listed by a CSV with several labels a video (5 validation videos, odd), r3d_18,
+    --test_clips 3 --test_crops 2: the multi-view figures (sigmoid averaged per video) alike on 1 and 2 processes,
+    the per-rank sums adding up."""
+    files = sorted(videos.rglob("*.mp4"))
+    for split in ("tr", "va"):
+        rows = [f"{f.relative_to(videos)},{f.parent.name}{' motion' if int(f.stem) % 2 else ''}"
+                for f in files if f.parts[-3] == split]
+        (tmp_path / f"{split}.csv").write_text("path,labels\n" + "\n".join(rows) + "\n")
+    common = ["--train_csv", tmp_path / "tr.csv", "--val_csv", tmp_path / "va.csv", "--data_root", videos,
+              "--model", "r3d_18", "--image_size", "16", "--clip_len", "4", "--batch_size", "2", "--epochs", "1",
+              "--lr", "0.01", "--num_workers", "1", "--test_clips", "3", "--test_crops", "2", "--dump_rank_metrics"]
+    results = {}
+    for nproc, extra in ((2, ()), (1, ("--eval_only", "--init_from", tmp_path / "p2" / "model.safetensors"))):
+        out = tmp_path / f"p{nproc}"  # trained on 2 processes, its weights scored again on 1
+        ranks_ok([*common, *extra, "--output_dir", out], nproc=nproc)
+        results[nproc] = read_json(out / "results.json")
+        ranks = [read_json(out / "eval" / "test" / f"rank_{r}.json") for r in range(nproc)]
+        total = read_json(out / "eval" / "test" / "global.json")
+        assert sum(r["samples"] for r in ranks) == total["samples"] == 5
+        for key in ("true_positives", "false_positives", "false_negatives", "exact_matches"):
+            assert sum(r[key] for r in ranks) == total[key], key
+    one, two = results[1], results[2]
+    assert one["class_names"] == ["left", "motion", "right"] and one["test_clips_scored"] == 15
+    for key in ("video_map", "video_f1_micro", "video_exact_match", "clip_top1", "test_videos", "val_map"):
+        assert one[key] == pytest.approx(two[key], abs=1e-9), key
+
+
+@pytest.mark.slow
+def test_streamed_shards_with_a_list_column_train_on_two_processes(tmp_path):
+    """Parquet shards whose label column is a List(ClassLabel), --streaming on 2 processes (a shard each, a
+    worker each): multi-label by itself; --pos_weight auto counts the whole split, not a process's shards."""
+    import datasets
+
+    rng = np.random.default_rng(4)
+    features = datasets.Features(image=datasets.Image(), label=datasets.List(datasets.ClassLabel(names=CLASSES[:3])))
+    rows = {"train-00000-of-00002": range(0, 16), "train-00001-of-00002": range(16, 40),
+            "validation-00000-of-00001": range(40, 51)}
+    for name, ids in rows.items():  # tags(i % 5): each shard's share of positives differs from the split's
+        labels = [[CLASSES.index(n) for n in tags(i % 5)] for i in ids]
+        datasets.Dataset.from_dict({"image": [tile(tags(i % 5), rng) for i in ids], "label": labels},
+                                   features=features).to_parquet(tmp_path / f"{name}.parquet")
+    out = tmp_path / "run"
+    ranks_ok(["--dataset", tmp_path, "--streaming", "--image_size", "32", "--batch_size", "4", "--epochs", "1",
+              "--num_workers", "1", "--pos_weight", "auto", "--output_dir", out], nproc=2)
+    results = read_json(out / "results.json")
+    positives = [sum(name in tags(i % 5) for i in range(40)) for name in CLASSES[:3]]
+    assert results["pos_weight"] == {n: pytest.approx((40 - p) / p) for n, p in zip(CLASSES, positives)}
+    assert results["val_samples"] == 11 and "val_map" in results
+
+
+def test_mixup_and_cutmix_mix_multi_hot_targets_as_they_mix_the_images():
+    """A batch of multi-hot targets through the training input's MixUp (then CutMix): each target is the mix of
+    its own and its neighbour's (torchvision's roll) in the proportion the pixels were mixed."""
+    from types import SimpleNamespace
+
+    from utils.data.transforms.batch import BatchInput
+
+    rng = np.random.default_rng(5)
+    pixels = torch.tensor(rng.integers(0, 256, (6, 3, 8, 8)), dtype=torch.uint8)
+    targets = torch.tensor(rng.random((6, 4)) < 0.5, dtype=torch.float32)
+    for mixup, cutmix in ((0.4, 0.0), (0.0, 1.0)):
+        args = SimpleNamespace(random_erase=0, mixup_alpha=mixup, cutmix_alpha=cutmix, mix_prob=1.0,
+                               channels_last=False, seed=0)
+        inputs = BatchInput.for_training(args, 4, 0, ((0.5,) * 3, (0.25,) * 3))
+        x = inputs(pixels)
+        mixed, mixed_targets = inputs.augment(x, targets, epoch=0, batch=1)
+        if cutmix:  # the share of each image's pixels (all three channels) left as they were
+            lam = (mixed == x).all(dim=1).flatten(1).float().mean(dim=1)[0].item()
+        else:
+            lam = ((mixed - x.roll(1, 0)) / (x - x.roll(1, 0))).flatten()[0].item()
+        assert 0 < lam < 1
+        assert torch.allclose(mixed_targets, lam * targets + (1 - lam) * targets.roll(1, 0), atol=1e-4)
