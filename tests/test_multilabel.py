@@ -337,3 +337,22 @@ def test_mixup_and_cutmix_mix_multi_hot_targets_as_they_mix_the_images():
             lam = ((mixed - x.roll(1, 0)) / (x - x.roll(1, 0))).flatten()[0].item()
         assert 0 < lam < 1
         assert torch.allclose(mixed_targets, lam * targets + (1 - lam) * targets.roll(1, 0), atol=1e-4)
+
+
+def test_a_csv_without_validation_carves_its_fraction_by_label_set_and_class_names_order_its_classes(csv_files,
+                                                                                                   tmp_path):
+    """--val_fraction of the training CSV, stratified by label set (8 sets of 4 rows: 1 of each to validation),
+    said at start-up; --class_names sets the class order (and may name a class no row has)."""
+    from utils.config.options import parse_args
+    from utils.data.sources.catalog import build_datasets
+
+    (tmp_path / "names.txt").write_text("road\ncloud\nfield\nsnow\n")
+    args = parse_args(["--train_csv", str(csv_files / "train.csv"), "--val_fraction", "0.25", "--image_size", "16",
+                       "--class_names", str(tmp_path / "names.txt")])
+    train, val, names, notes = build_datasets(args)
+    assert names == ["road", "cloud", "field", "snow"] and (len(train), len(val)) == (24, 8)
+    label_sets = sorted(tuple(sorted(row)) for row in val.dataset.labels)
+    assert label_sets == sorted(tuple(sorted(names.index(n) for n in tags(i))) for i in range(8))  # one of each
+    assert "stratified by label set" in notes[0]
+    assert torch.equal(val[0]["labels"], torch.zeros(4).index_fill_(0, torch.tensor(val.dataset.labels[0],
+                                                                                  dtype=torch.int64), 1.0))
