@@ -5,8 +5,8 @@ holds, so it trains through the same path as one."""
 import numpy as np
 
 from utils.data.datasets.images import with_transform
-from utils.data.sources.digits import OWN_RECIPE, digits_eval, digits_train
-from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files
+from utils.data.sources.digits import Digits, digits_eval, digits_train
+from utils.data.sources.protocol import no_files
 from utils.data.sources.splits import subset
 from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import progressive_notes
@@ -59,13 +59,12 @@ def load_multi_digits():
     return datasets.DatasetDict(splits)
 
 
-class MultiDigits(DataSource):
-    """--dataset multi_digits: the digits' recipe (no flip) on tiles of several digits, multi-hot targets."""
+class MultiDigits(Digits):
+    """--dataset multi_digits: the digits' source and recipe (no flip) on tiles of several digits, multi-hot
+    targets."""
 
-    kind, own_input, eval_crop, size, stats = "multi_digits", True, False, 32, (TILES_MEAN, TILES_STD)
-    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("multi_digits"),
-              **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment"),
-                              OWN_RECIPE)}
+    kind, stats = "multi_digits", (TILES_MEAN, TILES_STD)
+    unused = {**Digits.unused, **no_files("multi_digits")}
 
     def datasets(self, args, inp, rank=0, world=1):
         splits = load_multi_digits()
@@ -77,8 +76,3 @@ class MultiDigits(DataSource):
                                multi_label=len(names)),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True, multi_label=len(names)),
                 names, progressive_notes(inp, args.epochs))
-
-    def file_transform(self, inp):
-        from torchvision.transforms import v2
-
-        return v2.Compose([v2.ToPILImage(), digits_eval(inp.val_crop_size)])
