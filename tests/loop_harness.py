@@ -60,7 +60,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                         args.epochs * steps_per_epoch)
     return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
                objective=Objective(args), train_loader=train_loader, val_loader=None,
-               steps_per_epoch=steps_per_epoch, metrics=None, k=1, class_names=["a", "b", "c"], out=out,
+               steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
                best_score=[], inputs=BatchInput.for_training(args, 3, accelerator.process_index,
                                                              resolve_input(args).mean_std),

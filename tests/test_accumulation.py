@@ -47,7 +47,7 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
     job = Job(args, accelerator, model, optimizer, scheduler, Objective(args),
-              train_loader, None, 3, None, 1, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
+              train_loader, None, 3, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
               StopRequest(), [], [], inputs=BatchInput.for_training(args, 3, 0, resolve_input(args).mean_std))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 

@@ -162,6 +162,21 @@ def test_multi_label_options_are_refused_on_single_label_data_and_the_reverse(ta
     code, err = main_fails(job(tagged, tmp_path / "b", "--bce_loss"), capsys)
     assert code == 2 and "bce_loss: multi-label data trains with binary cross-entropy per class already" in err
     assert len(err.strip().splitlines()) == 1
+    code, err = main_fails(job(tagged, tmp_path / "c", "--multi_label_loss", "asl", "--pos_weight", "auto"), capsys)
+    assert code == 2 and "pos_weight: weighs the positives of the BCE; --multi_label_loss asl has" in err
+
+
+@pytest.mark.slow
+def test_a_teacher_of_the_other_kind_of_labels_is_refused(two_process_run, tmp_path, capsys):
+    """The multi-label run as the teacher of a single-label run on the same four classes: one line, exit 2."""
+    rng = np.random.default_rng(6)
+    for name in CLASSES:
+        (tmp_path / "tr" / name).mkdir(parents=True)
+        for i in range(2):
+            tile([name], rng).save(tmp_path / "tr" / name / f"{i}.png")
+    code, err = main_fails(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "tr", "--image_size", "32",
+                            "--teacher", two_process_run, "--output_dir", tmp_path / "out"], capsys)
+    assert code == 2 and "was trained on several labels a sample, this run's data has one label a sample" in err
 
 
 def test_an_unknown_validation_class_is_one_line_naming_the_row(tmp_path, capsys):

@@ -23,7 +23,7 @@ from utils.data.loading.loaders import build_test_loader, stop_workers
 from utils.data.transforms.batch import BatchInput
 from utils.data.sources.video_files import test_views
 from utils.config.options import parser_defaults
-from utils.evaluation.metrics import load_metrics, topk_for
+from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
@@ -52,8 +52,6 @@ class Job:
     train_loader: object
     val_loader: object
     steps_per_epoch: int
-    metrics: object  # the evaluate modules (utils/evaluation/metrics.py)
-    k: int
     class_names: list
     out: Path
     logger: StepLogger
@@ -188,7 +186,7 @@ def build_job(args, settings, accelerator, out):
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                               ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode)
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
-    teacher = build_teacher(args, class_names, inp, accelerator)
+    teacher = build_teacher(args, class_names, inp, accelerator, multi_label)
     if teacher is not None and distillation_head(model, inp.video):
         accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
                           "from the labels (their mean is scored)")
@@ -211,8 +209,7 @@ def build_job(args, settings, accelerator, out):
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
               objective=Objective(args, teacher, multi_label, pos_weight), train_loader=train_loader,
               val_loader=val_loader, task=task_for(multi_label, len(class_names), metrics, args.threshold, args.tta),
-              steps_per_epoch=steps_per_epoch, metrics=metrics, k=topk_for(len(class_names)), class_names=class_names,
-              out=out, logger=logger,
+              steps_per_epoch=steps_per_epoch, class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_score=[],
               patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema,
               inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, pos_weight=pos_weight)

@@ -40,12 +40,13 @@ class Teacher:
             return self.model(pixels)
 
 
-def build_teacher(args, class_names, inp, accelerator):
-    """The Teacher of --teacher (None without one), on the device; the start-up line says what it is."""
+def build_teacher(args, class_names, inp, accelerator, multi_label=False):
+    """The Teacher of --teacher (None without one), on the device; the start-up line says what it is. A multi-label
+    student learns from a teacher trained on multi-label data (its sigmoid), a single-label one from a softmax."""
     if args.teacher is None or args.eval_only:
         return None
     with torch.random.fork_rng(devices=[]):  # its random initialisation leaves the run's random stream as it was
-        model, stats, name, source, origin = _model(args, class_names, inp)
+        model, stats, name, source, origin = _model(args, class_names, inp, multi_label)
     model = model.to(accelerator.device).eval().requires_grad_(False)
     if args.channels_last:  # the student's input comes in this format
         model = model.to(memory_format=torch.channels_last_3d if inp.video else torch.channels_last)
@@ -60,11 +61,14 @@ def build_teacher(args, class_names, inp, accelerator):
     return Teacher(model, identity, renormalise, accelerator.autocast)
 
 
-def _model(args, class_names, inp):
+def _model(args, class_names, inp, multi_label=False):
     """(the teacher's model on the CPU, its input's (mean, std), its model name, the folder or name it was given by
     (resolved), where its weights come from)."""
     folder = Path(args.teacher)
     if not folder.is_dir():
+        if multi_label:
+            raise TeacherError(f"teacher: {args.teacher}'s pretrained classifier is single-label (a softmax); a "
+                               f"multi-label run distils from a run folder trained on multi-label data")
         _check_input(args, args.teacher, inp)
         model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None)
         recommended = data_config(args.teacher)  # a torchvision name recommends nothing: ImageNet's, Kinetics' then
@@ -85,6 +89,10 @@ def _model(args, class_names, inp):
     if names != list(class_names):
         raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
                            f"than this data's ({len(class_names)}); give a teacher trained on the same classes")
+    if trained.multi_label != multi_label:
+        kinds = ("several labels", "one label") if multi_label else ("one label", "several labels")
+        raise TeacherError(f"teacher: {folder} was trained on {kinds[1]} a sample, this run's data has {kinds[0]} "
+                           f"a sample; give a teacher trained on the same kind of labels")
     if trained.input.video != inp.video:
         kinds = ("videos", "images") if inp.video else ("images", "videos")
         raise TeacherError(f"teacher: {folder} was trained on {kinds[1]}, this run trains on {kinds[0]}")

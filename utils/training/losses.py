@@ -197,6 +197,8 @@ def check_labels(args, defaults, multi_label):
         for key in ("bce_target_thresh", "metrics"):
             need(getattr(args, key) == defaults[key], key, SINGLE_LABEL_ONLY[key])
         need(0 < args.threshold < 1, "threshold", "must be in (0, 1)")
+        need(args.pos_weight is None or args.multi_label_loss == "bce", "pos_weight", "weighs the positives of the "
+             "BCE; --multi_label_loss asl has its own asymmetry and no weights: drop one of the two")
         return
     for key, why in MULTI_LABEL_ONLY.items():
         need(getattr(args, key) == defaults[key], key, why)
