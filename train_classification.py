@@ -188,9 +188,10 @@ def after_epoch(job, epoch, global_step, finished):
         finished = True  # the end-of-training checkpoint follows, not an epoch's
     if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
         best_model = job.ema.module if job.ema else job.bare_model()
+        key = tracked_key(job.task, job.ema)
         checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_score, {
-            "epoch": epoch, "global_step": global_step, **job.task.results(figures, job.class_names)},
-            key=tracked_key(job.task, job.ema))
+            "epoch": epoch, "global_step": global_step, **job.task.results(figures, job.class_names),
+            key: figures[key]}, key=key)
     if checkpoint_due(args, epoch, global_step, epoch_end=True, finished=finished, validated=figures is not None):
         save_checkpoint(job, epoch, global_step, epoch_end=True, val_score=figures and tracked_figure(job, figures))
     return figures

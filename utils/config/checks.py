@@ -8,7 +8,7 @@ from utils.data.sources import catalog, streamed, video_files
 from utils.data.transforms import batch, input as inputs
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
-from utils.training import early_stop, losses, schedule
+from utils.training import balance, early_stop, losses, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 # The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video,
@@ -29,6 +29,7 @@ def check_args(args, source, defaults):
     schedule.check_options(args, need)
     early_stop.check_options(args, need)
     losses.check_options(args, need)
+    balance.check_options(args, need)
     _run(args, need)
     libraries.check_options(args, need, source.video)
     return _model_input(args, source)

@@ -31,8 +31,8 @@ def add_data_options(p):
                         "webdataset shards) as a stream: each process reads its own shards, nothing cached ahead; "
                         "the validation split is read whole")
     g.add_argument("--steps_per_epoch", resume_key=True, type=int, default=None,
-                   help="--streaming: optimizer steps per epoch (default: the split's size from its metadata over "
-                        "the global batch)")
+                   help="--streaming or --sampler balanced: optimizer steps per epoch (default: the split's size "
+                        "(a stream's from its metadata) over the global batch)")
     g.add_argument("--shuffle_buffer", resume_key=True, type=int, default=1000,
                    help="--streaming: samples are shuffled in blocks of this many read in a row (the shard order "
                         "is shuffled too); each worker holds two blocks of undecoded samples (the next one is read "

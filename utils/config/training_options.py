@@ -126,6 +126,32 @@ def add_distillation_options(p):
                    help="soft distillation's temperature T")
 
 
+def add_balance_options(p):
+    """Long-tailed data: sampling, loss and benchmark options (docs/imbalanced.md)."""
+    g = p.add_argument_group("long-tailed data (class counts from the whole training split, the same on every rank)")
+    g.add_argument("--sampler", resume_key=True, type=str, default="shuffle", choices=("shuffle", "balanced"),
+                   help="shuffle: each epoch a permutation of the training split; balanced: each epoch's samples "
+                        "drawn with replacement, a sample's probability proportional to its class's count to the "
+                        "power -sampler_power (multi-label: its rarest label's), one draw for every process from "
+                        "(seed, epoch); the epoch keeps the split's size unless --steps_per_epoch sets it")
+    g.add_argument("--sampler_power", resume_key=True, type=float, default=1.0,
+                   help="--sampler balanced: 1 draws every class equally often, 0.5 square-root balancing")
+    g.add_argument("--class_weights", resume_key=True, type=str, default=None, metavar="balanced|effective:BETA",
+                   help="weigh each sample's training loss by its class: balanced, inverse frequency (scikit-learn's "
+                        "n_samples / (n_classes x count)); effective:BETA, (1 - BETA) / (1 - BETA^count) (Cui et al. "
+                        "2019, e.g. 0.999); normalised so that the mean weight over the training samples is 1")
+    g.add_argument("--logit_adjust", resume_key=True, type=float, default=None, metavar="TAU",
+                   help="the logit-adjusted loss (Menon et al. 2021): TAU x log(class prior) added to the logits in "
+                        "training only; validation and predict.py see the plain logits (1 is the paper's)")
+    g.add_argument("--focal_gamma", resume_key=True, type=float, default=None, metavar="G",
+                   help="focal loss: each class's term scaled by (1 - p)^G (softmax cross-entropy, or multi-label "
+                        "data's per-class BCE as torchvision's sigmoid_focal_loss; 2 is the paper's)")
+    g.add_argument("--imbalance", resume_key=False, type=float, default=None, metavar="RATIO",
+                   help="digits and image folders: keep class k's training images in proportion RATIO^(-k/(C-1)) "
+                        "(class 0 whole, the last 1/RATIO of it, at least one), a seeded subset; validation whole: "
+                        "a long-tailed benchmark")
+
+
 def add_schedule_options(p):
     """The learning-rate schedule, in epochs."""
     g = p.add_argument_group("learning-rate schedule (in epochs, so it is the same for any world size)")
@@ -155,8 +181,8 @@ def add_run_options(p):
     g.add_argument("--keep_last", resume_key=False,
                    type=int, default=0, help="keep only the newest N checkpoints (0: all)")
     g.add_argument("--keep_best", resume_key=False, type=int, default=0,
-                   help="also keep the K checkpoints with the best val top-1 (multi-label: mAP; a checkpoint follows "
-                        "each validation); the best weights go to <output_dir>/best/model.safetensors")
+                   help="also keep the K checkpoints with the best --track_metric (val top-1; multi-label: mAP; a "
+                        "checkpoint follows each validation); the best weights go to <output_dir>/best/model.safetensors")
     g.add_argument("--skip_nonfinite_steps", resume_key=False, type=int, default=0,
                    help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
     g.add_argument("--dist_timeout_s", resume_key=False, type=int, default=600,
@@ -168,9 +194,13 @@ def add_run_options(p):
                         "(precision, recall, F1, exact match)")
     g.add_argument("--tta", resume_key=False, type=str, default=None, choices=("flip",),
                    help="validation: average each view's softmax (multi-label: sigmoid) with its horizontal flip's")
+    g.add_argument("--track_metric", resume_key=True, type=str, default=None,
+                   choices=("top1", "balanced_accuracy", "macro_f1", "map"),
+                   help="the validation figure best/, --keep_best and --early_stop follow (default: top1; multi-label "
+                        "data: map, or macro_f1 at --threshold)")
     g.add_argument("--early_stop", resume_key=False, type=int, default=None, metavar="PATIENCE",
-                   help="end training after PATIENCE validations in a row without a better val top-1 (multi-label "
-                        "data: mAP; the EMA's with --model_ema): a finished run, results.json says stopped_early")
+                   help="end training after PATIENCE validations in a row without a better --track_metric (val "
+                        "top-1; multi-label data: mAP; the EMA's with --model_ema): a finished run, results.json says stopped_early")
     g.add_argument("--early_stop_min_delta", resume_key=False, type=float, default=0.0,
                    help="--early_stop: a gain must exceed this to count")
     g.add_argument("--val_every", resume_key=False,

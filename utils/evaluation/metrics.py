@@ -92,7 +92,8 @@ def summarize(metrics, ranked, labels, losses, k, num_classes):
     figures = {"val_top1": top1["accuracy"], "val_topk": topk["accuracy"], "topk": k,
                "val_loss": loss_sum / max(n, 1), "val_samples": n,
                "val_macro_f1": scores["macro_f1"], "val_macro_precision": scores["macro_precision"],
-               "val_macro_recall": scores["macro_recall"],
+               "val_macro_recall": scores["macro_recall"], "val_balanced_accuracy": scores["balanced_accuracy"],
+               "val_worst_recall": scores["worst_recall"],
                "correct_top1": top1["correct"], "correct_topk": topk["correct"], "loss_sum": loss_sum,
                "per_class_accuracy": scores["recall"], "class_support": scores["support"],
                "confusion_matrix": matrix["confusion_matrix"]}

@@ -64,7 +64,7 @@ def test_row(figures, args, task):
     """What results.json, metrics.jsonl and the dashboards say of the multi-view test: the task's figures of the
     videos (video_top1 ..., or multi-label video_map ...), and the clip-level top-1 (multi-label: exact match)."""
     keys = ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "val_loss") if task.multi_label else \
-        ("val_top1", "val_topk", "val_loss", "val_macro_f1")
+        ("val_top1", "val_topk", "val_loss", "val_macro_f1", "val_balanced_accuracy", "val_worst_recall")
     return {"test_clips": args.test_clips or 1, "test_crops": args.test_crops or 1,
             **{key.replace("val_", "video_"): figures[key] for key in keys}, "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}

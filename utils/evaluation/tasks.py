@@ -18,15 +18,20 @@ PER_CLASS_LOG_MAX = 100  # more classes than this: per-class AP goes to results.
 
 
 class SingleLabel:
-    """One class a sample: the figures of utils/evaluation/metrics.py, tracked by top-1."""
+    """One class a sample: the figures of utils/evaluation/metrics.py, tracked by top-1 (or --track_metric's)."""
 
     multi_label = False
-    tracked, tracked_name = "val_top1", "top-1"  # --keep_best, --early_stop, best/: the EMA's with --model_ema
-    ema_keys = ("val_top1", "val_topk", "val_loss")  # what validation also reports of the averaged weights
+    # --track_metric: the figure --keep_best, --early_stop and best/ follow (the EMA's with --model_ema), its name
+    TRACKED = {"top1": ("val_top1", "top-1"), "balanced_accuracy": ("val_balanced_accuracy", "balanced accuracy"),
+               "macro_f1": ("val_macro_f1", "macro F1")}
     sum_keys = ("correct_top1", "correct_topk", "loss_sum")  # --dump_rank_metrics: what adds up over ranks
 
-    def __init__(self, metrics, num_classes, tta_kind=None):
+    def __init__(self, metrics, num_classes, tta_kind=None, track="top1"):
         self.metrics, self.classes, self.k, self.tta = metrics, num_classes, topk_for(num_classes), tta_kind
+        self.tracked, self.tracked_name = self.TRACKED[track]
+        # what validation also reports of the averaged weights (the tracked figure among them)
+        self.ema_keys = tuple(dict.fromkeys(("val_top1", "val_topk", "val_loss", "val_balanced_accuracy",
+                                             self.tracked)))
 
     def outputs(self, model, pixels):
         """Logits (with --tta flip: the log of the averaged softmax, which reads the same way)."""
@@ -62,10 +67,12 @@ class SingleLabel:
 
     def line(self, figures):
         return (f"top-1 {figures['val_top1']:.4f} top-{self.k} {figures['val_topk']:.4f} macro F1 "
-                f"{figures['val_macro_f1']:.4f} loss {figures['val_loss']:.4f}")
+                f"{figures['val_macro_f1']:.4f} balanced {figures['val_balanced_accuracy']:.4f} worst class "
+                f"{figures['val_worst_recall']:.4f} loss {figures['val_loss']:.4f}")
 
     def ema_line(self, figures):
-        return f"; EMA top-1 {figures['val_ema_top1']:.4f} loss {figures['val_ema_loss']:.4f}"
+        return (f"; EMA top-1 {figures['val_ema_top1']:.4f} balanced {figures['val_ema_balanced_accuracy']:.4f} "
+                f"loss {figures['val_ema_loss']:.4f}")
 
     def row(self, figures, class_names):
         return validation_row(figures, class_names)
@@ -89,12 +96,14 @@ class MultiLabel:
     plain cross-entropy for single-label runs)."""
 
     multi_label = True
-    tracked, tracked_name = "val_map", "mAP"
-    ema_keys = ("val_map", "val_f1_micro", "val_loss", "val_tuned_thresholds")
+    TRACKED = {"map": ("val_map", "mAP"), "macro_f1": ("val_f1_macro", "macro F1")}
     sum_keys = ("loss_sum", "true_positives", "false_positives", "false_negatives", "exact_matches")
 
-    def __init__(self, num_classes, threshold=0.5, tta_kind=None):
+    def __init__(self, num_classes, threshold=0.5, tta_kind=None, track="map"):
         self.classes, self.threshold, self.tta = num_classes, threshold, tta_kind
+        self.tracked, self.tracked_name = self.TRACKED[track]
+        self.ema_keys = tuple(dict.fromkeys(("val_map", "val_f1_micro", "val_loss", "val_tuned_thresholds",
+                                             self.tracked)))
         self.k = topk_for(num_classes)  # the probabilities predict.py lists beside the labels
 
     def outputs(self, model, pixels):
@@ -235,12 +244,13 @@ def tuned_thresholds(figures, threshold, ema):
     return None if tuned is None else [threshold if t is None else t for t in tuned]
 
 
-def task_for(multi_label, num_classes, metrics=None, threshold=0.5, tta_kind=None):
+def task_for(multi_label, num_classes, metrics=None, threshold=0.5, tta_kind=None, track=None):
     """The run's task: MultiLabel when the data's samples carry several labels (the source says), else SingleLabel.
-    (`metrics`: the evaluate modules that score single-label figures; predict.py needs none.)"""
+    (`metrics`: the evaluate modules that score single-label figures; predict.py needs none. `track`:
+    --track_metric, checked against the kind by utils/training/losses.check_labels; None: top1, or map.)"""
     if multi_label:
-        return MultiLabel(num_classes, threshold, tta_kind)
-    return SingleLabel(metrics, num_classes, tta_kind)
+        return MultiLabel(num_classes, threshold, tta_kind, track or "map")
+    return SingleLabel(metrics, num_classes, tta_kind, track or "top1")
 
 
 def tracked_key(task, ema):

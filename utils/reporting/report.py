@@ -11,21 +11,40 @@ from utils.reporting import plots
 TABLE_ROWS = 30  # more classes than this: the table shows the worst ones (results.json has them all)
 
 
-def per_class_table(figures, class_names):
-    """A text table of per-class top-1 accuracy (multi-label: AP and counts), worst first when it has to be cut."""
+HEAD_ROWS = 10  # a cut table sorted by training samples: the most frequent classes, then the rarest
+
+
+def per_class_table(figures, class_names, train_counts=None):
+    """A text table of per-class top-1 accuracy (multi-label: AP and counts). With the classes' training samples
+    (`train_counts`, a list) it is sorted by them, most first, so the tail is at the bottom (cut: the 10 most frequent
+    and the 20 rarest); without them, worst first when it has to be cut."""
     if "per_class_ap" in figures:
         return per_class_ap_table(figures, class_names)
     matrix = figures["confusion_matrix"]
-    rows = [(name, acc, n, matrix[i][i]) for i, (name, acc, n)
-            in enumerate(zip(class_names, figures["per_class_accuracy"], figures["class_support"]))]
+    counts = train_counts or [None] * len(class_names)
+    rows = [(name, acc, n, matrix[i][i], trained) for i, (name, acc, n, trained)
+            in enumerate(zip(class_names, figures["per_class_accuracy"], figures["class_support"], counts))]
     title = "per-class accuracy (top-1)"
-    if len(rows) > TABLE_ROWS:
+    cut = None
+    if train_counts is not None:
+        rows = sorted(rows, key=lambda r: -r[4])  # stable: equal counts keep the class order
+        title += ", by training samples"
+        if len(rows) > TABLE_ROWS:
+            cut = HEAD_ROWS
+            rows = rows[:HEAD_ROWS] + rows[HEAD_ROWS - TABLE_ROWS:]
+            title += f": the {HEAD_ROWS} most and {TABLE_ROWS - HEAD_ROWS} least frequent of {len(class_names)} " \
+                     f"classes (all in results.json)"
+    elif len(rows) > TABLE_ROWS:
         rows = sorted(rows, key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))[:TABLE_ROWS]
         title += f", the {TABLE_ROWS} worst of {len(class_names)} classes (all in results.json)"
     width = max(len("class"), *(len(row[0]) for row in rows))
-    lines = [title, f"  {'class':<{width}}  {'images':>6}  {'correct':>7}  accuracy"]
-    for name, acc, n, correct in rows:
-        lines.append(f"  {name:<{width}}  {n:>6}  {correct:>7}  {'-' if acc is None else f'{acc:.4f}'}")
+    trained = train_counts is not None
+    lines = [title, f"  {'class':<{width}}  {'train  ' if trained else ''}{'images':>6}  {'correct':>7}  accuracy"]
+    for i, (name, acc, n, correct, count) in enumerate(rows):
+        if i == cut:
+            lines.append(f"  {'...':<{width}}")
+        lines.append(f"  {name:<{width}}  {f'{count:>5}  ' if trained else ''}{n:>6}  {correct:>7}  "
+                     f"{'-' if acc is None else f'{acc:.4f}'}")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from utils.core.threads import cores_per_process
 from utils.data.decoding.on_device import DeviceDecoder
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_test_loader, stop_workers
+from utils.data.loading.sampling import epoch_draws
 from utils.data.transforms.batch import BatchInput
 from utils.data.sources.video_files import test_views
 from utils.config.options import parser_defaults
@@ -33,6 +34,7 @@ from utils.reporting.progress import StepLogger
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
 from utils.training.early_stop import Patience
+from utils.training.balance import read_balance
 from utils.training.losses import Objective, label_kind
 from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
@@ -69,7 +71,7 @@ class Job:
     teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
     lr_notes: tuple = ()  # where the LR in force came from (--lr_scale_batch), also at the top of config.yaml
     task: object = None  # what validation scores: one label a sample or several (utils/evaluation/tasks.py)
-    pos_weight: list = None  # --pos_weight auto: each class's weight, from the whole training split (results.json)
+    balance: object = None  # the training split's class counts and the weights drawn from them (utils/training/balance.py)
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -175,16 +177,16 @@ def build_job(args, settings, accelerator, out):
     prepared by Accelerate, as a Job; also returns the training sample count (None for a stream of
     unknown size) and the loader workers per process."""
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
-    # main_process_first the main process would fail alone and leave the others at its barrier).
-    metrics = load_metrics(args.metrics)
+    metrics = load_metrics(args.metrics)  # main_process_first the main would fail alone, the others at its barrier)
     inp, source = settings.input, settings.source
     train_ds, val_ds, class_names = load_datasets(args, settings, accelerator)
-    # lists of labels: multi-hot targets, sigmoid outputs, --pos_weight from the whole split
-    multi_label, pos_weight = label_kind(args, parser_defaults(), source, train_ds, class_names, accelerator.print)
+    multi_label = label_kind(args, parser_defaults(), source, train_ds)  # lists of labels: multi-hot, sigmoid outputs
+    balance = read_balance(args, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
-                                              ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode)
+                                              ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
+                                              weights=balance.sample_weights, draws=epoch_draws(args, accelerator))
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
     teacher = build_teacher(args, class_names, inp, accelerator, multi_label)
     if teacher is not None and distillation_head(model, inp.video):
@@ -202,17 +204,18 @@ def build_job(args, settings, accelerator, out):
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
-    data = source.signature(train_ds, len(class_names))
     inputs = BatchInput.for_training(args, len(class_names), accelerator.process_index, inp.mean_std)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-              objective=Objective(args, teacher, multi_label, pos_weight), train_loader=train_loader,
-              val_loader=val_loader, task=task_for(multi_label, len(class_names), metrics, args.threshold, args.tta),
+              objective=Objective(args, teacher, multi_label, balance), train_loader=train_loader,
+              val_loader=val_loader, task=task_for(multi_label, len(class_names), metrics, args.threshold, args.tta,
+                                                   args.track_metric),
               steps_per_epoch=steps_per_epoch, class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_score=[],
-              patience=Patience(args.early_stop, args.early_stop_min_delta), data=data, test_loader=test_loader, ema=ema,
-              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, pos_weight=pos_weight)
+              patience=Patience(args.early_stop, args.early_stop_min_delta),
+              data=source.signature(train_ds, len(class_names)), test_loader=test_loader, ema=ema,
+              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
                       f"{len(val_ds)} val {settings.sample_unit}, {len(class_names)} classes"
                       f"{' (multi-label)' if multi_label else ''}, {accelerator.num_processes} process(es) on "

@@ -32,12 +32,12 @@ def report_results(job, results, figures, train_samples):
     skipped = sorted(errors)
     results.update(train_samples=train_samples, class_names=class_names, skipped_images=skipped,
                    nonfinite_steps_skipped=job.nonfinite_steps)
-    if job.pos_weight is not None:
-        results["pos_weight"] = dict(zip(class_names, job.pos_weight))
+    results.update(job.balance.results(class_names))  # the class counts; --class_weights', --pos_weight's weights
+    results["tracked_metric"] = job.task.tracked
     if accelerator.is_main_process:
         pictures = report.write(out, results, figures, errors)
         trackers.log_pictures(accelerator, results["global_step"], pictures)
-        print(report.per_class_table(figures, class_names))
+        print(report.per_class_table(figures, class_names, job.balance.counts))
     accelerator.print(f"done: val {job.task.line(figures)} on {results['val_samples']} {job.settings.sample_unit}"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")

@@ -1,6 +1,7 @@
-"""The training objective: cross-entropy (label smoothing) or timm's binary cross-entropy (--bce_loss); for multi-label
-data, binary cross-entropy per class (--pos_weight) or timm's asymmetric loss; and with a --teacher, DeiT's
-distillation term beside it. Validation scores the data's plain loss (utils/evaluation/tasks.py).
+"""The training objective: cross-entropy (label smoothing; long-tailed data: --logit_adjust, --focal_gamma,
+--class_weights) or timm's binary cross-entropy (--bce_loss); for multi-label data, binary cross-entropy per class
+(--pos_weight, --focal_gamma) or timm's asymmetric loss; and with a --teacher, DeiT's distillation term beside it (of
+the plain logits). Validation scores the data's plain loss (utils/evaluation/tasks.py).
 
 Each loss is kept per sample (cross-entropy) or per sample and class (BCE) until the loop averages it: the loop has
 already left out images that could not be decoded."""
@@ -43,10 +44,12 @@ class MultiLabelBCE:
     each sample (so that a sample's gradient is as large as cross-entropy's with one label, whatever the class
     count: the LR recipes carry over; ASL sums the same way).
     --label_smoothing moves each binary target towards 1/2 (y (1 - eps) + eps / 2: every class is its own two-way
-    problem); `pos_weight` (--pos_weight auto) weighs each class's positive term."""
+    problem); `pos_weight` (--pos_weight auto) weighs each class's positive term; `gamma` (--focal_gamma) scales
+    each term by (1 - p_t)^gamma, p_t the probability given to its target (torchvision's sigmoid_focal_loss,
+    without its alpha: --pos_weight is the weighing of positives here)."""
 
-    def __init__(self, smoothing, pos_weight=None):
-        self.smoothing = smoothing
+    def __init__(self, smoothing, pos_weight=None, gamma=None):
+        self.smoothing, self.gamma = smoothing, gamma
         self.pos_weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float32)
 
     def __call__(self, logits, targets):
@@ -54,8 +57,52 @@ class MultiLabelBCE:
             targets = targets * (1 - self.smoothing) + self.smoothing / 2
         if self.pos_weight is not None and self.pos_weight.device != logits.device:
             self.pos_weight = self.pos_weight.to(logits.device)
-        return F.binary_cross_entropy_with_logits(logits.float(), targets, pos_weight=self.pos_weight,
-                                                  reduction="none").sum(dim=1)
+        logits = logits.float()
+        loss = F.binary_cross_entropy_with_logits(logits, targets, pos_weight=self.pos_weight, reduction="none")
+        if self.gamma:
+            p = logits.sigmoid()
+            loss = loss * (1 - (p * targets + (1 - p) * (1 - targets))) ** self.gamma
+        return loss.sum(dim=1)
+
+
+class AdjustedCrossEntropy:
+    """Softmax cross-entropy (torch's label smoothing: the target q = y (1 - eps) + eps / C), with
+    - --logit_adjust TAU: TAU x log(prior) added to every logit first (Menon et al., "Long-tail learning via logit
+      adjustment", ICLR 2021): a rare class must win by its log-prior's margin in training, so the plain logits that
+      validation and predict.py score lean towards it (the Bayes-optimal rule for balanced error at TAU 1);
+    - --focal_gamma G: each class's term -q_c log p_c scaled by (1 - p_c)^G (Lin et al. 2017's focal loss; for
+      one-hot targets (1 - p_t)^G x CE), which lets well-classified samples fall silent.
+    Targets are class indices or MixUp/CutMix's mixed rows, as torch's cross_entropy takes them."""
+
+    def __init__(self, smoothing, log_prior=None, tau=None, gamma=None):
+        self.smoothing, self.gamma = smoothing, gamma
+        self.shift = None if tau is None else tau * torch.tensor(log_prior, dtype=torch.float32)
+
+    def __call__(self, logits, targets):
+        logits = logits.float()
+        if self.shift is not None:
+            self.shift = self.shift.to(logits.device)
+            logits = logits + self.shift
+        if not self.gamma:
+            return F.cross_entropy(logits, targets, label_smoothing=self.smoothing, reduction="none")
+        log_p = F.log_softmax(logits, dim=1)
+        q = targets.float() if targets.dim() == 2 else F.one_hot(targets, logits.shape[1]).float()
+        q = q * (1 - self.smoothing) + self.smoothing / logits.shape[1]
+        return -(q * (1 - log_p.exp()) ** self.gamma * log_p).sum(dim=1)
+
+
+class ClassWeighted:
+    """--class_weights: a per-sample loss times its class's weight (a mixed target's: the weights mixed as the
+    labels were), whatever the loss (cross-entropy, focal, timm's BCE per class)."""
+
+    def __init__(self, loss, weights):
+        self.loss, self.weights = loss, torch.tensor(weights, dtype=torch.float32)
+
+    def __call__(self, logits, targets):
+        self.weights = self.weights.to(logits.device)
+        weight = self.weights[targets] if targets.dim() == 1 else targets.float() @ self.weights
+        loss = self.loss(logits, targets)
+        return loss * weight.view(-1, *[1] * (loss.dim() - 1))
 
 
 class AsymmetricLoss:
@@ -75,22 +122,22 @@ class AsymmetricLoss:
         return self.loss(logits.float(), targets) / logits.shape[0]
 
 
-def pos_weights(positives, samples):
-    """--pos_weight auto: each class's negatives over its positives in the training split (1 for a class without
-    positives, which has nothing to weigh)."""
-    return [float((samples - p) / p) if p else 1.0 for p in positives]
-
-
-def task_loss(args, multi_label=False, pos_weight=None):
-    """The loss against the labels: per-sample cross-entropy with --label_smoothing, or BCE with --bce_loss; for
-    multi-label data, per-class BCE (with `pos_weight`) or timm's asymmetric loss (--multi_label_loss asl)."""
+def task_loss(args, multi_label=False, balance=None):
+    """The loss against the labels: per-sample cross-entropy with --label_smoothing (--logit_adjust, --focal_gamma),
+    or BCE with --bce_loss; for multi-label data, per-class BCE (--pos_weight, --focal_gamma) or timm's asymmetric
+    loss (--multi_label_loss asl). `balance` (utils/training/balance.py) holds the weights and prior the options
+    derive from the class counts; --class_weights weighs each sample's loss by its class's."""
     if multi_label:
         if args.multi_label_loss == "asl":
             return AsymmetricLoss(args.label_smoothing)
-        return MultiLabelBCE(args.label_smoothing, pos_weight)
+        return MultiLabelBCE(args.label_smoothing, balance and balance.pos_weight, args.focal_gamma)
     if args.bce_loss:
-        return BinaryCrossEntropy(args.label_smoothing, args.bce_target_thresh)
-    return torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
+        loss = BinaryCrossEntropy(args.label_smoothing, args.bce_target_thresh)
+    elif args.logit_adjust is not None or args.focal_gamma:
+        loss = AdjustedCrossEntropy(args.label_smoothing, balance.log_prior, args.logit_adjust, args.focal_gamma)
+    else:
+        loss = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
+    return loss if balance is None or balance.class_weights is None else ClassWeighted(loss, balance.class_weights)
 
 
 def distillation_loss(kind, student, teacher, temperature, multi_label=False):
@@ -116,8 +163,8 @@ class Objective:
     (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token (timm's
     deit_*_distilled, in training) answers with two heads: the first learns the labels, the second the teacher."""
 
-    def __init__(self, args, teacher=None, multi_label=False, pos_weight=None):
-        self.task = task_loss(args, multi_label, pos_weight)
+    def __init__(self, args, teacher=None, multi_label=False, balance=None):
+        self.task = task_loss(args, multi_label, balance)
         self.multi_label = multi_label
         self.teacher = teacher
         self.kind, self.alpha, self.temperature = args.distill, args.distill_alpha, args.distill_temperature
@@ -141,6 +188,12 @@ def check_options(args, need):
     need(args.bce_target_thresh is None or args.bce_loss, "bce_target_thresh", "applies to --bce_loss only")
     need(not args.bce_loss or importlib.util.find_spec("timm") is not None, "bce_loss", "is timm's "
          "BinaryCrossEntropy, and timm is not installed: pip install -r requirements-models.txt (or pip install timm)")
+    need(args.logit_adjust is None or args.logit_adjust > 0, "logit_adjust", "must be > 0 (1: Menon et al.'s)")
+    need(args.logit_adjust is None or not args.bce_loss, "logit_adjust", "adds the log-prior to softmax cross-entropy's "
+         "logits; --bce_loss is one sigmoid per class: drop one of the two")
+    need(args.focal_gamma is None or args.focal_gamma > 0, "focal_gamma", "must be > 0 (2: Lin et al.'s)")
+    need(args.focal_gamma is None or not args.bce_loss, "focal_gamma", "focuses cross-entropy and multi-label BCE; "
+         "timm's --bce_loss has no focal term: drop one of the two")
     if args.teacher is None:
         changed = [f"--{key}" for key, value in DISTILL_DEFAULTS.items() if getattr(args, key) != value]
         need(not changed, changed[0][2:] if changed else "", f"{', '.join(changed)}: set for a distillation, "
@@ -167,25 +220,20 @@ SINGLE_LABEL_ONLY = {"bce_loss": "multi-label data trains with binary cross-entr
                      "bce_target_thresh": "binarises --bce_loss's one-hot targets; multi-label targets are 0/1 already",
                      "metrics": "scores one predicted class a sample; multi-label runs report mAP, per-class AP, "
                                 "precision, recall and F1 at --threshold"}
+SINGLE_LABEL_ONLY.update(
+    class_weights="weighs one label a sample; multi-label data weighs each class's positives with --pos_weight auto",
+    logit_adjust="adds the log-prior of one class a sample to softmax logits; multi-label data has a sigmoid a class")
 MULTI_LABEL_ONLY = {"pos_weight": "weighs the positives of multi-label data; one-label-a-sample data has none to weigh",
                     "multi_label_loss": "is for multi-label data (samples with lists of labels)",
                     "threshold": "is for multi-label data (samples with lists of labels)"}
 
 
-def label_kind(args, defaults, source, train, class_names, log=print):
-    """(whether the data's samples carry several labels (its source says), --pos_weight auto's weights or None),
-    once the data is loaded; an option for the other kind of labels is refused (check_labels). The weights come
-    from the whole training split, the same on every rank (each reads every row's labels, not its shard's)."""
+def label_kind(args, defaults, source, train):
+    """Whether the data's samples carry several labels (its source says), once the data is loaded; an option for
+    the other kind of labels is refused (check_labels)."""
     multi_label = source.multi_label(train) is not None
     check_labels(args, defaults, multi_label)
-    if not multi_label or args.pos_weight != "auto":
-        return multi_label, None
-    positives, samples = source.positives(train, len(class_names))  # a stream's label column read whole
-    weights = pos_weights(positives, samples)
-    more = " ..." if len(weights) > 20 else ""
-    log(f"pos_weight auto: {', '.join(f'{w:.3g}' for w in weights[:20])}{more} (positives "
-        f"{', '.join(map(str, positives[:20]))}{more} of {samples} training samples)")
-    return multi_label, weights
+    return multi_label
 
 
 def check_labels(args, defaults, multi_label):
@@ -199,6 +247,14 @@ def check_labels(args, defaults, multi_label):
         need(0 < args.threshold < 1, "threshold", "must be in (0, 1)")
         need(args.pos_weight is None or args.multi_label_loss == "bce", "pos_weight", "weighs the positives of the "
              "BCE; --multi_label_loss asl has its own asymmetry and no weights: drop one of the two")
+        for key in ("class_weights", "logit_adjust"):
+            need(getattr(args, key) == defaults[key], key, SINGLE_LABEL_ONLY[key])
+        need(args.focal_gamma is None or args.multi_label_loss == "bce", "focal_gamma", "focuses the BCE; "
+             "--multi_label_loss asl is focal already (gamma_neg 4, gamma_pos 1): drop one of the two")
+        need(args.track_metric in (None, "map", "macro_f1"), "track_metric", f"{args.track_metric} scores one label a "
+             f"sample; multi-label data tracks map or macro_f1")
         return
     for key, why in MULTI_LABEL_ONLY.items():
         need(getattr(args, key) == defaults[key], key, why)
+    need(args.track_metric != "map", "track_metric", "map ranks each class's sigmoid scores of multi-label data; "
+         "one label a sample tracks top1, balanced_accuracy or macro_f1")

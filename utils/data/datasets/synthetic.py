@@ -21,6 +21,12 @@ class SyntheticDataset(Dataset):
     def __len__(self):
         return self.size
 
+    @property
+    def labels(self):
+        """Every sample's label, in order (each a draw of its own generator, as __getitem__ makes it)."""
+        return [int(torch.randint(self.num_classes, (), generator=torch.Generator().manual_seed(spread(self.seed, i))))
+                for i in range(self.size)]
+
     def __getitem__(self, index):
         index %= self.size  # a key past the end is a copy (repeated augmentation): the same sample
         g = torch.Generator().manual_seed(spread(self.seed, index))

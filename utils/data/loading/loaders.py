@@ -5,27 +5,29 @@ import torch
 from torch.utils.data import DataLoader
 
 from utils.core.preemption import worker_init_fn
-from utils.data.loading.sampling import RepeatedAugmentationSampler
+from utils.data.loading.sampling import EpochSampler
 
 
-def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
+def build_dataloaders(accelerator, train_ds, val_ds, batch_size, num_workers, ra_reps=1, seed=0, decode=None,
+                      weights=None, draws=None):
     """Plain DataLoaders, prepared: Accelerate shards them and seeds the shuffle with (seed, epoch); with `decode`
     (--decode_on_device: a utils/data/decoding/on_device.DeviceDecoder) every batch goes through it on its way out.
 
     No DistributedSampler here: `prepare` already shards, and would shard it a second time. Call
     `train_loader.batches(epoch)` for each epoch's: the permutation depends on (seed, epoch) alone.
-    With ra_reps > 1 the train order comes from the repeated augmentation sampler, built for that
-    sharding (utils/data/loading/sampling.py).
+    With ra_reps > 1, or each sample's `weights` (--sampler balanced: `draws` of them an epoch, default the
+    split's size), the train order comes from EpochSampler, built for that sharding (utils/data/loading/sampling.py).
     """
     common = loader_options(accelerator, batch_size, num_workers)
     # One process leaves the epoch's last batch ragged (several pad it to full size); a ragged batch
     # of a single image would make BatchNorm fail in training, so that one image waits an epoch.
-    lone_last = accelerator.num_processes == 1 and len(train_ds) % batch_size == 1
+    lone_last = accelerator.num_processes == 1 and (draws or len(train_ds)) % batch_size == 1
     # Own generator: creating an epoch's iterator then draws nothing from the global RNG (which
     # a checkpoint restores), so a resumed run's random streams line up with an uninterrupted one.
-    if ra_reps > 1:  # whole batches of each rank's own share: nothing ragged, nothing for Accelerate to pad
-        sampler = RepeatedAugmentationSampler(len(train_ds), ra_reps, accelerator.num_processes, batch_size, seed)
-        train = DataLoader(train_ds, sampler=sampler, generator=torch.Generator(), **common)
+    if ra_reps > 1 or weights is not None:  # with ra_reps > 1, whole batches of each rank's own share
+        sampler = EpochSampler(len(train_ds), accelerator.num_processes, batch_size, seed, ra_reps, weights, draws)
+        train = DataLoader(train_ds, sampler=sampler, drop_last=lone_last and ra_reps == 1,
+                           generator=torch.Generator(), **common)
     else:
         train = DataLoader(train_ds, shuffle=True, drop_last=lone_last, generator=torch.Generator(), **common)
     # The val loader too: its first iterator would otherwise draw from the global RNG, at the first
@@ -65,9 +67,9 @@ class MapLoader:
         """The training batches of `epoch` after the first `skipped` (a resumed run)."""
         # Accelerate's seedable sampler draws the permutation from (seed, epoch): the same on every
         # rank, different every epoch, and independent of which epochs ran before in this process.
+        self.loader.set_epoch(epoch)  # our EpochSampler's epoch too: the resumed loader below shares that sampler
+        self.loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
         loader = self.loader
-        loader.set_epoch(epoch)
-        loader.dataset.set_epoch(epoch)  # the augmentation seed; Accelerate's set_epoch reaches the sampler only
         if skipped:
             # Skips indices, not loaded batches. The new loader counts its own epochs from 0 and would
             # draw epoch 0's permutation: give it this epoch.

@@ -6,7 +6,7 @@ from utils.data.datasets.images import with_transform
 from torchvision.transforms import v2
 
 from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files
-from utils.data.sources.splits import SPLIT_SEED, subset
+from utils.data.sources.splits import SPLIT_SEED, long_tailed, subset
 from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import progressive_notes
 
@@ -59,12 +59,13 @@ class Digits(DataSource):
 
     def datasets(self, args, inp, rank=0, world=1):
         splits = load_digits_dataset()
-        train = subset(splits["train"], args.max_train_samples)
+        train, note = long_tailed(splits["train"], args.imbalance)
+        train = subset(train, args.max_train_samples)
         val = subset(splits["validation"], args.max_val_samples)
         size = inp.val_crop_size
         return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=args.seed),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True),
-                train.features["label"].names, progressive_notes(inp, args.epochs))
+                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, args.epochs))
 
     def file_transform(self, inp):
         """Its eval resize, on PIL images as its validation's: lossless files of its images give the same pixels."""

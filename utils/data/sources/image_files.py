@@ -10,8 +10,8 @@ from utils.data.sources.hub import load_hub
 from utils.data.sources.label_files import label_csv_splits
 from utils.data.sources.protocol import DataSource
 from utils.data.datasets.labels import is_multi_label
-from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, normalise, subset,
-                                       _check_range)
+from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, long_tailed,
+                                       normalise, subset, _check_range)
 from utils.data.transforms.images import image_presets
 from utils.data.transforms.input import progressive_notes
 
@@ -129,6 +129,8 @@ def load_splits(args):
             val = val.align_labels_with_mapping({name: i for i, name in enumerate(names)}, "label")
         notes.append(f"validation split: {val_split!r}")
     _check_range(val, names)
+    train, note = long_tailed(train, args.imbalance)
+    notes += [note] if note else []
     train, val = subset(train, args.max_train_samples), subset(val, args.max_val_samples)
     return train, val, names, notes
 

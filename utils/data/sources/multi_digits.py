@@ -6,7 +6,7 @@ import numpy as np
 
 from utils.data.datasets.images import with_transform
 from utils.data.sources.digits import Digits, digits_eval, digits_train
-from utils.data.sources.protocol import no_files
+from utils.data.sources.protocol import no_files, no_imbalance
 from utils.data.sources.splits import subset
 from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import progressive_notes
@@ -64,7 +64,7 @@ class MultiDigits(Digits):
     targets."""
 
     kind, stats = "multi_digits", (TILES_MEAN, TILES_STD)
-    unused = {**Digits.unused, **no_files("multi_digits")}
+    unused = {**Digits.unused, **no_files("multi_digits"), **no_imbalance("multi_digits, several labels a sample")}
 
     def datasets(self, args, inp, rank=0, world=1):
         splits = load_multi_digits()

@@ -7,6 +7,7 @@ place that tells which source the options name). The rest of the run asks it, ne
     kind          digits, synthetic, moving_digits, images or video: its name in notes and in the run's
                   record (catalog.source_named gives it back, without its data, to a trained run's user)
     video         the modality: clips (N, C, T, H, W) or images (N, C, H, W)
+    labels_ahead  its training labels can be read without a pass over its data (class counts at every start)
     own_input     its own frame side and pixel statistics win over a timm/hf model's recommended input
     eval_crop     its eval view is a centre crop of a larger resize (crop_pct); else a resize to the side
     size          the frame side when --image_size (and, without own_input, the model) gives none
@@ -20,8 +21,9 @@ place that tells which source the options name). The rest of the run asks it, ne
     file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
     sample_count(train) the training set's size (None for a stream of unknown size)
     multi_label(train)  the class count when its samples carry several labels each (multi-hot targets), else None
-    positives(train, classes) (how many training samples carry each class, how many samples): multi-label data's
-                        --pos_weight auto
+    labels(train)       every training sample's label (a class index, or a list of them), in order, over the whole
+                        split (every rank the same, not its shard): what the class counts come from (--sampler
+                        balanced, --class_weights, --logit_adjust, --pos_weight auto; utils/training/balance.py)
     signature(train, classes) what a resumed run must find again (utils/run/job.py compares it)
 """
 
@@ -29,7 +31,6 @@ import hashlib
 
 import numpy as np
 
-from utils.data.datasets.labels import positive_counts
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.images import eval_preset
 
@@ -43,7 +44,6 @@ SYNTHETIC_ONLY = dict.fromkeys(("num_classes", "synthetic_train_samples", "synth
                                "sizes --dataset synthetic only")
 STREAM_ONLY = {"streaming": "reads a Hub dataset or local shard files named by --dataset, not the embedded data or "
                             "folders of images or videos",
-               "steps_per_epoch": "sets the epoch of --streaming data (map-style epochs are a pass over the data)",
                "shuffle_buffer": "shuffles --streaming data in blocks (map-style data is shuffled whole)"}
 IMAGE_CROPS = dict.fromkeys(("train_crop_size", "progressive_resize", "progressive_resize_step", "val_crop_size",
                              "val_resize_size"), "is for images (clips use --image_size)")
@@ -52,6 +52,12 @@ POLICIES = dict.fromkeys(("auto_augment", "rand_augment"), "is an image policy; 
 EMBEDDED_SUBSETS = dict.fromkeys(("max_train_samples", "max_val_samples"), "applies to the digits, folders, lists "
                                  "and Hub datasets; synthetic data is sized with --synthetic_train_samples/"
                                  "--synthetic_val_samples, the moving digits are used whole")
+
+
+def no_imbalance(kind):
+    """`unused` of data that --imbalance cannot make long-tailed."""
+    return {"imbalance": f"makes the training split of the digits or of image files long-tailed; this data ({kind}) "
+                         f"keeps its own class counts"}
 
 
 def no_files(kind):
@@ -65,6 +71,7 @@ class DataSource:
     video = False
     own_input = False
     eval_crop = True
+    labels_ahead = True  # its training labels are read without a pass over the data (a stream's are not)
     size = 224
     stats = (IMAGENET_MEAN, IMAGENET_STD)
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY}
@@ -75,10 +82,12 @@ class DataSource:
     def datasets(self, args, inp, rank=0, world=1):
         raise NotImplementedError
 
-    def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
-        """(training loader, validation loader) of its datasets: map-style ones, sharded by Accelerate."""
+    def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None,
+                weights=None, draws=None):
+        """(training loader, validation loader) of its datasets: map-style ones, sharded by Accelerate; `weights`
+        and `draws`: --sampler balanced's (utils/data/loading/sampling.py)."""
         return build_dataloaders(accelerator, train, val, batch_size, num_workers, ra_reps=ra_reps, seed=seed,
-                                 decode=decode)
+                                 decode=decode, weights=weights, draws=draws)
 
     def file_transform(self, inp):
         """Its validation's transform of an image file decoded to (3, H, W) uint8: the eval resize and crop."""
@@ -91,10 +100,9 @@ class DataSource:
         """The class count of multi-hot targets when the training rows carry lists of labels, else None."""
         return getattr(train.dataset, "multi_label", None)
 
-    def positives(self, train, classes):
-        """(positives per class, samples) over the whole training split (every rank reads the same rows: no shard)."""
-        labels = train.dataset.labels
-        return positive_counts(labels, classes), len(labels)
+    def labels(self, train):
+        """Every training sample's label, in order, over the whole split (every rank reads the same rows: no shard)."""
+        return list(train.dataset.labels)
 
     def train_labels(self, train):
         """The training labels in order, as int64 bytes (b"" where they follow from the size alone): the

@@ -121,6 +121,29 @@ def subset(ds, n):
     return ds.select(np.sort(rows))
 
 
+def long_tailed(ds, ratio):
+    """--imbalance RATIO: class k of C keeps round(n_k x RATIO^(-k / (C - 1))) of its n_k rows, at least one (class
+    0 whole, the last about 1/RATIO of it), a seeded random choice in the split's order; with a note of the counts.
+    (ds, note); ds itself when ratio is None."""
+    if ratio is None:
+        return ds, None
+    if is_multi_label(ds.features["label"]):
+        _fail("imbalance: keeps a share of each class's samples, which multi-label rows (several classes each) "
+              "do not split into; drop --imbalance")
+    labels = np.asarray(ds["label"][:], dtype=np.int64)
+    classes = len(class_labels(ds.features["label"]).names)
+    rng = np.random.default_rng(SPLIT_SEED)
+    kept, counts = [], []
+    for k in range(classes):
+        rows = np.flatnonzero(labels == k)
+        keep = min(len(rows), max(1, round(len(rows) * ratio ** (-k / max(classes - 1, 1)))))
+        kept.append(rng.choice(rows, size=keep, replace=False) if len(rows) else rows)
+        counts.append(keep if len(rows) else 0)
+    note = (f"imbalance {ratio:g}: training keeps {', '.join(map(str, counts))} samples of the {classes} classes "
+            f"({sum(counts)} of {len(ds)})")
+    return ds.select(np.sort(np.concatenate(kept))), note
+
+
 def class_labels(feature):
     """The ClassLabel of a label column: itself, or that of each row's list (multi-label)."""
     return feature.feature if is_multi_label(feature) else feature

@@ -7,7 +7,7 @@ from pathlib import Path
 from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
 from utils.data.sources.image_files import ImageFiles
-from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY
+from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY, no_imbalance
 from utils.data.datasets.labels import is_multi_label
 from utils.data.sources.splits import VAL_SPLITS, class_labels, image_and_label, normalise, subset
 from utils.data.loading.loaders import build_val_loader, loader_options
@@ -165,8 +165,10 @@ class Streamed(ImageFiles):
     split read whole. Its size comes from the split's metadata (None: unknown), its resume signature from
     the split's files, whose labels are not read ahead."""
 
+    labels_ahead = False  # a pass over its shards: read only for an option that needs the class counts
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY,
-              "max_train_samples": "cannot subset a stream: set its length with --steps_per_epoch"}
+              "max_train_samples": "cannot subset a stream: set its length with --steps_per_epoch",
+              **no_imbalance("a stream")}
 
     def datasets(self, args, inp, rank=0, world=1):
         train_preset, val_preset = image_presets(inp)
@@ -176,7 +178,8 @@ class Streamed(ImageFiles):
                                       on_device=args.decode_on_device, multi_label=train.multi_label), names,
                 notes + progressive_notes(inp, args.epochs))
 
-    def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None):
+    def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None,
+                weights=None, draws=None):
         """The stream's own training loader (not prepared: Accelerate's iterable-dataset path would have every rank
         read everything), the validation split's as any."""
         common = loader_options(accelerator, batch_size, num_workers)
@@ -190,8 +193,8 @@ class Streamed(ImageFiles):
     def multi_label(self, train):
         return train.multi_label
 
-    def positives(self, train, classes):
-        return train.positives()
+    def labels(self, train):
+        return train.labels()
 
     def signature(self, train, classes):
         return train.signature

@@ -69,13 +69,10 @@ class StreamRows(IterableDataset):
     def set_epoch(self, epoch):
         self.epoch.fill_(epoch)
 
-    def positives(self):
-        """Positives per class over the whole training split (multi-label): its label column read in full, the
-        same on every process (not this process's share)."""
-        from utils.data.datasets.labels import positive_counts
-
-        rows = [row["label"] for row in self.stream.select_columns(["label"])]
-        return positive_counts(rows, self.classes), len(rows)
+    def labels(self):
+        """Every row's label over the whole training split: its label column read in full (a pass over the shards),
+        the same on every process (not this process's share)."""
+        return [row["label"] for row in self.stream.select_columns(["label"])]
 
     def share(self, epoch):
         """This process's shards of the epoch's pass, their order shuffled by (seed, epoch) alike on every process.

@@ -16,7 +16,8 @@ Args:
     references (list of int): the true class index of each sample.
     num_classes (int): how many classes there are (default: the largest index seen + 1).
 Returns:
-    macro_precision, macro_recall, macro_f1 (float); precision, recall, f1 (list of float or None,
+    macro_precision, macro_recall, macro_f1 (float); balanced_accuracy (the mean recall of the classes with
+    samples, as scikit-learn's balanced_accuracy_score), worst_recall (the lowest of those recalls); precision, recall, f1 (list of float or None,
     one per class); support (list of int: samples of each class); predicted (list of int).
     An undefined ratio (no samples predicted as a class, or none of it) counts as 0, as in
     scikit-learn's zero_division=0.
@@ -58,6 +59,10 @@ class ClassScores(evaluate.Metric):
         def macro(values):
             return float(values[seen].mean()) if seen.any() else 0.0
 
+        present = support > 0  # balanced accuracy: the mean recall of the classes that have samples (scikit-learn's)
+        balanced = float(recall[present].mean()) if present.any() else 0.0
+        worst = float(recall[present].min()) if present.any() else 0.0
         return {"macro_precision": macro(precision), "macro_recall": macro(recall), "macro_f1": macro(f1),
+                "balanced_accuracy": balanced, "worst_recall": worst,
                 "precision": per_class(precision), "recall": per_class(recall, support > 0), "f1": per_class(f1),
                 "support": support.tolist(), "predicted": predicted.tolist()}

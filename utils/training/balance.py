@@ -1,0 +1,150 @@
+"""Long-tailed data: the training split's class counts, read once and whole on every rank (each reads every row's
+label, not its shard: every rank derives the same numbers), and what comes of them: each sample's draw weight
+(--sampler balanced), each class's loss weight (--class_weights), the log-prior of --logit_adjust, and
+--pos_weight auto's weights for multi-label data."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from utils.core.errors import ConfigError
+from utils.data.datasets.labels import class_counts
+
+SHOWN = 12  # more classes than this: the start-up line shows the head and the tail
+
+
+@dataclass
+class Balance:
+    """The class counts of the training split and the weights the options derive from them (None: not asked)."""
+
+    counts: list = None  # training samples (multi-label: positives) of each class; None: not read (a stream)
+    samples: int = None  # training samples
+    sample_weights: list = None  # --sampler balanced: each sample's draw weight (unnormalised)
+    class_weights: list = None  # --class_weights: each class's loss weight, mean 1 over the training samples
+    log_prior: list = None  # --logit_adjust: log(count / samples) of each class
+    pos_weight: list = None  # --pos_weight auto (multi-label): each class's negatives over positives
+
+    def results(self, class_names):
+        """What results.json records of it."""
+        named = {"train_class_counts": self.counts, "class_weights": self.class_weights, "pos_weight": self.pos_weight}
+        return {key: dict(zip(class_names, value)) for key, value in named.items() if value is not None}
+
+
+def needs_counts(args):
+    """Whether an option derives from the class counts: only then does a stream, whose labels cannot be read without
+    a pass over its shards, read them."""
+    return args.sampler == "balanced" or bool(args.class_weights) or args.logit_adjust is not None or \
+        args.pos_weight is not None
+
+
+def read_balance(args, source, train, class_names, multi_label, log=print):
+    """The run's Balance: the counts of every training label (printed, head and tail), and the weights its options
+    ask for. A class without training samples has no weight or prior: --class_weights and --logit_adjust refuse it."""
+    if not (source.labels_ahead or needs_counts(args)):
+        return Balance()
+    rows = source.labels(train)
+    counts = class_counts(rows, len(class_names), multi_label).astype(np.int64)
+    log(counts_line(counts, class_names, multi_label))
+    balance = Balance(counts=counts.tolist(), samples=len(rows))
+    if args.sampler == "balanced":
+        balance.sample_weights = sample_weights(rows, counts, args.sampler_power, multi_label)
+        log(sampler_line(balance.sample_weights, rows, class_names, multi_label))
+    if args.class_weights or args.logit_adjust is not None:
+        empty = [name for name, n in zip(class_names, counts) if n == 0]
+        option = "class_weights" if args.class_weights else "logit_adjust"
+        if empty:
+            raise ConfigError(f"{option}: class {empty[0]!r} has no training samples ({len(empty)} such classes), "
+                              f"so it has no weight or prior; drop the option or add samples of it")
+    if args.class_weights:
+        balance.class_weights = class_weights(counts, args.class_weights)
+        log(f"class_weights {args.class_weights}: {', '.join(f'{w:.3g}' for w in balance.class_weights[:SHOWN])}"
+            f"{' ...' if len(counts) > SHOWN else ''}")
+    if args.logit_adjust is not None:
+        balance.log_prior = np.log(counts / counts.sum()).tolist()
+    if multi_label and args.pos_weight == "auto":
+        balance.pos_weight = pos_weights(counts, len(rows))
+        more = " ..." if len(counts) > 20 else ""
+        log(f"pos_weight auto: {', '.join(f'{w:.3g}' for w in balance.pos_weight[:20])}{more} (positives "
+            f"{', '.join(map(str, counts[:20].tolist()))}{more} of {len(rows)} training samples)")
+    return balance
+
+
+def counts_line(counts, class_names, multi_label=False):
+    """The start-up line of the class counts, largest first (the head and the tail when there are many)."""
+    order = np.argsort(-counts, kind="stable")
+    pairs = [f"{class_names[i]} {counts[i]}" for i in order]
+    shown = ", ".join(pairs) if len(pairs) <= SHOWN else f"{', '.join(pairs[:5])} ... {', '.join(pairs[-5:])}"
+    low = counts[order[-1]]
+    ratio = f"; head/tail {counts[order[0]] / low:.3g}x" if low else f"; {int((counts == 0).sum())} without samples"
+    return f"class counts (training {'positives' if multi_label else 'samples'}): {shown}{ratio}"
+
+
+def sample_weights(rows, counts, power, multi_label=False):
+    """--sampler balanced: each sample's weight, its class's count ** -power; a multi-label sample's is its rarest
+    label's (a sample without labels counts as a class of its own: the samples without any)."""
+    if not multi_label:
+        return (counts[np.asarray(rows, dtype=np.int64)].astype(np.float64) ** -power).tolist()
+    unlabelled = sum(1 for row in rows if not len(row))
+    rarest = [min(counts[c] for c in row) if len(row) else unlabelled for row in rows]
+    return (np.asarray(rarest, dtype=np.float64) ** -power).tolist()
+
+
+def sampler_line(weights, rows, class_names, multi_label):
+    """How often --sampler balanced draws each class, expected per epoch, against the split's shares."""
+    weights = np.asarray(weights)
+    share = weights / weights.sum()
+    if multi_label:
+        return f"sampler balanced: each sample drawn with probability {share.min():.3g} .. {share.max():.3g}"
+    labels = np.asarray(rows, dtype=np.int64)
+    drawn = np.bincount(labels, weights=share, minlength=len(class_names))
+    return (f"sampler balanced: expected share of an epoch per class {drawn.min():.3g} .. {drawn.max():.3g} "
+            f"(the split's: {np.bincount(labels, minlength=len(class_names)).min() / len(labels):.3g} .. "
+            f"{np.bincount(labels, minlength=len(class_names)).max() / len(labels):.3g})")
+
+
+def parse_class_weights(spec):
+    """'balanced' -> None, 'effective:0.999' -> 0.999; anything else is a ValueError."""
+    if spec == "balanced":
+        return None
+    kind, _, beta = spec.partition(":")
+    try:
+        value = float(beta)
+    except ValueError:
+        value = -1.0
+    if kind != "effective" or not 0 <= value < 1:
+        raise ValueError(f"{spec!r}: give balanced or effective:BETA with 0 <= BETA < 1 (e.g. effective:0.999)")
+    return value
+
+
+def class_weights(counts, spec):
+    """--class_weights: balanced, inverse frequency; effective:BETA, the inverse of the effective number of samples
+    (1 - BETA^n) / (1 - BETA) (Cui et al., CVPR 2019). Both scaled so that the mean weight over the training samples
+    is 1 (sum of count x weight = samples), so the loss keeps plain cross-entropy's scale (the LR recipes carry
+    over): balanced is then scikit-learn's compute_class_weight("balanced"), n_samples / (n_classes x count)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    beta = parse_class_weights(spec)
+    raw = 1 / counts if beta is None else (1 - beta) / (1 - beta ** counts)
+    return (raw * counts.sum() / (raw * counts).sum()).tolist()
+
+
+def pos_weights(positives, samples):
+    """--pos_weight auto: each class's negatives over its positives in the training split (1 for a class without
+    positives, which has nothing to weigh)."""
+    return [float((samples - p) / p) if p else 1.0 for p in positives]
+
+
+def check_options(args, need):
+    """Sampling and weighing by class."""
+    need(args.sampler_power > 0, "sampler_power", "must be > 0")
+    need(args.sampler == "balanced" or args.sampler_power == 1.0, "sampler_power", "applies to --sampler balanced")
+    need(args.sampler != "balanced" or not args.streaming, "sampler", "balanced draws samples with replacement, which "
+         "a stream read in order cannot give; --class_weights or --logit_adjust balance a stream's loss instead")
+    need(args.steps_per_epoch is None or args.streaming or args.sampler == "balanced", "steps_per_epoch",
+         "sets the epoch of --streaming data or of --sampler balanced (a shuffled epoch is one pass over the data)")
+    if args.class_weights:
+        try:
+            parse_class_weights(args.class_weights)
+        except ValueError as e:
+            raise ConfigError(f"class_weights: {e}") from None
+    need(args.imbalance is None or args.imbalance >= 1, "imbalance", "must be >= 1 (the head class's count over the "
+         "tail's)")
