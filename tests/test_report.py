@@ -71,3 +71,20 @@ def test_per_class_table_counts_and_cuts_to_the_worst():
     lines = report.per_class_table(figures, [f"c{i}" for i in range(n)]).splitlines()
     assert f"the {report.TABLE_ROWS} worst of {n} classes" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == [f"c{i}" for i in range(n - 1, 4, -1)]
+
+
+def test_per_class_table_by_training_samples_puts_the_tail_last():
+    """With the classes' training counts the rows go from the most frequent class to the rarest (ties in class
+    order), a train column beside; cut, the 10 most frequent and the 20 rarest."""
+    figures = {"confusion_matrix": [[3, 1, 0], [0, 2, 0], [1, 0, 0]], "per_class_accuracy": [0.75, 1.0, 0.0],
+               "class_support": [4, 2, 1]}
+    lines = report.per_class_table(figures, ["cat", "dog", "eel"], [5, 40, 5]).splitlines()
+    assert "by training samples" in lines[0] and lines[1].split() == ["class", "train", "images", "correct", "accuracy"]
+    assert [line.split() for line in lines[2:]] == [["dog", "40", "2", "2", "1.0000"], ["cat", "5", "4", "3", "0.7500"],
+                                                     ["eel", "5", "1", "0", "0.0000"]]
+    n = report.TABLE_ROWS + 5
+    figures = {"confusion_matrix": np.eye(n, dtype=int).tolist(), "per_class_accuracy": [1.0] * n,
+               "class_support": [1] * n}
+    lines = report.per_class_table(figures, [f"c{i}" for i in range(n)], list(range(n))).splitlines()
+    names = [line.split()[0] for line in lines[2:]]
+    assert names == [f"c{i}" for i in range(n - 1, n - 11, -1)] + ["..."] + [f"c{i}" for i in range(19, -1, -1)]

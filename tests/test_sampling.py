@@ -77,9 +77,9 @@ def test_repeated_augmentation_keys_stay_distinct_when_the_copies_cycle():
     """5 samples, 2 copies each, 4 processes: ceil(5 / 2) = 3 samples drawn give 6 items for the 8 places of the
     epoch, so the list cycles and the first sample drawn comes twice more. Those are copies 2 and 3, keys of
     their own (their own augmentation), not copies 0 and 1 again."""
-    from utils.data.loading.sampling import RepeatedAugmentationSampler
+    from utils.data.loading.sampling import EpochSampler
 
-    sampler = RepeatedAugmentationSampler(num_samples=5, reps=2, num_processes=4, batch_size=2, seed=0)
+    sampler = EpochSampler(num_samples=5, num_processes=4, batch_size=2, seed=0, reps=2)
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         keys = list(sampler)  # 1 step x 4 ranks x batch 2: no padding, every key a real item
@@ -89,3 +89,48 @@ def test_repeated_augmentation_keys_stay_distinct_when_the_copies_cycle():
         assert counts == [2, 2, 4]  # the first sample drawn: 4 times, as copies 0, 1, 2, 3
         cycled = max(set(samples), key=samples.count)
         assert sorted(k // 5 for k in keys if k % 5 == cycled) == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_balanced_epoch_is_one_draw_for_any_world_size_and_resumes_where_it_stood(tmp_path):
+    """--sampler balanced on 37 samples of 3 classes (24, 10, 3): 2 processes deal out the very sequence that 1
+    process trains on, as a shuffle's is; each epoch is another draw; a run resumed after one batch sees the rest."""
+    from helpers.sample_order import long_tail
+
+    two = orders(tmp_path, "two", 0, [0, 1], nproc=2, options=["balanced=1", "skip=1"])
+    one = orders(tmp_path, "one", 0, [0, 1], nproc=1, options=["balanced=1"])
+    classes = long_tail(N)
+    for epoch in (0, 1):
+        seq = global_order(two, epoch)
+        assert len(seq) == 40 and seq[N:] == seq[:3]  # 37 draws; Accelerate pads the last batch from the start
+        assert one[0][epoch] == seq[:N - 1]  # one process: the same draws in the same order (a lone last one waits)
+        assert len(set(seq[:N])) == N  # a sample drawn again is another key: another copy, its own augmentation
+        drawn = [classes[k % N] for k in seq[:N]]
+        assert all(drawn.count(c) >= 6 for c in (0, 1, 2)), drawn  # 3 samples of class 2 come up about 12 times
+        for rank in (0, 1):
+            assert two[rank][f"{epoch}:resumed"] == two[rank][epoch][BATCH:]
+    assert global_order(two, 0) != global_order(two, 1)
+
+
+def test_balanced_draws_give_each_class_its_share_and_keep_copies_apart():
+    """5 classes of 700, 200, 80, 15 and 5 samples: power 1 draws each about a fifth of an epoch, power 0.5 in
+    proportion to the square root of its count; with repeated augmentation too, every key is distinct."""
+    import numpy as np
+
+    from utils.data.loading.sampling import EpochSampler
+    from utils.training.balance import sample_weights
+
+    counts = np.array([700, 200, 80, 15, 5])
+    labels = np.repeat(np.arange(5), counts)
+    for power, expected in ((1, np.full(5, 0.2)), (0.5, np.sqrt(counts) / np.sqrt(counts).sum())):
+        sampler = EpochSampler(1000, 1, 50, seed=3, weights=sample_weights(labels.tolist(), counts, power),
+                               draws=40_000)
+        keys = np.array(list(sampler))
+        assert len(keys) == len(sampler) == 40_000 and len(set(keys.tolist())) == len(keys)
+        share = np.bincount(labels[keys % 1000], minlength=5) / len(keys)
+        assert share == pytest.approx(expected, abs=0.01), (power, share)
+    repeated = EpochSampler(1000, 2, 50, seed=3, reps=2, weights=sample_weights(labels.tolist(), counts, 1))
+    keys = list(repeated)
+    assert len(keys) == len(repeated) == 1000 and len(set(keys)) == 1000  # 500 draws x 2 copies: no padding needed
+    by_rank = [keys[r * 50:(r + 1) * 50] for r in (0, 1)]  # the first step: rank 0's batch, then rank 1's
+    assert {k % 1000 for k in by_rank[0]} == {k % 1000 for k in by_rank[1]}  # each sample's copies on both ranks

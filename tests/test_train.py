@@ -12,7 +12,7 @@ from ranks import ranks_ok
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
                "nonfinite_steps_skipped", "macro_f1", "macro_precision", "macro_recall", "per_class_accuracy",
-               "per_class_images"}
+               "per_class_images", "val_balanced_accuracy", "val_worst_recall", "train_class_counts", "tracked_metric"}
 
 
 def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
