@@ -2,15 +2,25 @@
 augmentation sampler's layout."""
 
 import pytest
-from conftest import read_json
+from conftest import read_json, reset_accelerate_state
 from ranks import ranks_ok
 
 N, BATCH = 37, 4  # 37 samples: divides by neither the world size nor the batch size
 
 
 def orders(tmp_path, name, seed, epochs, nproc, n=N, options=()):
+    """Each rank's orders; one process in this one (a forked rank would only add its start-up)."""
     out = tmp_path / name
-    ranks_ok([out, seed, n, BATCH, *options, *epochs], nproc=nproc, target="helpers.sample_order:main", timeout=180)
+    argv = [str(a) for a in (out, seed, n, BATCH, *options, *epochs)]
+    if nproc == 1:
+        from helpers.sample_order import main
+
+        try:
+            main(argv)
+        finally:
+            reset_accelerate_state()
+    else:
+        ranks_ok(argv, nproc=nproc, target="helpers.sample_order:main", timeout=180)
     return [{int(e) if e.isdigit() else e: o for e, o in read_json(out / f"rank_{r}.json").items()}
             for r in range(nproc)]
 
