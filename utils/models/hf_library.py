@@ -9,7 +9,7 @@ from pathlib import Path
 
 from utils.models.library import INF, MATCH_PREV, Library, missing_library
 from utils.models.timm_library import offline_weights_error
-from utils.models.torchvision_models import ModelError
+from utils.models.torchvision_models import ModelError, with_stem
 
 # transformers' config attributes that --drop_path and --dropout set, first present wins
 _DROP_PATH = ("drop_path_rate",)
@@ -73,7 +73,7 @@ class Transformers(Library):
                              f"there is network (hf download {ref}) and copy the cache (HF_HOME), or give a local "
                              f"folder{hint}")
 
-    def build_image_or_video(self, ref, num_classes, *, drop_path, dropout, pretrained, class_names):
+    def build_image_or_video(self, ref, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
         transformers = quiet_transformers()
         names = class_names or [str(i) for i in range(num_classes)]
         labels = dict(num_labels=num_classes, id2label=dict(enumerate(names)),
@@ -90,6 +90,11 @@ class Transformers(Library):
                 raise ModelError(f"{flag}: {config.model_type} models have none of the config fields "
                                  f"{', '.join(keys)}; drop the option")
             setattr(config, key, value)
+        if in_chans != 3 and not pretrained:  # built for it; pretrained weights: their RGB stem adapted below
+            if getattr(config, "num_channels", None) is None:
+                raise ModelError(f"hf/{ref}: its {config.model_type} config has no num_channels to build it for "
+                                 f"{in_chans} channels; give 3-channel data (--bands) or another model")
+            config.num_channels = in_chans
         video = self.is_video(ref)
         auto = transformers.AutoModelForVideoClassification if video else transformers.AutoModelForImageClassification
         try:
@@ -100,6 +105,8 @@ class Transformers(Library):
         except ValueError as e:  # not an image classifier (a text model, say)
             raise ModelError(f"hf/{ref}: not an image or video classification model for transformers "
                              f"({str(e).splitlines()[0]})") from None
+        if pretrained:
+            with_stem(model, in_chans, "hf/" + ref)
         if video:  # our clips are (B, C, T, H, W), as torchvision's video models take them; transformers'
             # are (B, T, C, H, W)
             model.register_forward_pre_hook(_frames_first)

@@ -10,6 +10,8 @@ default job never pays for them.
 
 import functools
 
+import torch
+
 from utils.core.errors import ConfigError
 from utils.models import torchvision_models as tv
 from utils.models.checkpointing import keep_batchnorm_statistics
@@ -57,14 +59,15 @@ def check_model_name(name):
 
 
 def build_model(name, num_classes, video=False, zero_init_residual=True, drop_path=None, dropout=None,
-                pretrained=False, class_names=None, temporal_shift=None):
+                pretrained=False, class_names=None, temporal_shift=None, in_chans=3):
     """A model with a `num_classes`-way classifier; timm and transformers models load their own pretrained
     weights when `pretrained` (the classifier for our labels newly initialised). torchvision's pretrained
     weights are loaded afterwards by initialise(). An image model on video scores frames (TSN); with
-    `temporal_shift` (the clip's frame count) its residual blocks also shift channels in time (TSM)."""
+    `temporal_shift` (the clip's frame count) its residual blocks also shift channels in time (TSM). `in_chans`:
+    the input's channels (multispectral, grayscale), the stem built or adapted for them (utils/models/stem.py)."""
     lib, arch = library(name)
     model = lib.build(arch, num_classes, video=video, zero_init_residual=zero_init_residual, drop_path=drop_path,
-                      dropout=dropout, pretrained=pretrained, class_names=class_names)
+                      dropout=dropout, pretrained=pretrained, class_names=class_names, in_chans=in_chans)
     return add_temporal_shift(model, temporal_shift, name) if temporal_shift else model
 
 
@@ -174,12 +177,17 @@ def initialise(model, args, log=print):
     """--pretrained/--weights (torchvision's; timm and transformers models got theirs when built), else
     --init_from (a classifier of another shape is re-initialised); --freeze_backbone."""
     lib, _ = library(args.model)
+    stem = next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
+    channels = stem.in_channels if stem is not None and stem.in_channels != 3 else None  # multispectral, grayscale
     if not lib.builds_pretrained and (args.pretrained or args.weights):
         tv.load_weights(model, "pretrained", tv.pretrained_state(args.model, args.weights), log)
     elif args.init_from:
         tv.load_weights(model, "init_from", tv.read_state_dict(args.init_from), log)
     elif args.pretrained:
-        log(f"pretrained: {args.model}'s weights loaded by {lib.name}, with a new classifier")
+        adapted = f"; its stem adapted to {channels} channels (summed for one, repeated and scaled for more)"
+        log(f"pretrained: {args.model}'s weights loaded by {lib.name}, with a new classifier{adapted * bool(channels)}")
+    elif channels:
+        log(f"model: {args.model} built for {channels} input channels")
     if args.freeze_backbone:
         trainable = set(classifier_parameters(model, args.model))
         for p in model.parameters():

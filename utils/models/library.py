@@ -35,13 +35,17 @@ class Library:
         """Whether the model takes clips (B, C, T, H, W) itself; an image model on video scores frames."""
         return False
 
-    def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names):
-        """A model with a `num_classes`-way classifier (an image model on video data: frame_averaged)."""
+    def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names,
+              in_chans=3):
+        """A model with a `num_classes`-way classifier taking `in_chans` channels (an image model on video data:
+        frame_averaged)."""
         model = self.build_image_or_video(arch, num_classes, drop_path=drop_path, dropout=dropout,
-                                          pretrained=pretrained, class_names=class_names)
+                                          pretrained=pretrained, class_names=class_names, in_chans=in_chans)
         return frame_averaged(model) if video and not self.is_video(arch) else model
 
-    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names):
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
+        """The model, its pretrained weights loaded when the library loads them itself; its stem for `in_chans`
+        channels (the library's own way where it has one, else utils/models/stem.py), pretrained weights adapted."""
         raise NotImplementedError
 
     def pretrained_classes(self, arch):

@@ -20,7 +20,7 @@ import torch
 from utils.core.io import write_text_atomic
 from utils.models.checkpointing import checkpoint_blocks
 from utils.models.library import Library, missing_library
-from utils.models.torchvision_models import ModelError, load_matching
+from utils.models.torchvision_models import ModelError, load_matching, with_stem
 
 ZOO = "https://dl.fbaipublicfiles.com/pytorchvideo/model_zoo/kinetics"
 # name: (Kinetics-400 weights file, the crop its zoo entry was trained at, SlowFast's alpha or None)
@@ -95,11 +95,11 @@ class PyTorchVideo(Library):
     def is_video(self, arch):
         return True
 
-    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names):
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
         if drop_path is not None:
             raise ModelError(f"--drop_path: pytorchvideo's {arch} has no stochastic depth; drop the option")
         kwargs = {"model_num_class": num_classes} | ({"dropout_rate": dropout} if dropout is not None else {})
-        model = fit_head(getattr(_hub(), arch)(pretrained=False, **kwargs))
+        model = with_stem(fit_head(getattr(_hub(), arch)(pretrained=False, **kwargs)), in_chans, self.prefix + arch)
         if pretrained:
             reinit = load_matching(model, kinetics_state(arch), "pretrained")  # the classifier: other classes
             if any(".proj." not in key for key in reinit):

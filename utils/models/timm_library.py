@@ -31,11 +31,13 @@ class Timm(Library):
                 else "; see timm.list_models() (architectures) and timm.list_pretrained() (name.tag weights)")
         raise ValueError(f"'{self.prefix}{arch}' is not a timm {'pretrained model' if '.' in arch else 'model'}{hint}")
 
-    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names):
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
         import timm
 
         asked = {key: value for key, value in (("drop_path_rate", drop_path), ("drop_rate", dropout))
                  if value is not None}
+        if in_chans != 3:  # timm builds the stem for it, and adapts pretrained weights itself (adapt_input_conv)
+            asked["in_chans"] = in_chans
         try:
             return timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **asked)
         except TypeError as e:

@@ -37,8 +37,9 @@ class Torchvision(Library):
     def is_video(self, arch):
         return tv.is_video_model(arch)
 
-    def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names):
-        return tv.build_model(arch, num_classes, video, zero_init_residual, drop_path, dropout)
+    def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names,
+              in_chans=3):
+        return tv.build_model(arch, num_classes, video, zero_init_residual, drop_path, dropout, in_chans)
 
     def pretrained_classes(self, arch):
         try:

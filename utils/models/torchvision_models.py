@@ -7,6 +7,7 @@ import torch
 import torchvision
 
 from utils.core.errors import UserError
+from utils.models.stem import adapt_input_weight, adapts, replace_stem
 
 
 def classification_models():
@@ -54,7 +55,7 @@ def zero_init_residual_applies(name):
     return name.startswith(("resnet", "resnext", "wide_resnet"))
 
 
-def build_model(name, num_classes, video=False, zero_init_residual=True, drop_path=None, dropout=None):
+def build_model(name, num_classes, video=False, zero_init_residual=True, drop_path=None, dropout=None, in_chans=3):
     """A randomly initialised model whose classifier has `num_classes` outputs. An image model asked
     to take video (`video`) scores every frame and averages the logits (TSN, see frame_averaged).
 
@@ -63,7 +64,8 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
     blow up BatchNorm's running statistics (on the digits: epoch-0 val loss 3.0 instead of ~9,600).
 
     `drop_path` and `dropout` go to the builder's `stochastic_depth_prob` and `dropout` arguments; a
-    model whose builder has no such argument is a ModelError."""
+    model whose builder has no such argument is a ModelError. `in_chans` other than 3: its stem replaced
+    (utils/models/stem.py)."""
     options = build_options(name)
     if zero_init_residual and zero_init_residual_applies(name):
         options["zero_init_residual"] = True
@@ -85,7 +87,16 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
                f"{name} has no {what} to set (torchvision's builder takes no {key} argument)")
         raise ModelError(f"{flag}: {why}; drop the option or pick a model whose builder takes it (e.g. {others}, "
                          f"or a timm/ model)") from None
+    with_stem(model, in_chans, name)
     return frame_averaged(model) if video and not is_video_model(name) else model
+
+
+def with_stem(model, in_chans, name):
+    """`model` with its stem taking `in_chans` channels (utils/models/stem.py); a ModelError when it has none to adapt."""
+    if in_chans != 3 and replace_stem(model, in_chans) is None:
+        raise ModelError(f"{name}: has no convolution taking 3 channels to adapt to {in_chans}; give 3-channel data "
+                         f"(--bands with three bands) or another model")
+    return model
 
 
 def frame_averaged(model):
@@ -161,11 +172,15 @@ def auxiliary_keys(model, state):
 
 def load_matching(model, state, source):
     """Load `state` into `model`; tensors whose shape differs (a classifier for other classes) are left
-    re-initialised and returned; auxiliary classifiers the model lacks are dropped (torchvision's
+    re-initialised and returned, but for an RGB stem's weights in a stem of other channels, which are adapted
+    (utils/models/stem.py); auxiliary classifiers the model lacks are dropped (torchvision's
     pretrained googlenet/inception_v3 have them); any other missing or unexpected key is an error."""
     aux = set(auxiliary_keys(model, state))
     state = {k: v for k, v in state.items() if k not in aux}
     own = model.state_dict()
+    adapted = {k: adapt_input_weight(v, own[k].shape[1]) for k, v in state.items()
+               if k in own and adapts(own[k].shape, v.shape)}  # an RGB stem's weights, for other channels
+    state = {**state, **adapted}
     reinit = sorted(k for k in state if k in own and state[k].shape != own[k].shape)
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -218,10 +233,14 @@ def pretrained_state(name, weights_name):
 def load_weights(model, source, state, log=print):
     """Load `state` (from `source`: pretrained, init_from) into `model`, saying what was left out."""
     aux = sorted({k.split(".")[0] for k in auxiliary_keys(model, state)})
+    own = model.state_dict()
+    stems = [f"{k} ({v.shape[1]} -> {own[k].shape[1]} channels)" for k, v in state.items()
+             if k in own and adapts(own[k].shape, v.shape)]
     reinit = load_matching(model, state, source)
     dropped = f"; re-initialised (other shape): {', '.join(reinit)}" if reinit else ""
     unused = f"; auxiliary classifiers not used: {', '.join(aux)}" if aux else ""
-    log(f"{source}: weights loaded{dropped}{unused}")
+    stem = f"; stem adapted: {', '.join(stems)}" if stems else ""
+    log(f"{source}: weights loaded{stem}{dropped}{unused}")
 
 
 def for_device(model, args, accelerator):
