@@ -154,7 +154,7 @@ def predict(accelerator, run, model, files, opts, thresholds=None):
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, the padding dropped when gathered
     model = model.to(accelerator.device).eval()
-    inputs = BatchInput(run.input.mean_std)  # normalisation alone, as validation feeds the model
+    inputs = BatchInput(run.input.mean_std, pixel_max=run.input.pixel_max)  # normalisation alone, as validation feeds it
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
     task = task_for(run.multi_label, len(names), tta_kind=opts.tta)  # softmax, or sigmoid for several labels
 

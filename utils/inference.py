@@ -9,6 +9,7 @@ import torch
 
 from utils.data.datasets.clips import PathFrames, VideoClips
 from utils.data.datasets.images import with_transform
+from utils.data.decoding.bands import file_decoder
 from utils.data.decoding.images import IMAGE_SUFFIXES
 from utils.data.decoding.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFIXES
 from utils.data.sources.catalog import source_named
@@ -61,8 +62,9 @@ def eval_dataset(run, files, multi_view=False):
         {"image": [str(f) for f in files], "label": [0] * len(files)},
         features=datasets.Features(image=datasets.Image(), label=datasets.Value("int64")))
     transform = source_named(run.source).file_transform(inp)  # the digits' own, else the eval resize and crop
-    # Undecoded rows: our decoder reads each file, and one that fails becomes a row marked invalid.
-    return with_transform(rows, Fixed(transform, inp.val_crop_size), decoded=False), 1
+    # Undecoded rows: our decoder reads each file (its bands, for files of their own channels and bits), and one that
+    # fails becomes a row marked invalid.
+    return with_transform(rows, Fixed(transform, inp.val_crop_size), decoded=False, decode=file_decoder(inp)), 1
 
 
 def _video_dataset(run, files, multi_view):
@@ -77,28 +79,38 @@ def _video_dataset(run, files, multi_view):
 
 
 def input_shape(inp):
-    """One input of the eval graph: (3, H, W), or (3, T, H, W) for a video run's clips."""
+    """One input of the eval graph: (C, H, W), or (C, T, H, W) for a video run's clips."""
     if inp.video:
-        return (3, inp.frames, inp.image_size, inp.image_size)
-    return (3, inp.val_crop_size, inp.val_crop_size)
+        return (inp.channels, inp.frames, inp.image_size, inp.image_size)
+    return (inp.channels, inp.val_crop_size, inp.val_crop_size)
 
 
 class EvalGraph(torch.nn.Module):
-    """uint8 (N, 3, H, W) pixels, or (N, 3, T, H, W) clips -> logits (with `sigmoid`, a multi-label run's: each
+    """uint8 (N, C, H, W) pixels, or (N, C, T, H, W) clips -> logits (with `sigmoid`, a multi-label run's: each
     class's probability): the run's normalisation (the arithmetic of utils/data/transforms/batch.py) and the model,
-    as one graph to export."""
+    as one graph to export. A run on files of their own channels and bits takes their raw values, the run's bands, as
+    float32 (what utils/data/decoding/bands.py reads), divided by its pixel_max in the graph."""
 
     def __init__(self, model, inp, sigmoid=False):
         super().__init__()
-        self.model, self.sigmoid = model, sigmoid
+        self.model, self.sigmoid, self.pixel_max = model, sigmoid, inp.pixel_max
         mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)
         shape = (1, -1) + (1,) * (3 if inp.video else 2)
         self.register_buffer("mean", torch.tensor(mean).view(shape))
         self.register_buffer("std", torch.tensor(std).view(shape))
 
     def forward(self, pixels):
-        logits = self.model((pixels.float() / 255).sub(self.mean).div(self.std))
+        scaled = pixels.float() / 255 if self.pixel_max is None else pixels / self.pixel_max
+        logits = self.model(scaled.sub(self.mean).div(self.std))
         return logits.sigmoid() if self.sigmoid else logits
+
+
+def example_pixels(inp, count, seed):
+    """`count` random inputs of the eval graph: uint8 pixels, or raw values up to the run's pixel_max."""
+    generator = torch.Generator().manual_seed(seed)
+    if inp.pixel_max is None:
+        return torch.randint(0, 256, (count, *input_shape(inp)), dtype=torch.uint8, generator=generator)
+    return (torch.rand((count, *input_shape(inp)), generator=generator) * inp.pixel_max).round()
 
 
 def export_onnx(model, inp, path, overwrite=False, sigmoid=False):
@@ -110,7 +122,7 @@ def export_onnx(model, inp, path, overwrite=False, sigmoid=False):
         raise RunError(f"{path} exists; pass --overwrite to replace it")
     graph = EvalGraph(model, inp, sigmoid).eval()
     shape = input_shape(inp)
-    example = torch.randint(0, 256, (2, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    example = example_pixels(inp, 2, seed=0)
     batch = torch.export.Dim("batch", min=1)
     try:
         program = torch.onnx.export(graph, (example,), dynamo=True, dynamic_shapes={"pixels": {0: batch}},
@@ -126,7 +138,7 @@ def export_onnx(model, inp, path, overwrite=False, sigmoid=False):
     except ImportError:
         return None
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    check = torch.randint(0, 256, (3, *shape), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    check = example_pixels(inp, 3, seed=1)
     with torch.no_grad():
         expected = graph(check).numpy()
     return float(abs(session.run(None, {"pixels": check.numpy()})[0] - expected).max())

@@ -2,12 +2,18 @@
 default, its help and whether a resume must keep it."""
 
 
+def stat_value(text):
+    """A value of --mean/--std: a number, or auto."""
+    return text if text == "auto" else float(text)
+
+
 def add_data_options(p):
     """Where the data comes from, how video is read, how samples are augmented."""
     g = p.add_argument_group("data")
     g.add_argument("--dataset", resume_key=False, type=str, default="digits",
                    help="digits (embedded 8x8 scans, offline), multi_digits (embedded tiles of 2-4 digits, labelled "
-                        "with every digit shown: multi-label, offline), moving_digits (embedded video clips labelled by "
+                        "with every digit shown: multi-label, offline), spectral_digits (embedded 6-band 16-bit images: "
+                        "the digit in bands 3-5, a decoy in 0-2; offline), moving_digits (embedded video clips labelled by "
                         "direction of motion, offline), synthetic (random tensors, no I/O), imagefolder "
                         "(with --data_dir), a folder written by save_to_disk, or a Hub dataset name (e.g. cifar10)")
     g.add_argument("--dataset_config", resume_key=False, type=str, default=None, help="Hub dataset configuration name")
@@ -132,7 +138,15 @@ def add_data_options(p):
     g.add_argument("--ra_reps", resume_key=True, type=int, default=1,
                    help="repeated augmentation: each sample N times per epoch, differently augmented, its copies on "
                         "different processes; the epoch keeps its length (torchvision's recipe: 4)")
-    g.add_argument("--mean", resume_key=False, type=float, nargs=3, default=None,
-                   help="normalisation mean (default: a timm/hf model's, else Kinetics' for video, ImageNet's)")
-    g.add_argument("--std", resume_key=False, type=float, nargs=3, default=None,
+    g.add_argument("--mean", resume_key=False, type=stat_value, nargs="+", default=None,
+                   help="normalisation mean, one value a channel, or auto: computed over the training split (the "
+                        "default for data of other than 3 channels; else a timm/hf model's, Kinetics' for video, "
+                        "ImageNet's)")
+    g.add_argument("--std", resume_key=False, type=stat_value, nargs="+", default=None,
                    help="normalisation std (default: as --mean)")
+    g = p.add_argument_group("channels and bit depth (multispectral, 16-bit, grayscale image files; docs/multispectral.md)")
+    g.add_argument("--bands", resume_key=True, type=int, nargs="+", default=None,
+                   help="the files' channels the model sees, in this order, e.g. 3 2 1 7 (default: all of them)")
+    g.add_argument("--pixel_max", resume_key=True, type=float, default=None,
+                   help="what a pixel value is divided by before the normalisation, e.g. 10000 for Sentinel-2 "
+                        "reflectances (default: its type's largest, 65535 for 16 bits; 1 for float data)")

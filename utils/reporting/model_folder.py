@@ -23,6 +23,8 @@ def input_config(inp, multi_label=False):
     mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
     config = dict(image_size=inp.val_crop_size, resize=inp.val_resize_size, interpolation=inp.interpolation,
                   mean=list(mean), std=list(std))
+    if inp.pixel_max is not None:  # files of their own channels and bits: which bands, divided by what, before mean/std
+        config.update(in_chans=inp.channels, bands=list(inp.bands) if inp.bands else None, pixel_max=inp.pixel_max)
     return {**config, "multi_label": True} if multi_label else config
 
 

@@ -4,7 +4,7 @@ its loaders, the model, optimizer and schedule, prepared by Accelerate, and the 
 import copy
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -21,6 +21,7 @@ from utils.data.decoding.on_device import DeviceDecoder
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_test_loader, stop_workers
 from utils.data.loading.sampling import epoch_draws
+from utils.data.loading.statistics import with_statistics
 from utils.data.transforms.batch import BatchInput
 from utils.data.sources.video_files import test_views
 from utils.config.options import parser_defaults
@@ -107,7 +108,7 @@ class Job:
             state = accelerator.get_state_dict(self.model)  # collective; the full dict on the main process
             if not accelerator.is_main_process:
                 return None
-            model = new_model(self.args, self.class_names, False, self.settings.input.video)
+            model = new_model(self.args, self.class_names, False, self.settings.input)
             model.load_state_dict(state)
             return model
         if not accelerator.is_main_process:
@@ -141,20 +142,20 @@ def build_accelerator(args):
         # By default a prepared scheduler steps once per *process* at every call, assuming a schedule
         # counted in single-process batches. Ours is laid out in epochs of this process's steps.
         step_scheduler_with_optimizer=False,
-        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s,
-        # epoch e+1 is not the permutation of seed s+1, epoch e.
-        # non_blocking: host-to-GPU copies of pinned batches overlap with compute.
+        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s, epoch e+1 is
+        # not the permutation of seed s+1, epoch e. non_blocking: host-to-GPU copies of pinned batches overlap compute.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=spread(args.seed),
                                                   non_blocking=True),
     )
 
 
-def new_model(args, class_names, pretrained, video):
-    """The model the options name, for our classes (of clips when `video`), on the CPU; not yet prepared or moved."""
+def new_model(args, class_names, pretrained, inp):
+    """The model the options name, for our classes and the Input `inp` (clips or images, its channels), on the CPU;
+    not yet prepared or moved."""
     shift = args.clip_len * args.num_segments if args.temporal_shift else None  # TSM over the clip's frames
-    return build_model(args.model, num_classes=len(class_names), video=video, temporal_shift=shift,
+    return build_model(args.model, num_classes=len(class_names), video=inp.video, temporal_shift=shift,
                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
-                       pretrained=pretrained, class_names=class_names)
+                       pretrained=pretrained, class_names=class_names, in_chans=inp.channels)
 
 
 def check_fsdp(args, accelerator):
@@ -178,11 +179,11 @@ def build_job(args, settings, accelerator, out):
     unknown size) and the loader workers per process."""
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     metrics = load_metrics(args.metrics)  # main_process_first the main would fail alone, the others at its barrier)
+    num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
+    train_ds, val_ds, class_names, settings = load_datasets(args, settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
-    train_ds, val_ds, class_names = load_datasets(args, settings, accelerator)
     multi_label = label_kind(args, parser_defaults(), source, train_ds)  # lists of labels: multi-hot, sigmoid outputs
     balance = read_balance(args, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
-    num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                               ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
@@ -204,7 +205,7 @@ def build_job(args, settings, accelerator, out):
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
-    inputs = BatchInput.for_training(args, len(class_names), accelerator.process_index, inp.mean_std)
+    inputs = BatchInput.for_training(args, len(class_names), accelerator.process_index, inp.mean_std, inp.pixel_max)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
@@ -228,7 +229,7 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     """The model the options name, its weights, its switches (--grad_checkpointing, --sync_bn, --channels_last),
     not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay)."""
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = new_model(args, class_names, args.pretrained, settings.input.video)
+    model = new_model(args, class_names, args.pretrained, settings.input)
     initialise(model, args, accelerator.print)
     if args.grad_checkpointing:
         accelerator.print(enable_grad_checkpointing(model, args.model))
@@ -243,19 +244,20 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     return model, optimizer
 
 
-def load_datasets(args, settings, accelerator):
+def load_datasets(args, settings, accelerator, out, num_workers):
     """The train and val datasets and the class names, built by the main process first (one rank builds
-    caches, the others reuse them), with what the data and input notes say."""
+    caches, the others reuse them), with what the data and input notes say; and the Settings, their Input
+    complete (--mean auto: its statistics once the training split is read, or as a resumed run recorded them)."""
     inp = settings.input
     with accelerator.main_process_first():
         train_ds, val_ds, class_names, notes = settings.source.datasets(args, inp, rank=accelerator.process_index,
                                                                         world=accelerator.num_processes)
-    for note in notes:
-        accelerator.print(f"data: {note}")
-    for note in inp.notes:
+    for note in [f"data: {note}" for note in notes] + list(inp.notes):
         accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
-    return train_ds, val_ds, class_names
+    if inp.stats_pending:
+        inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if args.resume else None)
+    return train_ds, val_ds, class_names, replace(settings, input=inp)
 
 
 class Position(NamedTuple):

@@ -69,6 +69,9 @@ def _model(args, class_names, inp, multi_label=False):
         if multi_label:
             raise TeacherError(f"teacher: {args.teacher}'s pretrained classifier is single-label (a softmax); a "
                                f"multi-label run distils from a run folder trained on multi-label data")
+        if inp.channels != 3 or inp.pixel_max is not None:
+            raise TeacherError(f"teacher: {args.teacher}'s pretrained weights see 8-bit RGB, this run's input "
+                               f"{inp.channels} channels of its files' own bits; give a run folder trained on them")
         _check_input(args, args.teacher, inp)
         model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None)
         recommended = data_config(args.teacher)  # a torchvision name recommends nothing: ImageNet's, Kinetics' then
@@ -99,6 +102,11 @@ def _model(args, class_names, inp, multi_label=False):
     if inp.video and trained.input.frames != inp.frames:
         raise TeacherError(f"teacher: {folder} took clips of {trained.input.frames} frames, this run's have "
                            f"{inp.frames} (--clip_len x --num_segments): give the same")
+    seen = lambda i: (i.channels, i.bands, i.pixel_max, i.file_format)  # noqa: E731 (which pixels, scaled how)
+    if seen(trained.input) != seen(inp):
+        raise TeacherError(f"teacher: {folder} saw {trained.input.channels} channels (bands {trained.input.bands}, "
+                           f"divided by {trained.input.pixel_max}), this run's input is {inp.channels} (bands "
+                           f"{inp.bands}, divided by {inp.pixel_max}); give a teacher trained on the same bands")
     _check_input(args, trained.model, inp)
     return model, trained.input.mean_std, trained.model, str(folder), f"{folder}'s {'EMA ' if ema else ''}weights"
 

@@ -70,8 +70,9 @@ def read_run(run_dir):
         if saved.get("format") != FORMAT:
             raise TypeError(f"format {saved.get('format')}")
         inp = dict(saved.pop("input"), notes=())
-        for key in ("mean_std", "progressive_resize"):  # JSON keeps tuples as lists
-            inp[key] = inp[key] and tuple(tuple(v) if isinstance(v, list) else v for v in inp[key])
+        for key in ("mean_std", "progressive_resize", "bands", "file_format"):  # JSON keeps tuples as lists
+            if key in inp:  # (bands, file_format: runs since multispectral input)
+                inp[key] = inp[key] and tuple(tuple(v) if isinstance(v, list) else v for v in inp[key])
         return TrainedRun(**{k: v for k, v in saved.items() if k != "format"}, input=Input(**inp), classes=classes)
     except TypeError as e:
         raise RunError(f"{record}: written by another version of the script, which this one cannot read ({e})") \
@@ -90,7 +91,8 @@ def load_run(run_dir, ema=False, checkpoint=None):
         hint = " (the run trained without --model_ema)" if ema else " (training has not finished: pass --checkpoint)"
         raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
     model = build_model(run.model, num_classes=len(run.classes), video=run.input.video, class_names=run.classes,
-                        temporal_shift=run.input.frames if run.temporal_shift else None)  # TSM, as the run trained
+                        temporal_shift=run.input.frames if run.temporal_shift else None,  # TSM, as the run trained
+                        in_chans=run.input.channels)
     try:
         model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:

@@ -43,7 +43,7 @@ class ImageRows(Dataset):
     list (utils/data/datasets/labels.py), all zeros for a file that could not be decoded.
     """
 
-    def __init__(self, ds, preset, decoded, seed=None, on_device=False, multi_label=None):
+    def __init__(self, ds, preset, decoded, seed=None, on_device=False, multi_label=None, decode=None):
         import datasets
 
         # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
@@ -52,6 +52,7 @@ class ImageRows(Dataset):
         self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/decoding/on_device.py)
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
         self.multi_label = multi_label  # the class count of multi-hot targets; None: one class index a sample
+        self.decode = decode  # a BandDecoder (utils/data/decoding/bands.py) for files of their own channels and bits
 
     def __len__(self):
         return len(self.rows)
@@ -76,8 +77,9 @@ class ImageRows(Dataset):
         if self.on_device:
             item = load_on_device(image, label, key, epoch, transform, size, self.seed)
         else:
-            decode = (lambda image: image.convert("RGB")) if self.decoded else decode_rgb
-            item = load_item(image, label, key, epoch, transform, size, self.seed, decode)
+            decode = self.decode or ((lambda image: image.convert("RGB")) if self.decoded else decode_rgb)
+            item = load_item(image, label, key, epoch, transform, size, self.seed, decode,
+                             blank=getattr(self.decode, "blank", None))
         if self.multi_label is not None:
             item["labels"] = multi_hot(label if item["valid"] else (), self.multi_label)
         return item
@@ -94,7 +96,7 @@ def load_on_device(image, label, key, epoch, transform, size, seed, classes=None
     return load_item(image, label, key, epoch, transform, size, seed, lambda image: image, classes, blank=blank)
 
 
-def with_transform(ds, preset, decoded, seed=None, on_device=False, multi_label=None):
+def with_transform(ds, preset, decoded, seed=None, on_device=False, multi_label=None, decode=None):
     """ImageRows over `ds`, its epoch set through EpochSeeded."""
-    rows = ImageRows(ds, preset, decoded, seed, on_device, multi_label)
+    rows = ImageRows(ds, preset, decoded, seed, on_device, multi_label, decode)
     return EpochSeeded(rows, rows.epoch)

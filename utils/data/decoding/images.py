@@ -15,7 +15,7 @@ try:
 except (ImportError, OSError, RuntimeError):  # pragma: no cover - not installed, or its libraries fail to load
     decode_image = None
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".npy"}  # .npy: (H, W, C) arrays
 
 
 def decode_rgb(image):

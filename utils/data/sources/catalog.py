@@ -10,6 +10,7 @@ from utils.data.sources.image_files import ImageFiles
 from utils.data.sources.label_files import csv_holds_videos
 from utils.data.sources.moving_digits import MovingDigits
 from utils.data.sources.multi_digits import MultiDigits
+from utils.data.sources.spectral_digits import SpectralDigits
 from utils.data.sources.stored_videos import StoredVideos, holds_videos
 from utils.data.sources.streamed import Streamed
 from utils.data.sources.synthetic import Synthetic
@@ -17,7 +18,8 @@ from utils.data.sources.video_files import VideoFiles
 from utils.data.transforms import input as inputs
 
 # --dataset NAME
-EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDigits, "multi_digits": MultiDigits}
+EMBEDDED = {"digits": Digits, "synthetic": Synthetic, "moving_digits": MovingDigits, "multi_digits": MultiDigits,
+            "spectral_digits": SpectralDigits}
 KINDS = {**EMBEDDED, "images": ImageFiles, "video": VideoFiles}  # a source by its kind, as a trained run records it
 
 

@@ -5,7 +5,7 @@ import numpy as np
 from utils.data.datasets.images import with_transform
 from torchvision.transforms import v2
 
-from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files
+from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files, rgb_only
 from utils.data.sources.splits import SPLIT_SEED, long_tailed, subset
 from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import progressive_notes
@@ -53,7 +53,7 @@ class Digits(DataSource):
     """--dataset digits: decoded PIL images (nothing to decode in workers), its own size and statistics."""
 
     kind, own_input, eval_crop, size, stats = "digits", True, False, 32, (DIGITS_MEAN, DIGITS_STD)
-    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("digits"),
+    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("digits"), **rgb_only("digits"),
               **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment"),
                               OWN_RECIPE)}
 

@@ -11,16 +11,22 @@ from utils.data.errors import DataError
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
 
+def first_media_file(folder):
+    """The first image or video file of a <class>/<file> folder, in walk order (sorted, hidden entries skipped); None
+    where it holds none."""
+    for parent, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES | VIDEO_SUFFIXES:
+                return os.path.join(parent, name)
+    return None
+
+
 @functools.lru_cache(maxsize=None)  # asked by every option default that depends on the modality
 def folder_holds_videos(folder):
     """Whether a <class>/<file> folder holds video files (its first media file, in walk order, says)."""
-    for _, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            suffix = os.path.splitext(name)[1].lower()
-            if not name.startswith(".") and suffix in IMAGE_SUFFIXES | VIDEO_SUFFIXES:
-                return suffix in VIDEO_SUFFIXES
-    return False
+    first = first_media_file(folder)
+    return first is not None and os.path.splitext(first)[1].lower() in VIDEO_SUFFIXES
 
 
 def folder_files(folder, role, suffixes=IMAGE_SUFFIXES, kind="images"):

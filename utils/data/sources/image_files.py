@@ -4,10 +4,12 @@ checked before training; ImageFiles, their source."""
 from pathlib import Path
 
 from utils.data.datasets.images import with_transform
+from utils.data.decoding.bands import file_decoder, probe
+from utils.data.decoding.images import read_bytes
 from utils.data.errors import DataError
-from utils.data.sources.folders import folder_files
+from utils.data.sources.folders import first_media_file, folder_files
 from utils.data.sources.hub import load_hub
-from utils.data.sources.label_files import label_csv_splits
+from utils.data.sources.label_files import first_csv_file, label_csv_splits
 from utils.data.sources.protocol import DataSource
 from utils.data.datasets.labels import is_multi_label
 from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, long_tailed,
@@ -135,9 +137,54 @@ def load_splits(args):
     return train, val, names, notes
 
 
+def first_file(args):
+    """The bytes and name of the first training file, before the data is built (None where it cannot be told now:
+    a Hub dataset, a folder or CSV that the build will report on)."""
+    if args.train_csv:
+        path = first_csv_file(args.train_csv, args.data_root, args.csv_path_column)
+    elif args.train_dir or args.data_dir:
+        path = first_media_file(args.train_dir or Path(args.data_dir) / "train")
+    elif Path(args.dataset).is_dir():  # save_to_disk: its first training row, undecoded
+        try:
+            import datasets
+
+            loaded = datasets.load_from_disk(args.dataset)
+            split = loaded[args.train_split] if isinstance(loaded, datasets.DatasetDict) else loaded
+            image = split.cast_column("image", datasets.Image(decode=False))[0]["image"]
+        except (FileNotFoundError, KeyError, ValueError, IndexError):
+            return None
+        return (read_bytes(image), image.get("path") or f"{args.dataset} row 0") if image else None
+    else:
+        return None
+    return (Path(path).read_bytes(), str(path)) if path is not None and Path(path).is_file() else None
+
+
+def first_format(args):
+    """What the first training file holds (a PixelFormat); None where it cannot be told now, or the file cannot be
+    read: read as RGB then, as always, and reported (or skipped with --skip_bad_images) when the run reads it."""
+    first = first_file(args)
+    try:
+        return None if first is None else probe(*first)
+    except (OSError, ValueError, SyntaxError, RuntimeError):
+        return None
+
+
 class ImageFiles(DataSource):
     """Image files: a <class>/<image> folder (--train_dir/--val_dir, --data_dir), a Hub dataset or a
-    save_to_disk folder (--dataset): ImageNet's statistics and 224 px unless a timm/hf model recommends others."""
+    save_to_disk folder (--dataset): ImageNet's statistics and 224 px unless a timm/hf model recommends others.
+    Files keep their channels and bits (utils/data/decoding/bands.py) unless they are 8-bit RGB."""
+
+    file_pixels = True
+
+    def __init__(self):
+        self.formats = {}  # the first file's PixelFormat by where it is: read once however often it is asked
+
+    def pixel_format(self, args):
+        where = (args.train_csv, args.data_root, args.csv_path_column, args.train_dir, args.data_dir, args.dataset,
+                 args.train_split)
+        if where not in self.formats:
+            self.formats[where] = first_format(args)
+        return self.formats[where]
 
     def name(self, args):
         folder = args.train_dir or args.data_dir
@@ -148,7 +195,9 @@ class ImageFiles(DataSource):
         train, val, names, notes = load_splits(args)
         on_device = args.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
         multi = len(names) if is_multi_label(train.features["label"]) else None  # multi-hot targets
+        decode = file_decoder(inp)  # None: 8-bit RGB, decode_rgb's
         return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device,
-                               multi_label=multi),
-                with_transform(val, val_preset, decoded=False, on_device=on_device, multi_label=multi), names,
+                               multi_label=multi, decode=decode),
+                with_transform(val, val_preset, decoded=False, on_device=on_device, multi_label=multi, decode=decode),
+                names,
                 notes + progressive_notes(inp, args.epochs))

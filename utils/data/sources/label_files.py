@@ -98,23 +98,28 @@ def label_csv_splits(args):
     return train, (val_paths, [[index[n] for n in row] for row in val_names]), classes
 
 
-def csv_holds_videos(csv_file, data_root=None, path_column=None):
-    """Whether a label CSV lists videos (its first file a video file or a folder of frames), read from its first
-    rows only: the catalog's question, before the data is built."""
-    from utils.data.decoding.video import VIDEO_SUFFIXES
-
+def first_csv_file(csv_file, data_root=None, path_column=None):
+    """The path of a label CSV's first file, read from its first rows only (None where they cannot be read: read
+    again, and reported, when the data is built): the catalog's and the input's question, before the data is built."""
     try:
         with open(csv_file, newline="") as f:
             reader = csv.reader(f)
             header = [cell.strip() for cell in next(reader, [])]
             first = next((row for row in reader if any(cell.strip() for cell in row)), None)
     except (OSError, UnicodeDecodeError, csv.Error):
-        return False  # read again, and reported, when the data is built
+        return None
     if not header or first is None or len(first) != len(header):
-        return False
+        return None
     try:
         column = header.index(_column(header, path_column, PATH_COLUMNS, "path", csv_file, 0))
     except DataError:
-        return False
-    path = (Path(data_root) if data_root is not None else Path(csv_file).parent) / first[column].strip()
-    return path.suffix.lower() in VIDEO_SUFFIXES or path.is_dir()
+        return None
+    return (Path(data_root) if data_root is not None else Path(csv_file).parent) / first[column].strip()
+
+
+def csv_holds_videos(csv_file, data_root=None, path_column=None):
+    """Whether a label CSV lists videos (its first file a video file or a folder of frames)."""
+    from utils.data.decoding.video import VIDEO_SUFFIXES
+
+    path = first_csv_file(csv_file, data_root, path_column)
+    return path is not None and (path.suffix.lower() in VIDEO_SUFFIXES or path.is_dir())

@@ -9,9 +9,11 @@ place that tells which source the options name). The rest of the run asks it, ne
     video         the modality: clips (N, C, T, H, W) or images (N, C, H, W)
     labels_ahead  its training labels can be read without a pass over its data (class counts at every start)
     own_input     its own frame side and pixel statistics win over a timm/hf model's recommended input
+    file_pixels   its image files keep their own channels and bit depth (multispectral, 16-bit, grayscale)
     eval_crop     its eval view is a centre crop of a larger resize (crop_pct); else a resize to the side
     size          the frame side when --image_size (and, without own_input, the model) gives none
-    stats         ((mean), (std)) of its pixels on the 0..1 scale; None: not normalised (synthetic)
+    stats         ((mean), (std)) of its pixels on the 0..1 scale; None: not normalised (synthetic); "auto":
+                  computed over its training split (utils/data/statistics.py)
     unused        {option: why} of the options it does not read: one that is set is refused in one line
                   (utils/config/checks.py), rather than trained without a word
     name(args)    how results.json and the run folder name the data
@@ -19,6 +21,7 @@ place that tells which source the options name). The rest of the run asks it, ne
                   run's Input `inp` (utils/data/transforms/input.py); rank of world matters to streams only
     loaders(accelerator, train, val, ...) -> (training loader, validation loader)
     file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
+    pixel_format(args)  what its first training file holds (channels, type), before the data is built; None: RGB
     sample_count(train) the training set's size (None for a stream of unknown size)
     multi_label(train)  the class count when its samples carry several labels each (multi-hot targets), else None
     labels(train)       every training sample's label (a class index, or a list of them), in order, over the whole
@@ -60,6 +63,13 @@ def no_imbalance(kind):
                          f"keeps its own class counts"}
 
 
+def rgb_only(kind):
+    """`unused` of data read as 8-bit RGB whatever it holds: the options of files with their own channels and bits."""
+    why = (f"reads the channels and bit depth of image files (folders, list files, save_to_disk); this data ({kind}) "
+           f"is 8-bit RGB")
+    return dict.fromkeys(("bands", "pixel_max"), why)
+
+
 def no_files(kind):
     """`unused` of data without files to decode (embedded, generated)."""
     return {"decode_on_device": f"decodes image files (JPEG) and video files on the device; this data ({kind}) has "
@@ -72,6 +82,7 @@ class DataSource:
     own_input = False
     eval_crop = True
     labels_ahead = True  # its training labels are read without a pass over the data (a stream's are not)
+    file_pixels = False  # its image files keep their own channels and bits (--bands, --pixel_max, --mean auto)
     size = 224
     stats = (IMAGENET_MEAN, IMAGENET_STD)
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY}
@@ -92,6 +103,11 @@ class DataSource:
     def file_transform(self, inp):
         """Its validation's transform of an image file decoded to (3, H, W) uint8: the eval resize and crop."""
         return eval_preset(inp)
+
+    def pixel_format(self, args):
+        """What its first training file holds (a PixelFormat, utils/data/decoding/bands.py), where files keep their own
+        channels and bits; None: 8-bit RGB."""
+        return None
 
     def sample_count(self, train):
         return len(train)

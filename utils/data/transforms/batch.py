@@ -1,6 +1,7 @@
 """What happens to a batch on the device before the model sees it.
 
-The loaders hand over uint8 pixels (utils/data/transforms/images.py, video.py). Here they become the model's float input,
+The loaders hand over uint8 pixels (utils/data/transforms/images.py, video.py), or the float32 raw values of files
+with their own channels and bits (utils/data/decoding/bands.py). Here they become the model's float input,
 normalised per channel, in the memory format asked for (--channels_last); in training, random erasing
 (per image, after normalisation, as torchvision's references erase) and MixUp/CutMix (per batch, soft
 targets) follow. Both are torchvision's own transforms. Their random draws are made on the host from
@@ -33,30 +34,37 @@ def mixing(args, num_classes):
 class BatchInput:
     """Turns a loader's batch into model input on the device; see the module's docstring."""
 
-    def __init__(self, stats, channels_last=False, erase=None, mix=None, seed=0, rank=0):
+    def __init__(self, stats, channels_last=False, erase=None, mix=None, seed=0, rank=0, pixel_max=None):
         """`stats`: the Input's ((mean), (std)); None: synthetic input, float already and not normalised. Without
-        the rest: normalisation alone, as validation and a trained run's user (predict.py) feed the model."""
+        the rest: normalisation alone, as validation and a trained run's user (predict.py) feed the model.
+        `pixel_max`: the Input's, what float pixels of files with their own bits (raw values) are divided by."""
         self.mean, self.std = (None, None) if stats is None else (torch.tensor(v) for v in stats)
         self.channels_last, self.erase, self.mix, self.seed, self.rank = channels_last, erase, mix, seed, rank
+        self.pixel_max = pixel_max
 
     @classmethod
-    def for_training(cls, args, num_classes, rank, stats):
+    def for_training(cls, args, num_classes, rank, stats, pixel_max=None):
         """The training run's: --channels_last, --random_erase and MixUp/CutMix, drawn per (seed, epoch, batch,
         rank)."""
         erase = v2.RandomErasing(p=args.random_erase) if args.random_erase else None
-        return cls(stats, args.channels_last, erase, mixing(args, num_classes), args.seed, rank)
+        return cls(stats, args.channels_last, erase, mixing(args, num_classes), args.seed, rank, pixel_max)
 
     def __call__(self, pixels):
-        """uint8 (N, C, H, W) or (N, C, T, H, W) -> normalised float32 (eval, and the first step of training)."""
+        """uint8 (N, C, H, W) or (N, C, T, H, W) -> normalised float32 (eval, and the first step of training); so
+        are the float32 raw values of files with their own bits, divided by pixel_max first."""
         if pixels.dtype == torch.uint8:
             # The same elementwise float32 operations as v2.ToDtype(scale=True) + v2.Normalize on each
             # image in a worker: the same values, bit for bit.
-            x = v2.functional.to_dtype(pixels, torch.float32, scale=True)
-            if self.mean.device != x.device:  # moved once, not copied to the device at every step
-                self.mean, self.std = self.mean.to(x.device), self.std.to(x.device)
-            shape = (1, -1) + (1,) * (x.dim() - 2)
-            pixels = x.sub_(self.mean.view(shape)).div_(self.std.view(shape))
+            pixels = self._normalised(v2.functional.to_dtype(pixels, torch.float32, scale=True))
+        elif self.pixel_max is not None:
+            pixels = self._normalised(pixels / self.pixel_max)  # a new tensor: the loader's batch stays as it was
         return self._formatted(pixels)
+
+    def _normalised(self, x):
+        if self.mean.device != x.device:  # moved once, not copied to the device at every step
+            self.mean, self.std = self.mean.to(x.device), self.std.to(x.device)
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        return x.sub_(self.mean.view(shape)).div_(self.std.view(shape))
 
     def _formatted(self, pixels):
         if not self.channels_last:

@@ -32,15 +32,34 @@ def interpolation(args, source):
     return args.interpolation or model_input(args, source).get("interpolation") or "bilinear"
 
 
-def mean_std(args, source):
-    """The normalisation of the model's input, ((mean), (std)) per channel: --mean/--std; else a source's own
-    statistics (the embedded data's); else the timm/hf model's; else the source's (ImageNet's for images, Kinetics'
-    for video). None: synthetic input, not normalised."""
+AUTO = "auto"  # --mean auto --std auto: per-channel statistics of the training split (utils/data/statistics.py)
+
+
+def mean_std(args, source, channels=3):
+    """The normalisation of the model's input, ((mean), (std)) per channel: --mean/--std; AUTO (computed over the
+    training split when the data is read) with --mean auto, for a source whose statistics are its data's, and by
+    default for data of other than 3 channels (ImageNet's and a model's are RGB's); else a source's own statistics
+    (the embedded data's); else the timm/hf model's; else the source's (ImageNet's for images, Kinetics' for video).
+    None: synthetic input, not normalised."""
     if source.stats is None:
         return None
+    if AUTO in (args.mean or ()) or AUTO in (args.std or ()) or source.stats == AUTO or (channels != 3 and
+                                                                                         not args.mean):
+        return AUTO
     model = model_input(args, source)
     mean, std = args.mean or model.get("mean") or source.stats[0], args.std or model.get("std") or source.stats[1]
     return tuple(map(float, mean)), tuple(map(float, std))
+
+
+def pixel_fields(args, fmt):
+    """The Input's channels, bands, pixel_max and file_format for data whose first training file holds `fmt` (a
+    PixelFormat, utils/data/decoding/bands.py; None: the source's own 8-bit RGB). 8-bit RGB files without --bands or
+    --pixel_max are read as RGB, as always (pixel_max None); anything else keeps its channels and bits."""
+    if fmt is None or fmt.rgb and args.bands is None and args.pixel_max is None:
+        return dict(channels=3, bands=None, pixel_max=None, file_format=None)
+    bands = tuple(args.bands) if args.bands else None
+    return dict(channels=len(bands) if bands else fmt.channels, bands=bands,
+                pixel_max=float(args.pixel_max or fmt.type_max), file_format=(fmt.channels, fmt.dtype))
 
 
 def input_notes(args, source):
@@ -52,11 +71,21 @@ def input_notes(args, source):
                 f"{args.model}'s recommended input"]
     recommended = model_input(args, source)
     own = [key for key in ("image_size", "mean", "std", "crop_pct", "interpolation") if getattr(args, key) is not None]
-    mean, std = mean_std(args, source)
-    used = (f"{image_size(args, source)} px, crop_pct {crop_pct(args, source):g}, {interpolation(args, source)}, mean "
-            f"{tuple(round(v, 4) for v in mean)}, std {tuple(round(v, 4) for v in std)}")
+    stats = mean_std(args, source, pixel_fields(args, source.pixel_format(args))["channels"])
+    used = (f"{image_size(args, source)} px, crop_pct {crop_pct(args, source):g}, {interpolation(args, source)}, " +
+            ("mean and std of the training split" if stats == AUTO else
+             f"mean {tuple(round(v, 4) for v in stats[0])}, std {tuple(round(v, 4) for v in stats[1])}"))
     origin = f"from {recommended['origin']}" if recommended else f"{args.model} recommends none: the defaults"
     return [f"input: {used} ({origin}{'; yours: ' + ', '.join(own) if own else ''})"]
+
+
+def pixel_notes(fmt, pixels):
+    """What the files hold and what the model sees of them, for data that keeps its channels and bits."""
+    if pixels["pixel_max"] is None:
+        return []
+    seen = f"bands {' '.join(map(str, pixels['bands']))} in that order" if pixels["bands"] else "all of them"
+    return [f"pixels: {fmt} in each file (as the first training file holds), {seen}: {pixels['channels']} channel"
+            f"{'s' * (pixels['channels'] != 1)} into the model, each value divided by {pixels['pixel_max']:g}"]
 
 
 def progressive_size(opts, epoch):
@@ -83,7 +112,7 @@ class Input:
     image_size: int
     crop_pct: float
     interpolation: str
-    mean_std: tuple  # ((R, G, B), (R, G, B)), None for synthetic input (not normalised)
+    mean_std: tuple  # ((mean), (std)) per channel, None for synthetic input (not normalised); AUTO until computed
     train_crop_size: int  # the train crop of every epoch, or of epoch 0 with progressive_resize
     val_crop_size: int
     val_resize_size: int
@@ -96,6 +125,15 @@ class Input:
     clip_len: int = None  # video: frames of a clip in each segment, every frame_interval-th of the video
     frame_interval: int = None
     num_segments: int = None  # TSN's segments: a clip in each, the model sees them all
+    channels: int = 3  # the model's input channels
+    bands: tuple = None  # the files' channels the model sees, in order (--bands); None: all of them
+    pixel_max: float = None  # None: 8-bit RGB files read as RGB, x / 255; else each file's raw values / pixel_max
+    file_format: tuple = None  # (channels, dtype) every file must hold, its first training file's (with pixel_max)
+
+    @property
+    def stats_pending(self):
+        """Whether the normalisation is still to be computed over the training split (--mean auto)."""
+        return self.mean_std == AUTO
 
     @property
     def frames(self):
@@ -114,8 +152,10 @@ def resolve_input(args, source):
     val_crop = args.val_crop_size or size
     pct = crop_pct(args, source)
     clips = dict(clip_len=args.clip_len, frame_interval=args.frame_interval, num_segments=args.num_segments)
-    return Input(video=source.video, image_size=size, crop_pct=pct,
-                 interpolation=interpolation(args, source), mean_std=mean_std(args, source),
+    fmt = source.pixel_format(args)
+    pixels = pixel_fields(args, fmt)
+    return Input(video=source.video, image_size=size, crop_pct=pct, **pixels,
+                 interpolation=interpolation(args, source), mean_std=mean_std(args, source, pixels["channels"]),
                  train_crop_size=(progressive_size(args, 0) if args.progressive_resize else
                                   args.train_crop_size or size),
                  val_crop_size=val_crop,
@@ -123,7 +163,7 @@ def resolve_input(args, source):
                  progressive_resize=tuple(args.progressive_resize) if args.progressive_resize else None,
                  progressive_resize_step=args.progressive_resize_step, no_hflip=args.no_hflip,
                  auto_augment=args.auto_augment, rand_augment=args.rand_augment,
-                 notes=tuple(input_notes(args, source)), **(clips if source.video else {}))
+                 notes=tuple(input_notes(args, source) + pixel_notes(fmt, pixels)), **(clips if source.video else {}))
 
 
 def progressive_notes(inp, epochs):
@@ -158,5 +198,34 @@ def check_options(args, need, source):
     need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args, source)),
          "val_resize_size", "must be at least the val crop size")
     need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
-    need(args.std is None or all(v > 0 for v in args.std), "std", "must be > 0")
+    for key in ("mean", "std"):
+        values = getattr(args, key)
+        need(values is None or values == [AUTO] or AUTO not in values, key, "give numbers, one a channel, or auto")
+    need(args.std is None or args.std == [AUTO] or all(v > 0 for v in args.std), "std", "must be > 0")
+    need(args.pixel_max is None or args.pixel_max > 0, "pixel_max", "must be > 0")
+    check_channels(args, need, source)
     need(args.rand_augment is None or 0 <= args.rand_augment <= 30, "rand_augment", "must be in [0, 30]")
+
+
+def check_channels(args, need, source):
+    """--bands, the normalisation's channel count and the colour policies against what the data's files hold."""
+    for key in ("mean", "std"):
+        need(AUTO not in (getattr(args, key) or ()) or source.file_pixels, key, f"auto computes the statistics of "
+             f"image files' pixels (folders, list files, save_to_disk, --dataset spectral_digits); this data "
+             f"({source.kind}) has its own: give numbers or leave it out")
+    fmt = source.pixel_format(args)
+    if fmt is not None and args.bands:
+        need(all(0 <= b < fmt.channels for b in args.bands), "bands",
+             f"picks channels 0..{fmt.channels - 1} of files holding {fmt}; got {' '.join(map(str, args.bands))}")
+    pixels = pixel_fields(args, fmt)
+    channels = pixels["channels"]
+    need(not args.decode_on_device or pixels["pixel_max"] is None, "decode_on_device",
+         f"decodes 8-bit RGB JPEGs on the device; these files hold {fmt}: drop it (workers read them)")
+    for key in ("mean", "std"):
+        values = getattr(args, key)
+        need(values is None or values == [AUTO] or len(values) == channels, key,
+             f"give {channels} values, one for each channel the model sees ({fmt or 'RGB'}), or auto")
+    if channels != 3:
+        for key in ("auto_augment", "rand_augment"):
+            need(getattr(args, key) is None, key, f"its colour operations are defined on RGB; this data has {channels} "
+                 f"channel{'s' * (channels != 1)}: drop it (crops, flips, erasing and MixUp/CutMix work on any)")
