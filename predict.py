@@ -7,6 +7,7 @@
     accelerate launch --num_processes 2 predict.py runs/<run> many/ --output preds.jsonl
     python predict.py runs/<video run> clips/ --multi_view           # the run's --test_clips x --test_crops views
     python predict.py runs/<run> --export_onnx model.onnx             # uint8 (N, 3, [T,] H, W) in, logits out
+                                                                      # (a run of --bands: their raw values, float32)
     python predict.py runs/<multi-label run> tiles/ --threshold tuned  # every label at its class's tuned threshold
 
 What the run recorded (run.json: its model and input), its class names (labels.json) and its eval transform
@@ -53,7 +54,8 @@ def get_args(argv=None):
     p.add_argument("--skip_bad", action="store_true",
                    help="list files that cannot be decoded (their row says so) instead of stopping at the first")
     p.add_argument("--export_onnx", type=str, default=None, metavar="FILE",
-                   help="write the eval graph (uint8 pixels or clips in, logits out, dynamic batch) as ONNX")
+                   help="write the eval graph (uint8 pixels or clips in, or a multispectral run's raw band values as float32; "
+                        "logits out, dynamic batch) as ONNX")
     args = p.parse_args(argv)
     if args.top_k < 1 or args.batch_size < 1 or args.num_workers < 0:
         p.error("--top_k and --batch_size must be >= 1, --num_workers >= 0")
@@ -99,7 +101,8 @@ def main(argv=None):
             output = "probabilities" if run.multi_label else "logits"
             check = f"; onnxruntime vs PyTorch {output}: max abs diff {diff:.2e}" if diff is not None else ""
             shape = ", ".join(map(str, input_shape(inp)))
-            print(f"onnx: {opts.export_onnx} (input 'pixels' uint8 (N, {shape}), output '{output}'){check}")
+            kind = "uint8" if run.input.pixel_max is None else f"float32 raw values up to {run.input.pixel_max:g}"
+            print(f"onnx: {opts.export_onnx} (input 'pixels' {kind} (N, {shape}), output '{output}'){check}")
         if not opts.inputs:
             accelerator.end_training()
             return None

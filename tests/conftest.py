@@ -48,7 +48,8 @@ LONG_FIRST = ["tests/test_train.py::test_default_job_reaches_99_percent",  # 190
               "tests/test_benchmarks.py::test_overhead_benchmark_runs_tiny_and_prints_its_ratio_and_tracking_cost",
               "tests/test_pv_models.py::test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_"
               "two_and_exports[i3d_r50]",  # 59
-              "tests/test_long_tail.py::test_two_processes_score_as_scikit_learn_does_and_a_sigkill_resumes_bitwise"]
+              "tests/test_long_tail.py::test_two_processes_score_as_scikit_learn_does_and_a_sigkill_resumes_bitwise",
+              "tests/test_multispectral.py::test_the_spectral_digits_are_learnt_from_the_bands_beyond_rgb"]  # 49
 
 
 def pytest_collection_modifyitems(config, items):

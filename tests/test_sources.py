@@ -52,7 +52,7 @@ def test_the_options_name_one_source_and_its_input_defaults_follow(videos, tmp_p
 def test_every_source_answers_the_protocol_with_datasets_of_its_own():
     sources = {cls for cls in EMBEDDED.values()} | {type(source_for(parse_args(argv))) for argv in (
         ["--dataset", "user/x"], ["--dataset", "user/x", "--streaming", "--steps_per_epoch", "1"])}
-    assert len(sources) == 6
+    assert len(sources) == 7
     for cls in sources:
         assert issubclass(cls, DataSource) and cls.datasets is not DataSource.datasets, cls
 
