@@ -111,7 +111,8 @@ def test_files_keep_their_bits_and_bands(tmp_path):
                        torch.from_numpy(wide[..., [4, 0, 2]].transpose(2, 0, 1).astype(np.float32)))
     with pytest.raises(ValueError, match="4 channels of uint16, the training data's first file 6 channels of uint16"):
         BandDecoder(PixelFormat(6, "uint16"))({"bytes": files["four.npy"][0], "path": "four.npy"})
-    assert not PixelFormat(3, "uint16").rgb and PixelFormat(3, "uint8").rgb and not PixelFormat(3, "uint8", True).rgb
+    assert not PixelFormat(3, "uint16").rgb and not PixelFormat(1, "uint16").rgb and not PixelFormat(5, "uint8").rgb
+    assert PixelFormat(3, "uint8").rgb and PixelFormat(1, "uint8").rgb and not PixelFormat(3, "uint8", True).rgb
 
 
 def test_statistics_are_the_whole_splits_on_one_process(bands, tmp_path):
@@ -341,3 +342,14 @@ def test_every_library_builds_for_the_data_s_channels(tmp_path):
         torch.testing.assert_close(gray(image), rgb(image.expand(-1, 3, -1, -1)), rtol=1e-4, atol=1e-5)
     assert build_model("pv/x3d_xs", 5, video=True, in_chans=4).eval()(torch.rand(1, 4, 4, 64, 64)).shape == (1, 5)
     assert build_model("mobilenet_v3_small", 5, in_chans=2).eval()(torch.rand(1, 2, 64, 64)).shape == (1, 5)
+
+
+def test_dashboards_show_the_first_three_bands_or_the_gray_one():
+    from utils.reporting.trackers import displayable
+
+    raw = torch.rand(2, 6, 8, 8) * 65535
+    shown = displayable(raw)
+    assert shown.dtype == torch.uint8 and shown.shape == (2, 3, 8, 8)
+    assert torch.equal(shown, displayable(raw[:, :3]))
+    gray = displayable(raw[:, :1])
+    assert gray.shape == (2, 3, 8, 8) and torch.equal(gray[:, 0], gray[:, 2]) and gray.amax() == 255

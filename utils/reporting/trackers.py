@@ -84,10 +84,12 @@ def log_pictures(accelerator, step, paths):
 
 
 def displayable(pixel_values):
-    """The loader's images as uint8 (N, 3, H, W): as they are, or min-max scaled (synthetic float input)."""
+    """The loader's images as uint8 (N, 3, H, W): as they are, or min-max scaled (synthetic float input, the raw
+    values of multispectral or 16-bit files); of other than 3 channels, the first three shown (one: as gray)."""
     import torch
 
     x = pixel_values.cpu()
+    x = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x[:, :3]
     if x.dtype == torch.uint8:
         return x
     low = x.amin(dim=(1, 2, 3), keepdim=True)

@@ -35,9 +35,10 @@ class PixelFormat:
 
     @property
     def rgb(self):
-        """An 8-bit image file with three channels (or a palette, or RGB plus alpha): read as RGB, as every image
-        was before (utils/data/decoding/images.decode_rgb)."""
-        return self.dtype == "uint8" and self.channels in (3, 4) and not self.array
+        """An 8-bit image file of up to four channels (gray, RGB, a palette, with alpha): read as RGB, as every image
+        was before (utils/data/decoding/images.decode_rgb), so that a folder of RGB files with gray ones among them
+        (ImageNet's) reads as it always did, whichever comes first; --bands 0 keeps 8-bit gray files one channel."""
+        return self.dtype == "uint8" and self.channels <= 4 and not self.array
 
     @property
     def type_max(self):
