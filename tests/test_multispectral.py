@@ -353,3 +353,25 @@ def test_dashboards_show_the_first_three_bands_or_the_gray_one():
     assert torch.equal(shown, displayable(raw[:, :3]))
     gray = displayable(raw[:, :1])
     assert gray.shape == (2, 3, 8, 8) and torch.equal(gray[:, 0], gray[:, 2]) and gray.amax() == 255
+
+
+def test_an_array3d_column_trains_as_its_bands(tmp_path):
+    """A save_to_disk dataset whose pixels are an Array3D column of (H, W, 5) uint16 (no files at all): five channels
+    into the model, its statistics numpy's, one epoch trained and validated in this process."""
+    import datasets
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 4000, (16, 16, 16, 5), dtype=np.uint16)
+    labels = np.arange(16) % 2
+    pixels[labels == 1, :, :, 2] += 30000  # band 2 tells the classes apart
+    features = datasets.Features(pixels=datasets.Array3D((16, 16, 5), "uint16"),
+                                 label=datasets.ClassLabel(names=["a", "b"]))
+    split = datasets.Dataset.from_dict({"pixels": pixels, "label": labels}, features=features)
+    datasets.DatasetDict(train=split.select(range(10)), validation=split.select(range(10, 16))).save_to_disk(
+        tmp_path / "ds")
+    results = run_main(["--dataset", tmp_path / "ds", "--image_column", "pixels", "--image_size", "16",
+                        "--batch_size", "5", "--epochs", "1", "--num_workers", "1", "--output_dir", tmp_path / "run"])
+    record = read_json(tmp_path / "run" / "run.json")["input"]
+    assert record["channels"] == 5 and record["file_format"] == [5, "uint16"] and results["val_samples"] == 6
+    x = pixels[:10].astype(np.float64).reshape(-1, 5) / 65535
+    assert np.allclose(record["mean_std"], [x.mean(0), x.std(0)], rtol=1e-10)

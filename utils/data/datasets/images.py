@@ -46,8 +46,13 @@ class ImageRows(Dataset):
     def __init__(self, ds, preset, decoded, seed=None, on_device=False, multi_label=None, decode=None):
         import datasets
 
-        # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is.
-        self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
+        # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is. An Array2D/Array3D
+        # column of pixels is read as numpy arrays (BandDecoder takes them as they are).
+        if isinstance(ds.features["image"], (datasets.Array2D, datasets.Array3D)):
+            self.rows = ds.with_format("numpy", columns=["image"], output_all_columns=True,  # (its own type, not
+                                       dtype=ds.features["image"].dtype)  # the int64 datasets would give integers)
+        else:
+            self.rows = ds if decoded else ds.cast_column("image", datasets.Image(decode=False))
         self.preset, self.decoded, self.seed = preset, decoded, seed
         self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/decoding/on_device.py)
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded

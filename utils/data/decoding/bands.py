@@ -120,13 +120,22 @@ def probe(data, name=""):
     return PixelFormat(3, "uint8")  # RGB, palette, CMYK, YCbCr...: read as RGB
 
 
+def array_format(feature):
+    """The PixelFormat of a `datasets` Array2D/Array3D column of (H, W[, C]) pixels; None for another feature."""
+    import datasets
+
+    if not isinstance(feature, (datasets.Array2D, datasets.Array3D)):
+        return None
+    return PixelFormat(feature.shape[2] if len(feature.shape) == 3 else 1, feature.dtype, array=True)
+
+
 def probe_file(path):
     """The PixelFormat of the file at `path`."""
     return probe(Path(path).read_bytes(), str(path))
 
 
 class BandDecoder:
-    """A `datasets.Image` value ({"bytes", "path"}) -> float32 (C, H, W) of its raw values, the channels `bands` picks
+    """A `datasets.Image` value ({"bytes", "path"}), or an array's row -> float32 (C, H, W) of its raw values, the channels `bands` picks
     (all when None), after checking that it holds what the run's first training file held (`expected`): a file with
     other bands or another type raises ValueError naming it (the run's bad-file handling then names it in one line).
     A class, not a closure: DataLoader workers started by spawn receive it pickled."""
@@ -135,9 +144,10 @@ class BandDecoder:
         self.expected, self.bands = expected, bands
 
     def __call__(self, image):
-        data = read_bytes(image)
-        name = image.get("path") or "<image bytes>"
-        array = read_array(data, name)
+        if isinstance(image, np.ndarray):  # a row of an Array2D/Array3D column
+            array = _as_hwc(image, "<array>")
+        else:
+            array = read_array(read_bytes(image), image.get("path") or "<image bytes>")
         found = PixelFormat(array.shape[2], array.dtype.name)
         if (found.channels, found.dtype) != (self.expected.channels, self.expected.dtype):
             raise ValueError(f"{found}, the training data's first file {self.expected}: give files of one kind")

@@ -31,7 +31,8 @@ class _ImageSums(Dataset):
         try:
             x = self.decode(image).double().flatten(1) / self.pixel_max
         except (OSError, ValueError, RuntimeError, SyntaxError, TypeError, KeyError) as e:
-            return None, f"{image.get('path') or '<image bytes>'} ({type(e).__name__}: {e})"
+            name = image.get("path") if isinstance(image, dict) else f"row {self.indices[i]}"
+            return None, f"{name or '<image bytes>'} ({type(e).__name__}: {e})"
         return torch.stack([torch.full((x.shape[0],), float(x.shape[1]), dtype=torch.float64), x.sum(1),
                             (x * x).sum(1)]), None
 

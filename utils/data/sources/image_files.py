@@ -4,7 +4,7 @@ checked before training; ImageFiles, their source."""
 from pathlib import Path
 
 from utils.data.datasets.images import with_transform
-from utils.data.decoding.bands import file_decoder, probe
+from utils.data.decoding.bands import PixelFormat, array_format, file_decoder, probe
 from utils.data.decoding.images import read_bytes
 from utils.data.errors import DataError
 from utils.data.sources.folders import first_media_file, folder_files
@@ -12,8 +12,8 @@ from utils.data.sources.hub import load_hub
 from utils.data.sources.label_files import first_csv_file, label_csv_splits
 from utils.data.sources.protocol import DataSource
 from utils.data.datasets.labels import is_multi_label
-from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, long_tailed,
-                                       normalise, subset, _check_range)
+from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, image_and_label,
+                                       long_tailed, normalise, subset, _check_range)
 from utils.data.transforms.images import image_presets
 from utils.data.transforms.input import progressive_notes
 
@@ -139,7 +139,8 @@ def load_splits(args):
 
 def first_file(args):
     """The bytes and name of the first training file, before the data is built (None where it cannot be told now:
-    a Hub dataset, a folder or CSV that the build will report on)."""
+    a Hub dataset, a folder or CSV that the build will report on); for a save_to_disk column of arrays, its
+    PixelFormat."""
     if args.train_csv:
         path = first_csv_file(args.train_csv, args.data_root, args.csv_path_column)
     elif args.train_dir or args.data_dir:
@@ -149,9 +150,12 @@ def first_file(args):
             import datasets
 
             loaded = datasets.load_from_disk(args.dataset)
-            split = loaded[args.train_split] if isinstance(loaded, datasets.DatasetDict) else loaded
+            split, _ = image_and_label(loaded[args.train_split] if isinstance(loaded, datasets.DatasetDict)
+                                       else loaded, args)
+            if array_format(split.features["image"]) is not None:
+                return array_format(split.features["image"])
             image = split.cast_column("image", datasets.Image(decode=False))[0]["image"]
-        except (FileNotFoundError, KeyError, ValueError, IndexError):
+        except (FileNotFoundError, KeyError, ValueError, IndexError, DataError):
             return None
         return (read_bytes(image), image.get("path") or f"{args.dataset} row 0") if image else None
     else:
@@ -164,7 +168,7 @@ def first_format(args):
     read: read as RGB then, as always, and reported (or skipped with --skip_bad_images) when the run reads it."""
     first = first_file(args)
     try:
-        return None if first is None else probe(*first)
+        return first if first is None or isinstance(first, PixelFormat) else probe(*first)
     except (OSError, ValueError, SyntaxError, RuntimeError):
         return None
 

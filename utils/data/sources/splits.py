@@ -43,8 +43,10 @@ def image_and_label(ds, args):
         ds = ds.rename_column(image_col, "image")
     if label_col != "label":
         ds = ds.rename_column(label_col, "label")
-    if not isinstance(ds.features["image"], datasets.Image):
-        _fail(f"image_column: column {image_col!r} holds {type(ds.features['image']).__name__}, not images")
+    arrays = (datasets.Array2D, datasets.Array3D) if isinstance(ds, datasets.Dataset) else ()  # pixels as arrays
+    if not isinstance(ds.features["image"], (datasets.Image, *arrays)):
+        _fail(f"image_column: column {image_col!r} holds {type(ds.features['image']).__name__}, not images (an Image "
+              f"column{', or an Array2D/Array3D of (H, W[, C]) pixels' if arrays else ''})")
     return ds, label_col
 
 
