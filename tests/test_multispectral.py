@@ -281,20 +281,28 @@ def test_rgb_data_refuses_the_options_of_bands_in_one_line(extra, message, tmp_p
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_file_of_other_bands_stops_the_run_in_one_line_naming_it(bands, tmp_path, capsys):
-    """A 4-band file among 6-band ones: it is named, the run stops (exit 2), one line."""
+@pytest.mark.parametrize("odd, stats, says", [
+    ("bands", ["--mean", *"000000", "--std", *"111111"], "4 channels of uint16, the training data's first file 6 "
+                                                          "channels of uint16"),
+    ("garbage", ["--mean", "auto"], "mean: auto reads every training file, and 1 could not be read"),
+])
+def test_a_file_of_other_bands_stops_the_run_in_one_line_naming_it(bands, odd, stats, says, tmp_path, capsys):
+    """A 4-band file among 6-band ones (met in training), or a broken TIFF (met by --mean auto's pass): it is named,
+    the run stops (exit 2), one line (tifffile's own complaints silenced)."""
     import shutil
 
     import tifffile
 
     folder = tmp_path / "mixed"
     shutil.copytree(bands / "tif", folder)
-    odd = folder / "tr" / "7" / "zz.tif"
-    tifffile.imwrite(odd, np.zeros((32, 32, 4), np.uint16), photometric="minisblack", planarconfig="contig")
-    code, err = main_fails(job(tmp_path, "mixed", tmp_path / "run", 0, "--mean", "0", "0", "0", "0", "0", "0", "--std",
-                               "1", "1", "1", "1", "1", "1"), capsys)
+    path = folder / "tr" / "7" / "zz.tif"
+    if odd == "bands":
+        tifffile.imwrite(path, np.zeros((32, 32, 4), np.uint16), photometric="minisblack", planarconfig="contig")
+    else:
+        path.write_bytes(b"II*\x00" + b"\x07" * 40)
+    code, err = main_fails(job(tmp_path, "mixed", tmp_path / "run", 0, *stats), capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "zz.tif" in err and "4 channels of uint16, the training data's first file 6 channels of uint16" in err
+    assert "zz.tif" in err and says in err
 
 
 def test_a_save_to_disk_folder_of_tiff_bytes_keeps_its_bands(tmp_path):

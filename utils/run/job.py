@@ -150,8 +150,7 @@ def build_accelerator(args):
 
 
 def new_model(args, class_names, pretrained, inp):
-    """The model the options name, for our classes and the Input `inp` (clips or images, its channels), on the CPU;
-    not yet prepared or moved."""
+    """The model the options name, for our classes and Input `inp` (clips or images, channels), on the CPU."""
     shift = args.clip_len * args.num_segments if args.temporal_shift else None  # TSM over the clip's frames
     return build_model(args.model, num_classes=len(class_names), video=inp.video, temporal_shift=shift,
                        zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
@@ -256,7 +255,8 @@ def load_datasets(args, settings, accelerator, out, num_workers):
         accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     if inp.stats_pending:
-        inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if args.resume else None)
+        inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if args.resume else None,
+                              args.skip_bad_images)
     return train_ds, val_ds, class_names, replace(settings, input=inp)
 
 

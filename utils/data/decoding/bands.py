@@ -4,11 +4,12 @@ file to a float32 (C, H, W) tensor of its raw values, checks it against what the
 and keeps the channels `--bands` picks. Scaling by --pixel_max and the normalisation come later, on whole batches
 (utils/data/transforms/batch.py), with one arithmetic for training, predict.py and the ONNX graph.
 
-Readers: tifffile for TIFF (any band count, planar or interleaved; no GDAL), torchvision's PNG decoder (it keeps 16
-bits; torchcodec's gives 8, PIL turns a 16-bit RGB PNG into 8 bits), numpy for .npy, PIL for the rest (8-bit formats: a JPEG or a
-grayscale PNG keeps its own channels here)."""
+Readers: tifffile for TIFF (any band count, planar or interleaved; no GDAL), torchvision's PNG decoder (it keeps
+16 bits; torchcodec's gives 8, PIL turns a 16-bit RGB PNG into 8 bits), numpy for .npy, PIL for the rest (8-bit
+formats: a gray JPEG keeps its one channel here)."""
 
 import io
+import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,19 +59,29 @@ def _as_hwc(array, name):
     raise ValueError(f"{name}: an array of shape {array.shape}; give (H, W) or (H, W, C) pixels")
 
 
-def _tiff(data, name):
+def _tiff_series(data, read):
+    """(the first series' pixels when `read`, else None; its shape, axes and dtype); a TIFF that tifffile cannot read
+    (it raises several kinds of errors, IndexError for a file without pages) is a ValueError."""
     import tifffile
 
-    with tifffile.TiffFile(io.BytesIO(data)) as tif:
-        series = tif.series[0]
-        array, axes = series.asarray(), series.axes
+    logging.getLogger("tifffile").setLevel(logging.CRITICAL)  # its own lines on a broken file: our error says it
+    try:
+        with tifffile.TiffFile(io.BytesIO(data)) as tif:
+            series = tif.series[0]
+            return series.asarray() if read else None, series.shape, series.axes, series.dtype
+    except Exception as e:  # noqa: BLE001 - one kind of error for the caller: an unreadable file
+        raise ValueError(f"not a TIFF tifffile can read ({type(e).__name__}: {e})") from None
+
+
+def _tiff(data, name):
+    array, _, axes, _ = _tiff_series(data, read=True)
     if array.ndim == 3 and axes.index("Y") == 1:  # bands first (SYX, CYX, QYX...): planar layout
         array = np.moveaxis(array, 0, -1)
     return _as_hwc(array, name)
 
 
 def read_array(data, name=""):
-    """A file's pixels as an (H, W, C) numpy array of its own type: TIFF, PNG (8 or 16 bits), .npy, or what PIL reads."""
+    """A file's pixels as an (H, W, C) numpy array of its own type: TIFF, PNG (8 or 16 bits), .npy, what PIL reads."""
     if data[:4] in TIFF_MAGICS:
         return _tiff(data, name)
     if data[:6] == NPY_MAGIC:
@@ -97,11 +108,7 @@ def probe(data, name=""):
         depth, colour = data[24], data[25]
         return PixelFormat(PNG_CHANNELS.get(colour, 3), "uint16" if depth == 16 else "uint8")
     if data[:4] in TIFF_MAGICS:
-        import tifffile
-
-        with tifffile.TiffFile(io.BytesIO(data)) as tif:
-            series = tif.series[0]
-            shape, axes, dtype = series.shape, series.axes, series.dtype
+        _, shape, axes, dtype = _tiff_series(data, read=False)
         if len(shape) not in (2, 3):
             raise ValueError(f"{name}: a TIFF of shape {shape} ({axes}); give one image of (H, W) or (H, W, C)")
         return PixelFormat(1 if len(shape) == 2 else shape[0] if axes.index("Y") == 1 else shape[2], dtype.name)
@@ -129,16 +136,11 @@ def array_format(feature):
     return PixelFormat(feature.shape[2] if len(feature.shape) == 3 else 1, feature.dtype, array=True)
 
 
-def probe_file(path):
-    """The PixelFormat of the file at `path`."""
-    return probe(Path(path).read_bytes(), str(path))
-
-
 class BandDecoder:
-    """A `datasets.Image` value ({"bytes", "path"}), or an array's row -> float32 (C, H, W) of its raw values, the channels `bands` picks
-    (all when None), after checking that it holds what the run's first training file held (`expected`): a file with
-    other bands or another type raises ValueError naming it (the run's bad-file handling then names it in one line).
-    A class, not a closure: DataLoader workers started by spawn receive it pickled."""
+    """A `datasets.Image` value ({"bytes", "path"}), or an array column's row -> float32 (C, H, W) of its raw values,
+    the channels `bands` picks (all when None), after checking that it holds what the run's first training file held
+    (`expected`): a file of other bands or another type raises ValueError naming both (the run's bad-file handling
+    names the file in one line). A class, not a closure: DataLoader workers started by spawn receive it pickled."""
 
     def __init__(self, expected, bands=None):
         self.expected, self.bands = expected, bands

@@ -37,9 +37,10 @@ class _ImageSums(Dataset):
                             (x * x).sum(1)]), None
 
 
-def channel_statistics(accelerator, train, inp, num_workers=0):
+def channel_statistics(accelerator, train, inp, num_workers=0, skip_bad=False):
     """((mean), (std)) of the training split `train` (EpochSeeded over ImageRows) as the Input `inp` reads its files,
-    summed over every process's share; a DataError (one line, on every process) when a file cannot be read."""
+    summed over every process's share; a DataError (one line, on every process) when a file cannot be read, unless
+    `skip_bad` (--skip_bad_images): then it is left out, and said."""
     from accelerate.utils import gather_object
 
     rows = train.dataset
@@ -56,7 +57,9 @@ def channel_statistics(accelerator, train, inp, num_workers=0):
                 bad.append(error)
     sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
     bad = gather_object(bad) if accelerator.num_processes > 1 else bad
-    if bad:
+    if bad and skip_bad:
+        accelerator.print(f"statistics: {len(bad)} unreadable training file(s) left out, e.g. {bad[0]}")
+    elif bad:
         raise DataError(f"mean: auto reads every training file, and {len(bad)} could not be read: {bad[0]}; remove "
                         f"or fix it, or give --mean and --std")
     count, total, squares = sums
@@ -65,16 +68,16 @@ def channel_statistics(accelerator, train, inp, num_workers=0):
     return tuple(mean.tolist()), tuple(std.tolist())
 
 
-def with_statistics(accelerator, inp, train, num_workers=0, record=None):
+def with_statistics(accelerator, inp, train, num_workers=0, record=None, skip_bad=False):
     """The Input `inp` with its --mean auto statistics: those a resumed run's start recorded in `record` (its
-    run.json), so that it normalises as it did whatever its processes now; else computed (channel_statistics). A
-    constant channel (std 0) is only centred."""
+    run.json), so that it normalises as it did whatever its processes now; else computed (channel_statistics, files
+    that cannot be read left out with `skip_bad`). A constant channel (std 0) is only centred."""
     if record is not None and Path(record).is_file():
         saved = json.loads(Path(record).read_text()).get("input", {}).get("mean_std")
         if isinstance(saved, list) and len(saved[0]) == inp.channels:
             accelerator.print(f"statistics: mean and std as {record} recorded them at the run's start")
             return dataclasses.replace(inp, mean_std=tuple(map(tuple, saved)))
-    mean, std = channel_statistics(accelerator, train, inp, num_workers)
+    mean, std = channel_statistics(accelerator, train, inp, num_workers, skip_bad)
     std = tuple(v if v > 0 else 1.0 for v in std)
     accelerator.print(f"statistics over the {len(train)} training images ({inp.channels} channels): mean "
                       f"{', '.join(f'{v:.4g}' for v in mean)}; std {', '.join(f'{v:.4g}' for v in std)}")
