@@ -60,7 +60,8 @@ from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
 from utils.evaluation.metrics import dump_rank_sums
 from utils.evaluation.multiview import test_row, test_videos
-from utils.evaluation.scoring import kept_rows, scored_batches
+from utils.evaluation.calibration import calibrate
+from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
 from utils.core.io import write_json_atomic
 from utils.evaluation.tasks import tracked_key, tuned_thresholds
 from utils.models.ema import save_ema, update_ema
@@ -102,11 +103,11 @@ def main(argv=None):
         results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
         if job.test_loader is not None:
             results.update(multiview_test(job, results["global_step"]))
+        options = argv if argv is not None else sys.argv[1:]
+        results["command"] = f"accelerate launch train_classification.py {shlex.join(map(str, options))}"
         results = report_results(job, results, figures, train_samples)
         if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
-            options = argv if argv is not None else sys.argv[1:]
-            push_model_folder(out / "model", args.push_to_hub, args, results,
-                              f"accelerate launch train_classification.py {shlex.join(map(str, options))}")
+            push_model_folder(out / "model", args.push_to_hub, args, results, results["command"])
         return results
     except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
         problem = str(e)
@@ -167,9 +168,10 @@ def train(job, start):
     accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.ema, job.out / "model_ema.safetensors")
+    temperature = calibrate(job, figures) if args.calibrate else None  # fitted to the validation split's logits
     if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
         folder = save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model",
-                                   job.task.multi_label)
+                                   job.task.multi_label, temperature)
         if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
             write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
                                                            "tuned": dict(zip(job.class_names, tuned))})
@@ -359,6 +361,8 @@ def validate(job, epoch, global_step):
     if job.ema is not None:  # the averaged weights, scored the same exact way
         ema_figures, _, _ = evaluate(job, job.ema.module)
         figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in task.ema_keys})
+        for key in ("samples", "calibration_bins"):  # the failures and calibration of the weights model/ holds
+            figures[key] = ema_figures[key]
     row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
            **task.row(figures, job.class_names)}
     job.logger.write(row, f"epoch {epoch} val: {task.line(figures)} ({figures['val_samples']} "
@@ -387,8 +391,10 @@ def evaluate(job, model=None):
             examples.append(trackers.examples(batch, logits))  # and their one predicted class
         return task.fields(logits, batch["labels"])
 
-    *fields, owners = kept_rows(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
+    batches = list(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
+    *fields, owners = kept_rows(batches)
     figures = task.figures(fields)
+    figures["samples"] = task.samples(fields, kept_positions(batches))  # top_losses (utils/reporting/failures.py)
     own = task.own(fields, owners, job.accelerator.process_index)
     return figures, own, examples[0] if examples else None
 

@@ -44,6 +44,8 @@ def _run(args, need):
     at_least(args, need, ("keep_last", "keep_best", "skip_nonfinite_steps"), 0)
     need(not (args.push_to_hub and args.eval_only), "push_to_hub",
          "uploads a trained model folder: not with --eval_only")
+    need(not (args.calibrate and args.eval_only), "calibrate", "records its temperature in the model folder training "
+         "writes, which --eval_only does not: train with it (or from the weights: --init_from W --epochs 1 --lr 0)")
     need(not (args.init_from and args.resume), "init_from", "a fresh run's weights: do not combine it with --resume")
     need(not args.eval_only or args.resume or args.init_from or args.pretrained or args.weights, "eval_only",
          "needs weights to score: --resume, --init_from or --pretrained")

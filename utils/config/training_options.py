@@ -228,3 +228,10 @@ def add_run_options(p):
                         "options as NAME:KEY=VALUE,... (e.g. f1:average=weighted); scored on top-1 predictions")
     g.add_argument("--dump_rank_metrics", resume_key=False, action="store_true",
                    help="write each rank's validation sums to <output_dir>/eval/epoch_<E>/rank_<R>.json")
+    g.add_argument("--calibrate", resume_key=False, action="store_true",
+                   help="after training, fit a temperature to the validation split's logits (temperature scaling: the "
+                        "NLL's minimum); model/, run.json, predict.py and the ONNX graph divide the logits by it; the "
+                        "NLL and ECE before and after in results.json")
+    g.add_argument("--top_losses", resume_key=False, type=int, default=24,
+                   help="the run's N validation samples of highest loss, in top_losses.csv and top_losses.png at "
+                        "its end (0: none)")

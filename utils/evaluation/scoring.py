@@ -41,3 +41,11 @@ def kept_rows(batches):
     """The valid items of all `batches` (Scored), each field concatenated: (fields..., owners)."""
     parts = [batch.kept() for batch in batches]
     return tuple(torch.cat(column) for column in zip(*parts))
+
+
+def kept_positions(batches):
+    """Where each valid item of all `batches` (Scored) stands in the loader's order, padding dropped: in an unshuffled
+    validation loader, its index in the dataset (gather_for_metrics keeps that order on any number of processes)."""
+    if not batches:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([batch.valid for batch in batches]).nonzero().flatten()

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from utils.evaluation import tta
+from utils.evaluation.calibration import calibration_bins, expected_calibration_error
 from utils.evaluation.metrics import rank_sums, result_figures, summarize, topk_for, validation_row
 
 PER_CLASS_LOG_MAX = 100  # more classes than this: per-class AP goes to results.json, not to every row
@@ -30,7 +31,7 @@ class SingleLabel:
         self.metrics, self.classes, self.k, self.tta = metrics, num_classes, topk_for(num_classes), tta_kind
         self.tracked, self.tracked_name = self.TRACKED[track]
         # what validation also reports of the averaged weights (the tracked figure among them)
-        self.ema_keys = tuple(dict.fromkeys(("val_top1", "val_topk", "val_loss", "val_balanced_accuracy",
+        self.ema_keys = tuple(dict.fromkeys(("val_top1", "val_topk", "val_loss", "val_balanced_accuracy", "val_ece",
                                              self.tracked)))
 
     def outputs(self, model, pixels):
@@ -52,18 +53,32 @@ class SingleLabel:
     def averaged_fields(self, probs, labels):
         """The fields of videos scored by their averaged (float64) probabilities: the loss is the NLL of the mean."""
         return probs.topk(self.k, dim=1).indices, labels, -probs.gather(1, labels[:, None]).squeeze(1).clamp(
-            min=1e-12).log()
+            min=1e-12).log(), probs.max(dim=1).values
 
     def fields(self, logits, labels):
-        """Per-sample tensors to gather: the top-k classes, the label, the cross-entropy."""
-        return logits.topk(self.k, dim=1).indices, labels, F.cross_entropy(logits, labels, reduction="none")
+        """Per-sample tensors to gather: the top-k classes, the label, the cross-entropy, the top class's probability
+        (what calibration is measured on)."""
+        return (logits.topk(self.k, dim=1).indices, labels, F.cross_entropy(logits, labels, reduction="none"),
+                logits.float().softmax(dim=1).max(dim=1).values)
 
     def figures(self, fields):
-        ranked, labels, losses = fields
-        return summarize(self.metrics, ranked, labels, losses, self.k, self.classes)
+        """The figures of utils/evaluation/metrics.py, and the calibration of the top class's probability: val_ece
+        and its bins (utils/evaluation/calibration.py)."""
+        ranked, labels, losses, confidence = fields
+        figures = summarize(self.metrics, ranked, labels, losses, self.k, self.classes)
+        bins = calibration_bins(confidence, ranked[:, 0] == labels)
+        return {**figures, "val_ece": expected_calibration_error(bins), "calibration_bins": bins}
+
+    def samples(self, fields, index):
+        """Each scored sample's dataset `index`, label, prediction, its probability, the true class's and the loss:
+        what top_losses.csv and .png show (utils/reporting/failures.py)."""
+        ranked, labels, losses, confidence = fields
+        return {"index": index.tolist(), "label": labels.tolist(), "predicted": ranked[:, 0].tolist(),
+                "probability": confidence.tolist(), "true_probability": (-losses.double()).exp().tolist(),
+                "loss": losses.tolist()}
 
     def own(self, fields, owners, rank):
-        return rank_sums(*fields, owners, rank, self.k)
+        return rank_sums(*fields[:3], owners, rank, self.k)
 
     def line(self, figures):
         return (f"top-1 {figures['val_top1']:.4f} top-{self.k} {figures['val_topk']:.4f} macro F1 "
@@ -78,7 +93,8 @@ class SingleLabel:
         return validation_row(figures, class_names)
 
     def results(self, figures, class_names):
-        return result_figures(figures, class_names)
+        calibrated = {"temperature": figures["temperature"]} if "temperature" in figures else {}  # --calibrate
+        return {**result_figures(figures, class_names), "calibration_bins": figures["calibration_bins"], **calibrated}
 
     def global_sums(self, figures):
         """What the per-rank sums of --dump_rank_metrics add up to (eval/.../global.json)."""
@@ -102,7 +118,7 @@ class MultiLabel:
     def __init__(self, num_classes, threshold=0.5, tta_kind=None, track="map"):
         self.classes, self.threshold, self.tta = num_classes, threshold, tta_kind
         self.tracked, self.tracked_name = self.TRACKED[track]
-        self.ema_keys = tuple(dict.fromkeys(("val_map", "val_f1_micro", "val_loss", "val_tuned_thresholds",
+        self.ema_keys = tuple(dict.fromkeys(("val_map", "val_f1_micro", "val_loss", "val_ece", "val_tuned_thresholds",
                                              self.tracked)))
         self.k = topk_for(num_classes)  # the probabilities predict.py lists beside the labels
 
@@ -138,9 +154,22 @@ class MultiLabel:
         return logits.sigmoid(), targets.to(torch.uint8), loss
 
     def figures(self, fields):
+        """Those of multi_label_figures, and the calibration of every class's decision: each (sample, class) pair
+        a binary prediction at the threshold, its confidence max(p, 1 - p) (utils/evaluation/calibration.py)."""
         probs, targets, losses = fields
-        return multi_label_figures(probs.double().numpy(), targets.numpy().astype(bool),
-                                   losses.double().numpy(), self.threshold)
+        figures = multi_label_figures(probs.double().numpy(), targets.numpy().astype(bool),
+                                      losses.double().numpy(), self.threshold)
+        decided = probs >= self.threshold
+        bins = calibration_bins(torch.where(decided, probs, 1 - probs).flatten(),
+                                (decided == targets.bool()).flatten())
+        return {**figures, "val_ece": expected_calibration_error(bins), "calibration_bins": bins}
+
+    def samples(self, fields, index):
+        """Each scored sample's dataset `index`, labels, the labels at the threshold, and its loss (top_losses)."""
+        probs, targets, losses = fields
+        return {"index": index.tolist(), "label": [row.nonzero().flatten().tolist() for row in targets],
+                "predicted": [row.nonzero().flatten().tolist() for row in probs >= self.threshold],
+                "probability": probs.tolist(), "loss": losses.tolist()}
 
     def own(self, fields, owners, rank):
         probs, targets, losses = fields
@@ -169,7 +198,8 @@ class MultiLabel:
     def results(self, figures, class_names):
         scalars = {key: value for key, value in figures.items()
                    if (key in MULTI_SCALARS or key.startswith("val_")) and not isinstance(value, list)}
-        return {**scalars, "per_class_ap": dict(zip(class_names, figures["per_class_ap"])),
+        return {**scalars, "calibration_bins": figures["calibration_bins"],
+                "per_class_ap": dict(zip(class_names, figures["per_class_ap"])),
                 "per_class_tuned_threshold": dict(zip(class_names, figures["val_tuned_thresholds"])),
                 "per_class_positives": dict(zip(class_names, figures["class_support"])),
                 "per_class_counts": {name: {key: figures[key][i] for key in COUNTS}

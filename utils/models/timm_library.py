@@ -97,11 +97,12 @@ class Timm(Library):
     def save(self, model, arch, folder, inputs, class_names):
         from timm.models import save_for_hf
 
-        data = dict(input_size=(3, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
+        channels = inputs.get("in_chans", 3)  # multispectral and gray runs: timm builds it so from the folder too
+        data = dict(input_size=(channels, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
                     std=tuple(inputs["std"]), interpolation=inputs["interpolation"],
                     crop_pct=inputs["image_size"] / inputs["resize"])
-        save_for_hf(model, str(folder), model_config={"label_names": list(class_names)}, safe_serialization=True,
-                    data_config=data)
+        config = {"label_names": list(class_names), **({"model_args": {"in_chans": channels}} if channels != 3 else {})}
+        save_for_hf(model, str(folder), model_config=config, safe_serialization=True, data_config=data)
 
 
 def _hub_id(arch):

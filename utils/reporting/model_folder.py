@@ -17,22 +17,25 @@ from utils.core.io import write_text_atomic
 from utils.models.libraries import library, save_in_library_form
 
 
-def input_config(inp, multi_label=False):
+def input_config(inp, multi_label=False, temperature=None):
     """The eval input of the run (its Input, utils/data/transforms/input.py): what a user of the folder must feed the
-    model; and, for a multi-label run, that its outputs are each class's own (a sigmoid, not a softmax)."""
+    model; for a multi-label run, that its outputs are each class's own (a sigmoid, not a softmax); with --calibrate,
+    the temperature its logits are divided by before the softmax."""
     mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
     config = dict(image_size=inp.val_crop_size, resize=inp.val_resize_size, interpolation=inp.interpolation,
                   mean=list(mean), std=list(std))
     if inp.pixel_max is not None:  # files of their own channels and bits: which bands, divided by what, before mean/std
         config.update(in_chans=inp.channels, bands=list(inp.bands) if inp.bands else None, pixel_max=inp.pixel_max)
+    if temperature is not None:
+        config["temperature"] = temperature
     return {**config, "multi_label": True} if multi_label else config
 
 
-def save_model_folder(model, args, inp, class_names, folder, multi_label=False):
+def save_model_folder(model, args, inp, class_names, folder, multi_label=False, temperature=None):
     """Write `model` (a bare, unsharded module on the CPU, in the default memory format) to `folder` in its
-    library's format, with the run's eval input `inp`; returns the folder."""
+    library's format, with the run's eval input `inp` (and --calibrate's temperature); returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_in_library_form(model, args.model, folder, input_config(inp, multi_label), class_names)
+    save_in_library_form(model, args.model, folder, input_config(inp, multi_label, temperature), class_names)
     return folder
 
 

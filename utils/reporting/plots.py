@@ -1,4 +1,4 @@
-"""curves.png, confusion_matrix.png and (multi-label) per_class_ap.png, drawn with matplotlib's object API (no
+"""curves.png, confusion_matrix.png, calibration.png and (multi-label) per_class_ap.png, drawn with matplotlib's object API (no
 display, no global state)."""
 
 import io
@@ -117,3 +117,28 @@ def save(fig, path):
     png = io.BytesIO()
     fig.savefig(png, dpi=100, format="png")
     write_bytes_atomic(path, png.getvalue())
+
+
+def calibration_figure(bins, ece, what="top-class probability"):
+    """A reliability diagram: each bin's accuracy against its confidence (the diagonal is calibrated), with the
+    samples in each bin below (utils/evaluation/calibration.py's bins)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 7), layout="constrained")
+    acc_ax, count_ax = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
+    width = 1 / len(bins)
+    lefts = [i * width for i in range(len(bins))]
+    filled = [(left, b) for left, b in zip(lefts, bins) if b["count"]]
+    acc_ax.bar([left for left, _ in filled], [b["accuracy"] for _, b in filled], width=width, align="edge",
+               edgecolor="black", label="accuracy in the bin")
+    acc_ax.bar([left for left, _ in filled], [abs(b["confidence"] - b["accuracy"]) for _, b in filled], width=width,
+               bottom=[min(b["accuracy"], b["confidence"]) for _, b in filled], align="edge", facecolor="none",
+               edgecolor="tab:red", hatch="//", label="gap to its mean confidence")
+    acc_ax.plot([0, 1], [0, 1], "k--", label="calibrated")
+    acc_ax.set(ylabel="accuracy", xlim=(0, 1), ylim=(0, 1), title=f"reliability of the {what}: ECE {ece:.4f}")
+    acc_ax.legend(loc="upper left")
+    count_ax.bar(lefts, [b["count"] for b in bins], width=width, align="edge", edgecolor="black")
+    count_ax.set(xlabel=f"{what} (bins of {width:.3g})", ylabel="samples")
+    for ax in (acc_ax, count_ax):
+        ax.grid(alpha=0.3)
+    return fig

@@ -1,5 +1,5 @@
-"""The end of a run, without any tracker: results.json, curves.png, confusion_matrix.png/.csv (multi-label:
-per_class_ap.png and per_class_counts.csv), a per-class table."""
+"""The end of a run, without any tracker: results.json, curves.png, calibration.png, confusion_matrix.png/.csv
+(multi-label: per_class_ap.png and per_class_counts.csv), a per-class table (where the model fails: failures.py)."""
 
 import csv
 import io
@@ -64,8 +64,13 @@ def per_class_ap_table(figures, class_names):
     return "\n".join(lines)
 
 
+def ece_of(figures):
+    """The ECE of the weights the pictures show: the EMA's with --model_ema (as model/ holds), else the trained ones."""
+    return figures.get("val_ema_ece", figures["val_ece"])
+
+
 def write(out, results, figures, bad_images):
-    """results.json, bad_images.txt (if any), curves.png (when metrics.jsonl holds training rows),
+    """results.json, bad_images.txt (if any), curves.png (when metrics.jsonl holds training rows), calibration.png,
     confusion_matrix.png and .csv; returns the pictures written."""
     class_names = results["class_names"]
     if bad_images:
@@ -77,6 +82,11 @@ def write(out, results, figures, bad_images):
     if any("train_loss" in row or "epoch_train_loss" in row for row in rows):  # something was trained
         plots.save(plots.curves_figure(rows), out / "curves.png")
         written.append(out / "curves.png")
+    if figures.get("calibration_bins"):
+        what = "decision on each class" if "per_class_ap" in figures else "top-class probability"
+        plots.save(plots.calibration_figure(figures["calibration_bins"], ece_of(figures), what),
+                   out / "calibration.png")
+        written.append(out / "calibration.png")
     if "per_class_ap" in figures:  # multi-label: no confusion between classes, per-class AP and counts instead
         plots.save(plots.per_class_ap_figure(figures["per_class_ap"], figures["class_support"], class_names),
                    out / "per_class_ap.png")

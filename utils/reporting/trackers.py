@@ -68,6 +68,19 @@ def log_validation_media(accelerator, step, figures, class_names, examples):
     accelerator.get_tracker("wandb").log(values, step=step)
 
 
+def log_predictions(accelerator, step, rows):
+    """wandb only: a table of validation predictions at the run's end, `rows()` giving (image, true, predicted,
+    probability, loss, which) for the top losses and a sample of the rest (utils/reporting/failures.py); asked for only
+    when there is a wandb run (it reads those images again)."""
+    if "wandb" not in [tracker.name for tracker in accelerator.trackers] or not accelerator.is_main_process:
+        return
+    import wandb
+
+    data = [[wandb.Image(image) if image is not None else None, *rest] for image, *rest in rows()]
+    table = wandb.Table(columns=["image", "true", "predicted", "probability", "loss", "which"], data=data)
+    accelerator.get_tracker("wandb").log({"val_predictions": table}, step=step)
+
+
 def log_pictures(accelerator, step, paths):
     """The final PNGs (curves, confusion matrix) as images on every dashboard."""
     if not accelerator.trackers:

@@ -1,11 +1,13 @@
 """What a run writes beside its loop: config.yaml, labels.json and the dashboards' run at the start;
-results.json, the plots, the per-class table and the closing line at the end."""
+results.json, the plots, where the model fails, the per-class table, report.html and the closing line at the end."""
 
 from accelerate.utils import gather_object
 
 from utils.config.recipes import save_config
 from utils.core.io import write_json_atomic
 from utils.reporting import report, trackers
+from utils.reporting.failures import prediction_rows, write_failures
+from utils.reporting.html_report import write_html
 from utils.run.trained import trained_run, write_record
 
 
@@ -35,9 +37,16 @@ def report_results(job, results, figures, train_samples):
     results.update(job.balance.results(class_names))  # the class counts; --class_weights', --pos_weight's weights
     results["tracked_metric"] = job.task.tracked
     if accelerator.is_main_process:
+        if "temperature" in results:  # --calibrate: predict.py, ONNX and a teacher divide the logits by it
+            write_record(out, trained_run(job.args, job.settings, class_names, False, results["temperature"]))
         pictures = report.write(out, results, figures, errors)
-        trackers.log_pictures(accelerator, results["global_step"], pictures)
-        print(report.per_class_table(figures, class_names, job.balance.counts))
+        failures, confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses)
+        trackers.log_pictures(accelerator, results["global_step"], pictures + failures)
+        trackers.log_predictions(accelerator, results["global_step"], lambda: prediction_rows(
+            figures.get("samples"), class_names, job.val_loader.dataset, job.args.top_losses))
+        table = report.per_class_table(figures, class_names, job.balance.counts)
+        print("\n".join([table, *confused]))
+        write_html(out, results, pictures + failures, table, confused)  # all of it in one file: report.html
     accelerator.print(f"done: val {job.task.line(figures)} on {results['val_samples']} {job.settings.sample_unit}"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")

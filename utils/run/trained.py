@@ -11,6 +11,8 @@ import io
 import json
 from pathlib import Path
 
+import torch
+
 from utils.config.options import parse
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
@@ -40,12 +42,25 @@ class TrainedRun:
     video_decoder: str  # who decodes its video files
     multi_label: bool = False  # several labels a sample: sigmoid outputs, labels at a threshold (older runs: one)
     threshold: float = 0.5  # its --threshold (multi-label)
+    temperature: float = 1.0  # --calibrate's: what its logits are divided by before the softmax
 
 
-def trained_run(args, settings, classes, multi_label=False):
+def trained_run(args, settings, classes, multi_label=False, temperature=1.0):
     """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`)."""
     return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
-                      args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold)
+                      args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature)
+
+
+class Tempered(torch.nn.Module):
+    """A calibrated run's model: its logits divided by the temperature --calibrate fitted (utils/evaluation/
+    calibration.py), so that predict.py's probabilities, the ONNX graph and a teacher's are the calibrated ones."""
+
+    def __init__(self, model, temperature):
+        super().__init__()
+        self.model, self.temperature = model, temperature
+
+    def forward(self, pixels):
+        return self.model(pixels) / self.temperature
 
 
 def write_record(out, run):
@@ -98,7 +113,7 @@ def load_run(run_dir, ema=False, checkpoint=None):
     except (RuntimeError, ModelError) as e:
         raise RunError(f"{weights}: does not fit {run.model} with {len(run.classes)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
-    return run, model.eval()
+    return run, (Tempered(model, run.temperature) if run.temperature != 1.0 else model).eval()
 
 
 def read_options(config):

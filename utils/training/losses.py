@@ -222,7 +222,8 @@ SINGLE_LABEL_ONLY = {"bce_loss": "multi-label data trains with binary cross-entr
                                 "precision, recall and F1 at --threshold"}
 SINGLE_LABEL_ONLY.update(
     class_weights="weighs one label a sample; multi-label data weighs each class's positives with --pos_weight auto",
-    logit_adjust="adds the log-prior of one class a sample to softmax logits; multi-label data has a sigmoid a class")
+    logit_adjust="adds the log-prior of one class a sample to softmax logits; multi-label data has a sigmoid a class",
+    calibrate="fits one temperature to a softmax's logits; multi-label data has a sigmoid a class, each its own")
 MULTI_LABEL_ONLY = {"pos_weight": "weighs the positives of multi-label data; one-label-a-sample data has none to weigh",
                     "multi_label_loss": "is for multi-label data (samples with lists of labels)",
                     "threshold": "is for multi-label data (samples with lists of labels)"}
@@ -247,7 +248,7 @@ def check_labels(args, defaults, multi_label):
         need(0 < args.threshold < 1, "threshold", "must be in (0, 1)")
         need(args.pos_weight is None or args.multi_label_loss == "bce", "pos_weight", "weighs the positives of the "
              "BCE; --multi_label_loss asl has its own asymmetry and no weights: drop one of the two")
-        for key in ("class_weights", "logit_adjust"):
+        for key in ("class_weights", "logit_adjust", "calibrate"):
             need(getattr(args, key) == defaults[key], key, SINGLE_LABEL_ONLY[key])
         need(args.focal_gamma is None or args.multi_label_loss == "bce", "focal_gamma", "focuses the BCE; "
              "--multi_label_loss asl is focal already (gamma_neg 4, gamma_pos 1): drop one of the two")

@@ -1,0 +1,158 @@
+"""Where the model fails, from the last validation's gathered per-sample results (no pass of its own over the data):
+the validation samples of highest loss (top_losses.csv and .png, the images as loaded, before normalisation) and the
+pairs of classes most confused (most_confused.csv). The same on any number of processes: the results are gathered in
+the validation set's order, each sample once."""
+
+import csv
+import io
+
+import torch
+
+from utils.core.io import write_text_atomic
+
+SHOWN_CONFUSED = 5  # lines of most_confused.csv in the end-of-run summary
+GRID_COLUMNS = 6
+CLIP_FRAMES = 8  # a clip in the picture: this many of its frames, evenly spaced, side by side
+
+
+def most_confused(matrix, class_names):
+    """(true class, predicted class, count, share of the true class's samples) for every off-diagonal cell of the
+    confusion matrix with a count, largest first (ties: the larger share, then the class order)."""
+    rows = []
+    for t, counts in enumerate(matrix):
+        total = sum(counts)
+        rows += [(class_names[t], class_names[p], n, n / total) for p, n in enumerate(counts) if p != t and n]
+    return sorted(rows, key=lambda row: (-row[2], -row[3]))
+
+
+def highest_losses(samples, n):
+    """The positions in `samples` (a task's per-sample record) of the `n` highest losses, highest first (ties: the
+    lower dataset index first)."""
+    order = sorted(range(len(samples["loss"])), key=lambda i: (-samples["loss"][i], samples["index"][i]))
+    return order[:n]
+
+
+def sample_name(dataset, index):
+    """How the validation set names its sample `index`: the file (image rows read from files, a video's name), else
+    its place in the split."""
+    inner = getattr(dataset, "dataset", dataset)  # EpochSeeded wraps the rows
+    names = getattr(inner, "names", None)
+    if names:
+        return str(names[index])
+    rows = getattr(inner, "rows", None)
+    if rows is not None and "image" in getattr(rows, "column_names", ()):
+        image = rows[int(index)]["image"]
+        if isinstance(image, dict) and image.get("path"):
+            return image["path"]
+    return f"validation[{index}]"
+
+
+def label_text(value, class_names):
+    """A class index, or a multi-label sample's list of them, as names."""
+    if isinstance(value, list):
+        return " ".join(class_names[v] for v in value) or "(none)"
+    return class_names[value]
+
+
+def top_losses_table(samples, picked, class_names, dataset):
+    """top_losses.csv: rank, dataset index, file (or place), true and predicted labels, probabilities, loss."""
+    text = io.StringIO()
+    table = csv.writer(text)
+    multi = isinstance(samples["label"][0], list) if samples["label"] else False
+    table.writerow(["rank", "index", "file", "true", "predicted"] +
+                   (["missed", "false"] if multi else ["probability", "true_probability"]) + ["loss"])
+    for rank, i in enumerate(picked, 1):
+        true, predicted = samples["label"][i], samples["predicted"][i]
+        extra = ([label_text(sorted(set(true) - set(predicted)), class_names),
+                  label_text(sorted(set(predicted) - set(true)), class_names)] if multi else
+                 [f"{samples['probability'][i]:.6f}", f"{samples['true_probability'][i]:.6f}"])
+        table.writerow([rank, samples["index"][i], sample_name(dataset, samples["index"][i]),
+                        label_text(true, class_names), label_text(predicted, class_names), *extra,
+                        f"{samples['loss'][i]:.6f}"])
+    return text.getvalue()
+
+
+def picture(dataset, index):
+    """Sample `index` as loaded, before normalisation, as a (H, W, 3) uint8 array: an image, or a clip's frames side
+    by side; None when the loader hands over no pixels (--decode_on_device: bytes for the device)."""
+    from utils.reporting.trackers import displayable
+
+    pixels = dataset[int(index)]["pixel_values"]
+    if not isinstance(pixels, torch.Tensor) or pixels.dim() not in (3, 4):
+        return None
+    if pixels.dim() == 4:  # a clip (C, T, H, W): some of its frames in a row
+        frames = torch.linspace(0, pixels.shape[1] - 1, min(CLIP_FRAMES, pixels.shape[1])).round().long()
+        pixels = torch.cat(list(pixels[:, frames].unbind(dim=1)), dim=2)
+    return displayable(pixels[None])[0].permute(1, 2, 0).numpy()
+
+
+def top_losses_figure(samples, picked, class_names, dataset):
+    """The picked samples in a grid, each titled with its true and predicted labels, probability and loss; None when
+    there is nothing to draw."""
+    from matplotlib.figure import Figure
+
+    images = [picture(dataset, samples["index"][i]) for i in picked]
+    if not picked or any(image is None for image in images):
+        return None
+    multi = isinstance(samples["label"][0], list)
+    wide = images[0].shape[1] / images[0].shape[0]  # a clip's strip of frames: two a row
+    columns = min(GRID_COLUMNS if wide < 2 else 2, len(picked))
+    rows = -(-len(picked) // columns)
+    fig = Figure(figsize=(columns * 2.4 * min(wide, 3), rows * (2.6 if wide < 2 else 1.6)), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax, i, image in zip(axes, picked, images):
+        ax.imshow(image, interpolation="nearest")
+        true, predicted = samples["label"][i], samples["predicted"][i]
+        if multi:
+            title = (f"missed: {label_text(sorted(set(true) - set(predicted)), class_names)}\n"
+                     f"false: {label_text(sorted(set(predicted) - set(true)), class_names)}")
+        else:
+            title = (f"true {class_names[true]} / pred {class_names[predicted]}\n"
+                     f"p {samples['probability'][i]:.2f}, true p {samples['true_probability'][i]:.2f}")
+        ax.set_title(f"{title}\nloss {samples['loss'][i]:.2f}", fontsize=8)
+    for ax in axes:
+        ax.axis("off")
+    fig.suptitle("validation samples of highest loss (top_losses.csv names them)")
+    return fig
+
+
+def prediction_rows(samples, class_names, dataset, top_n, others=16):
+    """The wandb table of validation predictions: the `top_n` highest losses, then `others` of the rest evenly spread
+    over the validation set: (image, true, predicted, probability, loss, which), images as loaded."""
+    if not samples or not samples["loss"]:
+        return []
+    picked = highest_losses(samples, top_n)
+    chosen = set(picked)
+    rest = [i for i in range(len(samples["loss"])) if i not in chosen]
+    spread = rest[::max(1, len(rest) // others)][:others] if others else []
+    multi = isinstance(samples["label"][0], list)
+    return [(picture(dataset, samples["index"][i]), label_text(samples["label"][i], class_names),
+             label_text(samples["predicted"][i], class_names), None if multi else samples["probability"][i],
+             samples["loss"][i], "top loss" if i in chosen else "sample") for i in picked + spread]
+
+
+def write_failures(out, figures, class_names, dataset, top_n):
+    """top_losses.csv and .png (the `top_n` highest losses; 0: neither), most_confused.csv (single-label); returns
+    the pictures written and the summary's lines."""
+    from utils.reporting import plots
+
+    written, lines = [], []
+    samples = figures.get("samples")
+    if top_n and samples and samples["loss"]:
+        picked = highest_losses(samples, top_n)
+        write_text_atomic(out / "top_losses.csv", top_losses_table(samples, picked, class_names, dataset))
+        fig = top_losses_figure(samples, picked, class_names, dataset)
+        if fig is not None:
+            plots.save(fig, out / "top_losses.png")
+            written.append(out / "top_losses.png")
+    if "confusion_matrix" in figures:
+        rows = most_confused(figures["confusion_matrix"], class_names)
+        text = io.StringIO()
+        table = csv.writer(text)
+        table.writerow(["true", "predicted", "count", "share_of_true"])
+        table.writerows([t, p, n, f"{share:.6f}"] for t, p, n, share in rows)
+        write_text_atomic(out / "most_confused.csv", text.getvalue())
+        if rows:
+            lines = ["most confused (true -> predicted: count, share of the true class; most_confused.csv)"] + [
+                f"  {t} -> {p}: {n} ({share:.1%})" for t, p, n, share in rows[:SHOWN_CONFUSED]]
+    return written, lines
