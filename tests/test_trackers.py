@@ -39,7 +39,7 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
         logged = [(e.step, e.value) for e in events.Scalars(key)]
         assert [s for s, _ in logged] == [s for s, _ in expected], key
         assert [v for _, v in logged] == pytest.approx([v for _, v in expected], rel=1e-6), key
-    assert {"curves", "confusion_matrix"} <= set(events.Tags()["images"])  # the PNGs, on the dashboard too
+    assert {"curves", "confusion_matrix", "calibration", "top_losses"} <= set(events.Tags()["images"])  # the PNGs
     state = read_json(out / "checkpoints" / "epoch_1" / "training_state.json")
     assert state["tracker_run_id"] == runs[0].rsplit("-", 1)[1]
 
@@ -62,6 +62,13 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
         first = SyntheticDataset(37, 16, 7, seed=2)  # the val set; 8 images: the main process's first batch
         assert [r[2] for r in table["data"]] == [f"class_{first[i]['labels']}" for i in range(8)]
         assert all(r[3] == (r[1] == r[2]) for r in table["data"])
+    # at the end, the table of predictions: the 24 highest losses of top_losses.csv, in its order, then 13 others
+    final = read_json(one(media.glob(f"val_predictions_{val[-1]['step']}_*.table.json")))
+    assert final["columns"] == ["image", "true", "predicted", "probability", "loss", "which"]
+    top = list(__import__("csv").DictReader((out / "top_losses.csv").open()))
+    assert [r[4] for r in final["data"][:24]] == pytest.approx([float(r["loss"]) for r in top], abs=1e-5)
+    assert [r[5] for r in final["data"]] == ["top loss"] * 24 + ["sample"] * 13
+    assert max(r[4] for r in final["data"][24:]) <= min(r[4] for r in final["data"][:24])
 
 
 def one(paths):
