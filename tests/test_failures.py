@@ -158,8 +158,8 @@ def test_the_html_report_renders_in_a_headless_browser_with_every_image(tmp_path
 @pytest.mark.slow
 def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_predict_applies_it(images, tmp_path):
     """An over-confident run (no label smoothing, a high LR, 36 training images): --calibrate fits T > 1, the
-    validation NLL falls and so does the ECE's share of it, T is in results.json, run.json and the model folder, and
-    predict.py's probabilities are softmax(logits / T) of the saved weights."""
+    validation NLL falls, T is in results.json, run.json and the model folder, and predict.py's probabilities and the
+    ONNX graph's are softmax(logits / T) of the saved weights."""
     import predict
 
     from utils.config.options import parse_args
@@ -185,3 +185,10 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_predict_applies_it
     assert [r["probs"][0] for r in rows] == pytest.approx(expected.tolist(), abs=1e-5)
     nll = F.cross_entropy(logits / t, torch.tensor([val[i]["labels"] for i in range(len(val))]))
     assert float(nll) == pytest.approx(results["val_nll_calibrated"], abs=1e-5)
+    import onnxruntime
+
+    predict.main([str(out), "--export_onnx", str(tmp_path / "m.onnx")])  # the graph divides by T too
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))]).numpy()
+    graph = torch.from_numpy(session.run(None, {"pixels": pixels})[0])
+    assert graph.softmax(dim=1).max(dim=1).values.tolist() == pytest.approx(expected.tolist(), abs=1e-4)
