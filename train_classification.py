@@ -68,7 +68,7 @@ from utils.models.ema import save_ema, update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder, save_model_folder
 from utils.run.job import Position, build_accelerator, build_job, check_fsdp, resume
-from utils.run.records import report_results, start_records
+from utils.run.records import log_validation_media, report_results, start_records
 from utils.training import checkpoints
 from utils.training.run_folder import lock_run_folder, output_dir_for, resume_folder
 
@@ -367,7 +367,7 @@ def validate(job, epoch, global_step):
            **task.row(figures, job.class_names)}
     job.logger.write(row, f"epoch {epoch} val: {task.line(figures)} ({figures['val_samples']} "
                           f"{job.settings.sample_unit}){task.ema_line(figures) if job.ema is not None else ''}")
-    trackers.log_validation_media(job.accelerator, global_step, figures, job.class_names, examples)
+    log_validation_media(job, global_step, figures, examples)  # wandb: a chart, images, a new best's predictions
     if job.args.dump_rank_metrics:  # init: scored before any epoch
         dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), task.global_sums(figures),
                        own, job.accelerator)

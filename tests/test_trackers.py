@@ -69,6 +69,10 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
     assert [r[4] for r in final["data"][:24]] == pytest.approx([float(r["loss"]) for r in top], abs=1e-5)
     assert [r[5] for r in final["data"]] == ["top loss"] * 24 + ["sample"] * 13
     assert max(r[4] for r in final["data"][24:]) <= min(r[4] for r in final["data"][:24])
+    # and at each validation that beat every earlier one's top-1, the same table as val_predictions_best
+    best = [row["step"] for i, row in enumerate(val) if all(row["val_top1"] > r["val_top1"] for r in val[:i])]
+    logged = sorted(int(p.name.split("_")[3]) for p in media.glob("val_predictions_best_*.table.json"))
+    assert logged == best and best[0] == val[0]["step"]
 
 
 def one(paths):

@@ -68,6 +68,14 @@ def log_validation_media(accelerator, step, figures, class_names, examples):
     accelerator.get_tracker("wandb").log(values, step=step)
 
 
+def predictions_table(rows):
+    """A wandb.Table of validation predictions: (image, true, predicted, probability, loss, which) rows."""
+    import wandb
+
+    data = [[wandb.Image(image) if image is not None else None, *rest] for image, *rest in rows]
+    return wandb.Table(columns=["image", "true", "predicted", "probability", "loss", "which"], data=data)
+
+
 def log_predictions(accelerator, step, rows):
     """wandb only: a table of validation predictions at the run's end, `rows()` giving (image, true, predicted,
     probability, loss, which) for the top losses and a sample of the rest (utils/reporting/failures.py); asked for only
@@ -76,9 +84,19 @@ def log_predictions(accelerator, step, rows):
         return
     import wandb
 
-    data = [[wandb.Image(image) if image is not None else None, *rest] for image, *rest in rows()]
-    table = wandb.Table(columns=["image", "true", "predicted", "probability", "loss", "which"], data=data)
-    accelerator.get_tracker("wandb").log({"val_predictions": table}, step=step)
+    accelerator.get_tracker("wandb").log({"val_predictions": predictions_table(rows())}, step=step)
+
+
+def log_best_predictions(accelerator, step, figure, rows):
+    """wandb only: at a validation whose tracked figure (`figure`) beats every earlier one of the run (kept in the run's
+    summary, so a resumed run compares with its past), the table of predictions as `val_predictions_best`."""
+    if "wandb" not in [tracker.name for tracker in accelerator.trackers] or not accelerator.is_main_process:
+        return
+    run = accelerator.get_tracker("wandb", unwrap=True)
+    best = run.summary.get("best_tracked_figure")
+    if best is None or figure > best:
+        accelerator.get_tracker("wandb").log({"val_predictions_best": predictions_table(rows())}, step=step)
+        run.summary["best_tracked_figure"] = figure
 
 
 def log_pictures(accelerator, step, paths):

@@ -4,6 +4,7 @@ results.json, the plots, where the model fails, the per-class table, report.html
 from accelerate.utils import gather_object
 
 from utils.config.recipes import save_config
+from utils.evaluation.tasks import tracked_key
 from utils.core.io import write_json_atomic
 from utils.reporting import report, trackers
 from utils.reporting.failures import prediction_rows, write_failures
@@ -24,6 +25,14 @@ def start_records(job, num_workers, previous_run=None):
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
+
+
+def log_validation_media(job, step, figures, examples):
+    """wandb's chart and image table of a validation; and at a new best of the tracked figure, the table of predictions
+    (the top losses and a spread of the rest, utils/reporting/failures.py)."""
+    trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples)
+    trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)], lambda: prediction_rows(
+        figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses))
 
 
 def report_results(job, results, figures, train_samples):
