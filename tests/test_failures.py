@@ -192,3 +192,15 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_predict_applies_it
     pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))]).numpy()
     graph = torch.from_numpy(session.run(None, {"pixels": pixels})[0])
     assert graph.softmax(dim=1).max(dim=1).values.tolist() == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--top_losses", "-1"], "top_losses: must be >= 0"),
+    (["--calibrate", "--eval_only", "--pretrained"], "calibrate: records its temperature in the model folder"),
+    (["--calibrate", "--dataset", "multi_digits"], "calibrate: fits one temperature to a softmax's logits"),
+])
+def test_what_cannot_apply_is_refused_in_one_line(extra, message, tmp_path, capsys):
+    from conftest import main_fails
+
+    code, err = main_fails(["--epochs", "1", "--output_dir", tmp_path / "run", *extra], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

@@ -41,7 +41,7 @@ def _run(args, need):
     at_least(args, need, ("save_every",), 0)
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
-    at_least(args, need, ("keep_last", "keep_best", "skip_nonfinite_steps"), 0)
+    at_least(args, need, ("keep_last", "keep_best", "skip_nonfinite_steps", "top_losses"), 0)
     need(not (args.push_to_hub and args.eval_only), "push_to_hub",
          "uploads a trained model folder: not with --eval_only")
     need(not (args.calibrate and args.eval_only), "calibrate", "records its temperature in the model folder training "
