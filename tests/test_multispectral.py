@@ -185,7 +185,7 @@ def test_sixteen_bit_grayscale_pngs_train_on_two_processes_as_one_channel(bands,
     """1-channel 16-bit PNGs: one channel into the model (its stem built for it), statistics by default (not
     ImageNet's RGB ones), numpy's over the split."""
     out = tmp_path / "gray"
-    proc = ranks_ok(job(bands, "png", out, 1), nproc=2)
+    proc = ranks_ok([*job(bands, "png", out, 1), "--epochs", "1"], nproc=2)
     assert "pixels: 1 channel of uint16 in each file" in proc.stdout and "built for 1 input channels" in proc.stdout
     mean, std = numpy_statistics(bands / "png" / "tr")
     record = read_json(out / "run.json")["input"]
@@ -200,8 +200,8 @@ def test_the_spectral_digits_are_learnt_from_the_bands_beyond_rgb(tmp_path):
     """Every band: the digit (bands 3-5) is learnt; bands 0-2 alone hold a decoy of another class, drawn at random:
     no better than chance."""
     every = run_main(["--dataset", "spectral_digits", "--epochs", "3", "--output_dir", tmp_path / "all"])
-    decoys = run_main(["--dataset", "spectral_digits", "--epochs", "3", "--bands", "0", "1", "2",
-                       "--output_dir", tmp_path / "decoys"])
+    decoys = run_main(["--dataset", "spectral_digits", "--epochs", "2", "--bands", "0", "1", "2",
+                       "--output_dir", tmp_path / "decoys"])  # 2 epochs: enough to show nothing is learnt (3: 0.12)
     assert every["val_top1"] >= 0.95, every["val_top1"]
     assert decoys["val_top1"] <= 0.2, decoys["val_top1"]
 
