@@ -23,6 +23,7 @@ TIFF_SUFFIXES = (".tif", ".tiff")
 ARRAY_SUFFIXES = {".npy"}
 PNG_MAGIC, TIFF_MAGICS, NPY_MAGIC = b"\x89PNG\r\n\x1a\n", (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"), b"\x93NUMPY"
 PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}  # by the IHDR colour type: grey, RGB, palette, grey+alpha, RGBA
+logging.getLogger("tifffile").setLevel(logging.CRITICAL)  # its own lines on a broken file: our one error says it
 DTYPE_MAX = {"uint8": 255.0, "uint16": 65535.0, "int16": 32767.0, "uint32": 4294967295.0, "int32": 2147483647.0}
 
 
@@ -64,7 +65,6 @@ def _tiff_series(data, read):
     (it raises several kinds of errors, IndexError for a file without pages) is a ValueError."""
     import tifffile
 
-    logging.getLogger("tifffile").setLevel(logging.CRITICAL)  # its own lines on a broken file: our error says it
     try:
         with tifffile.TiffFile(io.BytesIO(data)) as tif:
             series = tif.series[0]
