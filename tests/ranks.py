@@ -196,13 +196,15 @@ def _rank_main(target, argv, env, stdout_path, stderr_path):
 
 
 def run_ranks(argv, nproc=2, target="train_classification:main", timeout=300, env=None, launcher_args=(),
-              launcher=True, on_start=None):
+              launcher=True, on_start=None, leftovers=None):
     """Run `target(argv)` in `nproc` forked ranks; returns Ranks when every rank has ended.
 
     `env`: extra variables; `launcher_args`: the `accelerate launch` options whose environment the ranks
     get (default: accel_configs/cpu_2proc.yaml for several processes, plain for one); `launcher=False`: one
     process as plain `python script` starts it, no launcher's variables. `on_start(pids)`: called once the
-    ranks run (e.g. to watch or signal them); it may return a callable, then polled every 0.05 s."""
+    ranks run (e.g. to watch or signal them); it may return a callable, then polled every 0.05 s. `leftovers`: a
+    list that gets the processes (psutil) still alive in the ranks' process groups once every rank has ended, left
+    running (a killed rank's DataLoader workers, say) for the caller to examine and end; by default they are killed."""
     assert launcher or nproc == 1
     ctx = context()
     port = free_port()
@@ -241,7 +243,10 @@ def run_ranks(argv, nproc=2, target="train_classification:main", timeout=300, en
             for p in processes:
                 p.join(timeout=0.05)
     finally:
-        _signal_groups(processes, signal.SIGKILL, alive_only=False)  # leftover workers of any rank
+        if leftovers is not None and not result.torn_down:
+            leftovers.extend(_in_groups([p.pid for p in processes]))
+        else:
+            _signal_groups(processes, signal.SIGKILL, alive_only=False)  # leftover workers of any rank
         for p in processes:
             p.join(timeout=30)
         result.seconds = time.monotonic() - start
@@ -251,6 +256,20 @@ def run_ranks(argv, nproc=2, target="train_classification:main", timeout=300, en
         err.unlink()
     logs.rmdir()
     return result
+
+
+def _in_groups(pgids):
+    """The live processes whose process group is one of `pgids`."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) in pgids and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (OSError, psutil.Error):
+            pass
+    return found
 
 
 def _signal_groups(processes, signum, alive_only=True):
@@ -270,9 +289,11 @@ def ranks_ok(argv, nproc=2, **kw):
     return job
 
 
-def ranks_killed(argv, when, nproc=1, target="group"):
+def ranks_killed(argv, when, nproc=1, target="group", leftovers=None):
     """The job in forked ranks, SIGKILLed from `target` of rank 0 at `when` (tests/helpers/signal_at.py; "group":
-    the rank's process group, its DataLoader workers too); asserts that it failed, returns Ranks."""
-    job = run_ranks([when, "KILL", target, "0", *argv], nproc=nproc, target="helpers.signal_at:main")
+    the rank's process group, its DataLoader workers too; "self": the rank alone, as a crash or the OOM killer
+    kills it); asserts that it failed, returns Ranks. `leftovers`: see run_ranks."""
+    job = run_ranks([when, "KILL", target, "0", *argv], nproc=nproc, target="helpers.signal_at:main",
+                    leftovers=leftovers)
     assert job.returncode != 0 and not job.timed_out, job.report()
     return job

@@ -4,8 +4,11 @@ The kill comes from inside the run (tests/helpers/signal_at.py) at an exact step
 each case is deterministic; the resumed run must say which checkpoint it continued from. What is tested is
 the script's checkpoint and resume, not a launcher's: the runs are ranks forked as `accelerate launch` starts
 them (tests/ranks.py), the kill goes to rank 0's process group (its DataLoader workers too) as SLURM's and
-torchrun's signals do, and with two ranks the other is torn down as torchrun tears it down.
+torchrun's signals do, or to rank 0 alone as a crash or the OOM killer sends it (its workers live on for a few
+seconds), and with two ranks the other is torn down as torchrun tears it down.
 """
+
+import signal
 
 import pytest
 
@@ -19,25 +22,37 @@ def train_rows(out):
     return {r["step"]: r for r in read_jsonl(out / "metrics.jsonl") if "train_loss" in r}
 
 
-@pytest.mark.parametrize("nproc, workers, when, resumes_from", [
-    (1, 2, "step:14", "step_13"),          # mid-epoch, worker processes
-    (1, 0, "step:10", "epoch_0"),          # right after an epoch boundary
-    (1, 0, "save:step_4", "step_3"),       # while a checkpoint is being written
-    (2, 0, "step:4", "step_3"),            # 2 processes, mid-epoch (5 steps an epoch on each rank)
-    (2, 2, "step:6", "epoch_0"),           # 2 processes, workers, epoch boundary
+@pytest.mark.parametrize("nproc, workers, when, target, resumes_from", [
+    (1, 2, "step:14", "self", "step_13"),   # mid-epoch, worker processes, the rank alone killed
+    (1, 0, "step:10", "group", "epoch_0"),  # right after an epoch boundary
+    (1, 0, "save:step_4", "group", "step_3"),  # while a checkpoint is being written
+    (2, 0, "step:4", "group", "step_3"),    # 2 processes, mid-epoch (5 steps an epoch on each rank)
+    (2, 2, "step:6", "group", "epoch_0"),   # 2 processes, workers, epoch boundary
 ])
-def test_sigkill_then_resume_latest_is_bitwise_equal(images, reference, tmp_path, nproc, workers, when,
+def test_sigkill_then_resume_latest_is_bitwise_equal(images, reference, tmp_path, nproc, workers, when, target,
                                                      resumes_from):
     out = tmp_path / "run"
     argv = resume_job(images, out, workers, "--checkpoint_every_steps", "1", "--keep_last", "2")
-    # The rank's process group: with one process the launcher's too (it and its workers die at once);
-    # with two, torchrun then tears the other rank down.
-    ranks_killed(argv, when, nproc, target="group")
-    assert not (out / "results.json").exists()
-    if when.startswith("save:"):
-        assert (out / "checkpoints" / ".partial-step_4").is_dir()  # the kill hit the save
-        assert not (out / "checkpoints" / "step_4").exists()
-    proc = ranks_ok([*argv, "--resume", "latest"], nproc=nproc)  # the same command, plus --resume latest
+    # "group": the rank's process group; with one process the launcher's too (it and its workers die at once);
+    # with two, torchrun then tears the other rank down. "self": the rank alone, whose workers outlive it.
+    orphans = []
+    ranks_killed(argv, when, nproc, target=target, leftovers=orphans)
+    try:
+        assert not (out / "results.json").exists()
+        if when.startswith("save:"):
+            assert (out / "checkpoints" / ".partial-step_4").is_dir()  # the kill hit the save
+            assert not (out / "checkpoints" / "step_4").exists()
+        if target == "self":
+            # The killed rank's workers, which inherited the folder's lock file at fork, live until their watchdog
+            # looks (up to 5 s). Stopped here, they cannot end before the resume looks at the lock: the resume,
+            # at once, must find the folder free all the same.
+            assert orphans, "the killed rank's DataLoader workers had already ended: nothing was tested"
+            for process in orphans:
+                process.send_signal(signal.SIGSTOP)
+        proc = ranks_ok([*argv, "--resume", "latest"], nproc=nproc)  # the same command, plus --resume latest
+    finally:
+        for process in orphans:
+            process.kill()
     assert resumed_from(proc.stdout) == out / "checkpoints" / resumes_from
     assert_same_weights(out, reference[nproc])
     ours, theirs = train_rows(out), train_rows(reference[nproc])

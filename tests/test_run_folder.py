@@ -1,15 +1,22 @@
-"""The run folder: one live run per folder, resuming from an older checkpoint, checkpoints complete or
-absent when saved over, and the checkpoint chosen once for every node."""
+"""The run folder: one live run per folder (its lock dies with the process that took it, not with the DataLoader
+workers it forked), resuming from an older checkpoint, checkpoints complete or absent when saved over, and the
+checkpoint chosen once for every node."""
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
+from conftest import ROOT, TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
 from ranks import ranks_killed, ranks_ok, run_ranks
 
-from utils.training import checkpoints
-from utils.training.run_folder import RunLock
+from utils.training import checkpoints, run_folder
+from utils.training.run_folder import FolderError, RunLock
 
 
 def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_its_run(
@@ -30,6 +37,97 @@ def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_it
     assert results["global_step"] == 8
     with RunLock(out).acquire():
         pass
+
+
+
+# A process that takes the folder's lock as `TAKE` says, forks a child that sleeps `HOLD` seconds (a DataLoader
+# worker that has not yet seen its parent die), prints the child's pid and SIGKILLs itself.
+KILLED_RUN = """
+import fcntl, os, signal, sys, time
+sys.path.insert(0, {root!r})
+out, take, hold = {out!r}, {take!r}, {hold!r}
+if take == "ours":  # this script's own lock
+    from utils.training.run_folder import RunLock
+    held = RunLock(out).acquire()  # held till the kill, as a run holds it
+else:  # a lock taken as the script did before its workers let go of it (and as any other program might)
+    os.makedirs(out, exist_ok=True)
+    lock = open(os.path.join(out, ".lock"), "a+")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock.write(f"pid {{os.getpid()}} on {{os.uname().nodename}}\\n")
+    lock.flush()
+child = os.fork()
+if child == 0:  # its output let go, as a worker's is not what the caller waits for
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    time.sleep(hold)
+    os._exit(0)
+print(child, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def killed_run(out, take, hold, reaped=True):
+    """Run KILLED_RUN; returns its still sleeping child's pid. `reaped=False`: the killed process is left a zombie
+    (killed, not yet waited for by its parent, as a launcher that has not looked yet leaves it), and the Popen
+    returned too, for the caller to reap."""
+    import psutil
+
+    script = textwrap.dedent(KILLED_RUN.format(root=str(ROOT), out=str(out), take=take, hold=hold))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline() or 0)
+    if reaped:
+        assert proc.wait(timeout=120) == -signal.SIGKILL, proc.stderr.read()
+        return child
+    while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.01)
+    return child, proc
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_a_child_forked_while_the_lock_was_held_does_not_hold_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_folder, "LEFTOVER_WAIT_S", 0.0)  # no waiting for leftovers may hide a lock they hold
+    out = tmp_path / "run"
+    child = killed_run(out, "ours", hold=30)
+    try:
+        assert alive(child)
+        with RunLock(out).acquire() as lock:  # at once: the killed process's lock died with it
+            assert lock.file is not None
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_leftovers_of_an_ended_run_are_waited_for_and_never_called_a_live_run(tmp_path, monkeypatch):
+    # Leftovers that exit within the wait: the new run waits for them, then takes the folder.
+    out = tmp_path / "run"
+    child = killed_run(out, "inherited", hold=1.0)
+    start = time.monotonic()
+    with RunLock(out).acquire():
+        waited = time.monotonic() - start
+    assert 0.3 < waited < run_folder.LEFTOVER_WAIT_S, waited
+    # Leftovers that outlive the wait: one line that names the ended run as ended, never as live.
+    monkeypatch.setattr(run_folder, "LEFTOVER_WAIT_S", 0.5)
+    out = tmp_path / "again"
+    child, zombie = killed_run(out, "inherited", hold=30, reaped=False)  # the run's pid exists: it is not running
+    try:
+        with open(out / ".lock") as f:
+            dead = int(f.readline().split()[1])
+        assert dead == zombie.pid and alive(child)
+        with pytest.raises(FolderError) as refused:
+            RunLock(out).acquire()
+        message = str(refused.value)
+        assert f"processes that the ended run pid {dead} left behind" in message and "live run" not in message
+        assert f"fuser -v {out / '.lock'}" in message
+    finally:
+        os.kill(child, signal.SIGKILL)
+        zombie.wait()
 
 
 @pytest.mark.slow
