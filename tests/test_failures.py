@@ -57,6 +57,34 @@ def top_losses(path):
         return list(csv.DictReader(f))
 
 
+def test_a_multi_label_top_loss_names_the_labels_missed_and_those_falsely_given():
+    """Multi-label samples whose wrong labels are of both kinds: top_losses.csv's `missed` is the true labels not
+    predicted (false negatives), `false` the predicted labels that are not true (false positives), "(none)" when
+    there is none; the picture's titles say the same."""
+    import io
+
+    from utils.reporting.failures import highest_losses, top_losses_figure, top_losses_table
+
+    class Tiles(list):  # a validation set that names its files
+        names = ["a.png", "b.png", "c.png"]
+
+    dataset = Tiles({"pixel_values": torch.full((3, 8, 8), 40 * i, dtype=torch.uint8)} for i in range(3))
+    samples = {"index": [0, 1, 2], "label": [[0, 1], [2], []], "predicted": [[1, 3], [2], [0]],
+               "probability": [[0.4, 0.9, 0.1, 0.7], [0.1, 0.2, 0.8, 0.3], [0.6, 0.1, 0.2, 0.3]],
+               "loss": [2.5, 0.1, 1.0]}
+    classes = ["cloud", "field", "road", "water"]
+    picked = highest_losses(samples, 3)
+    rows = list(csv.DictReader(io.StringIO(top_losses_table(samples, picked, classes, dataset))))
+    assert [(r["file"], r["true"], r["predicted"], r["missed"], r["false"]) for r in rows] == [
+        ("a.png", "cloud field", "field water", "cloud", "water"),  # cloud missed, water falsely given
+        ("c.png", "(none)", "cloud", "(none)", "cloud"),
+        ("b.png", "road", "road", "(none)", "(none)")]
+    titles = [ax.get_title() for ax in top_losses_figure(samples, picked, classes, dataset).axes if ax.get_title()]
+    assert [t.splitlines()[:2] for t in titles] == [["missed: cloud", "false: water"],
+                                                    ["missed: (none)", "false: cloud"],
+                                                    ["missed: (none)", "false: (none)"]]
+
+
 @pytest.mark.slow
 def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_processes(images, reference, tmp_path):
     """The reference weights scored on 1 and 2 processes (7 validation images: the second pads): the same 4 samples,

@@ -15,8 +15,8 @@ from conftest import assert_same_weights, main_fails, make_folder, read_json, re
 from ranks import ranks_killed, ranks_ok
 
 COUNTS = {"cat": 14, "dog": 6, "eel": 2}
-RECIPE = ("--sampler", "balanced", "--logit_adjust", "1", "--steps_per_epoch", "3", "--track_metric",
-          "balanced_accuracy", "--keep_best", "1", "--dump_rank_metrics")
+RECIPE = ("--sampler", "balanced", "--logit_adjust", "1", "--steps_per_epoch", "3", "--grad_accum_steps", "2",
+          "--track_metric", "balanced_accuracy", "--keep_best", "1", "--dump_rank_metrics")
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +45,13 @@ def val_predictions(out, folder):
 
 @pytest.mark.slow
 def test_two_processes_score_as_scikit_learn_does_and_a_sigkill_resumes_bitwise(tail, tmp_path):
-    """3 epochs of 3 steps (--steps_per_epoch: 24 balanced draws an epoch) on 2 processes, a worker each, with the
-    logit-adjusted loss. The counts are the whole split's (not a rank's shard); balanced accuracy and the worst
-    recall equal scikit-learn's over the 7 images scored at once here; --eval_only on 1 process says the same with
-    or without --logit_adjust (validation scores the plain logits); best/ follows balanced accuracy. The same run
-    SIGKILLed mid-epoch and resumed with --resume latest ends with the same bits. (One test: the uninterrupted run
-    is both's, and work stealing could otherwise make it twice.)"""
+    """3 epochs of 3 optimizer steps of 2 accumulated micro-batches (--steps_per_epoch: 48 balanced draws an epoch,
+    validated at steps 3, 6 and 9) on 2 processes, a worker each, with the logit-adjusted loss. The counts are the
+    whole split's (not a rank's shard); balanced accuracy and the worst recall equal scikit-learn's over the 7 images
+    scored at once here; --eval_only on 1 process says the same with or without --logit_adjust (validation scores the
+    plain logits); best/ follows balanced accuracy. The same run SIGKILLed mid-epoch and resumed with --resume latest
+    ends with the same bits. (One test: the uninterrupted run is both's, and work stealing could otherwise make it
+    twice.)"""
     from sklearn.metrics import balanced_accuracy_score, recall_score
 
     out = tmp_path / "whole"
@@ -69,11 +70,14 @@ def test_two_processes_score_as_scikit_learn_does_and_a_sigkill_resumes_bitwise(
         assert plain[key] == adjusted[key] == results[key], key
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "val_balanced_accuracy" in r]
     assert len(rows) == 3 and rows[-1]["val_worst_recall"] == results["val_worst_recall"]
+    # each epoch --steps_per_epoch optimizer steps, however many micro-batches accumulate into one
+    assert [(r["step"], r["epoch"]) for r in rows] == [(3, 1.0), (6, 2.0), (9, 3.0)]
     best = read_json(out / "best" / "metrics.json")
     assert best["val_balanced_accuracy"] == max(r["val_balanced_accuracy"] for r in rows)
     killed = tmp_path / "killed"
     argv = resume_job(tail, killed, 1, *RECIPE, "--checkpoint_every_steps", "1")
-    ranks_killed(argv, "step:5", nproc=2)  # epoch 1, its second step: the resumed epoch must be the same draw
+    ranks_killed(argv, "step:5", nproc=2)  # epoch 1, its second step: the resumed epoch must be the same draw, its
+    # first 4 micro-batches skipped
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) == killed / "checkpoints" / "step_4"
     assert_same_weights(killed, out)
@@ -98,8 +102,9 @@ def test_class_weights_are_scikit_learns_and_effective_numbers_cuis():
 
 def test_each_loss_is_its_definition():
     """Logit adjustment is cross-entropy of logits + tau log(prior); focal with one-hot targets is (1 - p_t)^gamma x
-    CE, and for sigmoid outputs torchvision's sigmoid_focal_loss; class weights weigh a sample as torch's weighted
-    cross-entropy does, and a MixUp target by its classes' mixed weights."""
+    CE, with label smoothing of torch's smoothed targets, and for sigmoid outputs torchvision's sigmoid_focal_loss;
+    class weights weigh a sample as torch's weighted cross-entropy does, and a MixUp target by its classes' mixed
+    weights."""
     from torchvision.ops import sigmoid_focal_loss
 
     from utils.training.losses import AdjustedCrossEntropy, ClassWeighted, MultiLabelBCE
@@ -113,6 +118,20 @@ def test_each_loss_is_its_definition():
     focal = AdjustedCrossEntropy(0.0, gamma=2.0)(logits, labels)
     p_t = logits.softmax(dim=1).gather(1, labels[:, None]).squeeze(1)
     assert torch.allclose(focal, (1 - p_t) ** 2 * F.cross_entropy(logits, labels, reduction="none"))
+    # Focal with label smoothing smooths as torch does, q = y (1 - eps) + eps / C (10 classes: the true class 0.91,
+    # each other 0.01): as gamma goes to 0 it is torch's label-smoothed cross-entropy, of class indices and of
+    # MixUp's rows alike; at gamma 2 each class's term -q_c log p_c is scaled by (1 - p_c)^2.
+    wide, picked = torch.randn(6, 10) * 3, torch.tensor([0, 3, 9, 5, 5, 1])
+    mixed10 = 0.6 * F.one_hot(picked, 10).float() + 0.4 * F.one_hot(picked.roll(1), 10).float()
+    for target in (picked, mixed10):
+        almost_ce = AdjustedCrossEntropy(0.1, gamma=1e-7)(wide, target)
+        assert torch.allclose(almost_ce, F.cross_entropy(wide, target, label_smoothing=0.1, reduction="none"),
+                              rtol=1e-5)
+    q = torch.full((6, 10), 0.01)
+    q[torch.arange(6), picked] = 0.91
+    p = wide.softmax(dim=1)
+    by_hand = -(q * (1 - p) ** 2 * p.log()).sum(dim=1)
+    assert torch.allclose(AdjustedCrossEntropy(0.1, gamma=2.0)(wide, picked), by_hand, rtol=1e-5)
     targets = (torch.rand(6, 4) < 0.4).float()
     ours = MultiLabelBCE(0.0, gamma=2.0)(logits, targets)
     assert torch.allclose(ours, sigmoid_focal_loss(logits, targets, alpha=-1, gamma=2.0, reduction="none").sum(dim=1))
@@ -178,9 +197,12 @@ def test_what_cannot_apply_is_refused_in_one_line(extra, message, tmp_path, caps
 
 
 def test_a_multi_label_sample_is_drawn_by_its_rarest_label():
-    """Counted once per class it carries; a sample without labels is drawn as one of the samples without any."""
+    """Counted once per class it carries; a sample without labels is drawn as one of the samples without any; its
+    count is raised to -sampler_power as a single label's is (0.5: square-root balancing)."""
     from utils.training.balance import sample_weights
 
     rows = [[0], [0, 1], [1, 2], [], [0], []]
     weights = sample_weights(rows, np.array([3, 2, 1]), 1.0, multi_label=True)
     assert weights == pytest.approx([1 / 3, 1 / 2, 1, 1 / 2, 1 / 3, 1 / 2])
+    rooted = sample_weights(rows, np.array([3, 2, 1]), 0.5, multi_label=True)
+    assert rooted == pytest.approx(np.array([3, 2, 1, 2, 3, 2]) ** -0.5)

@@ -3,6 +3,7 @@ and 2 processes (an odd-sized split, padding dropped), the per-rank sums add up,
 training split, a run killed on 2 processes resumes bitwise with MixUp, and predict.py lists what validation
 counted."""
 
+import csv
 import json
 
 import numpy as np
@@ -81,21 +82,84 @@ def test_the_figures_are_scikit_learns():
         assert ours[key] == pytest.approx(value, abs=1e-12) if key != "per_class_ap" else ours[key] == value, key
 
 
-def val_outputs(out, data):
-    """Every validation sample's probabilities and targets, computed in this process in one batch from the run's
-    saved weights (the raw ones), in the split's order."""
+def test_the_validation_loss_is_the_bce_summed_over_each_samples_classes():
+    """Known logits, by hand: a sample's validation loss is its classes' binary cross-entropies summed (as training
+    sums them: one scale with the training loss), val_loss their mean over the samples; a video's loss, from its
+    views' averaged probabilities, is summed alike."""
+    import math
+
+    from utils.evaluation.tasks import MultiLabel
+
+    logits = torch.tensor([[2.0, -1.0, 0.5], [-3.0, 0.0, 1.5]])
+    targets = torch.tensor([[1, 0, 0], [0, 1, 1]], dtype=torch.uint8)
+
+    def bce(x, y):
+        p = 1 / (1 + math.exp(-x))
+        return -math.log(p if y else 1 - p)
+
+    hand = [sum(bce(x, y) for x, y in zip(row, labels)) for row, labels in zip(logits.tolist(), targets.tolist())]
+    task = MultiLabel(3)
+    fields = task.fields(logits, targets)
+    assert fields[2].tolist() == pytest.approx(hand, rel=1e-6)
+    assert task.figures(fields)["val_loss"] == pytest.approx(sum(hand) / 2, rel=1e-6)
+    probs = torch.tensor([[1 / (1 + math.exp(-x)) for x in row] for row in logits.tolist()], dtype=torch.float64)
+    assert task.averaged_fields(probs, targets)[2].tolist() == pytest.approx(hand, rel=1e-12)
+
+
+def test_track_metric_macro_f1_follows_the_macro_f1_of_multi_label_figures():
+    """--track_metric macro_f1 on multi-label data: the figure --keep_best, --early_stop and best/ follow
+    (train_classification.tracked_figure) is val_f1_macro (val_ema_f1_macro with --model_ema). Two validations where
+    micro F1 rises and macro F1 falls (the frequent class found everywhere, the two rare ones no longer): the second
+    is no better, and --early_stop 1 stops there."""
+    from types import SimpleNamespace
+
+    from train_classification import tracked_figure
+    from utils.evaluation.tasks import task_for
+    from utils.training.early_stop import Patience
+
+    targets = torch.tensor([[1, 0, 0]] * 4 + [[1, 1, 0], [1, 0, 1]], dtype=torch.uint8)
+    first = torch.tensor([[1, 0, 0]] * 3 + [[0, 0, 0], [0, 1, 0], [0, 0, 1]])  # 3 of class 0 missed, rare ones right
+    second = torch.tensor([[1, 0, 0]] * 6)  # class 0 everywhere, the rare ones missed
+    task = task_for(True, 3, track="macro_f1")
+    patience, scores = Patience(patience=1), []
+    for said in (first, second):
+        figures = task.figures(task.fields(said * 6.0 - 3.0, targets))  # logits of +-3: decided at 0.5
+        figures.update({f"val_ema_{key[4:]}": figures[key] for key in task.ema_keys})  # as validate() adds them
+        for ema in (None, object()):
+            assert tracked_figure(SimpleNamespace(task=task, ema=ema), figures) == figures["val_f1_macro"]
+        scores.append((figures["val_f1_micro"], figures["val_f1_macro"]))
+        stopped = patience.update(tracked_figure(SimpleNamespace(task=task, ema=None), figures), epoch=len(scores))
+    assert scores == pytest.approx([(10 / 13, (6 / 9 + 1 + 1) / 3), (12 / 14, 1 / 3)])  # micro up, macro down
+    assert stopped and patience.best == pytest.approx(scores[0][1])
+
+
+def val_outputs(out, data, weights=None):
+    """Every validation sample's probabilities, targets, the class names and the logits (float64), computed in this
+    process in one batch from the run's saved weights (the raw ones, or the state dict file `weights`), in the
+    split's order."""
+    from safetensors.torch import load_file
+
     from utils.data.sources.catalog import build_datasets
     from utils.config.options import parse_args
     from utils.data.transforms.batch import BatchInput
     from utils.run.trained import load_run
 
     run, model = load_run(out)
+    if weights is not None:
+        model.load_state_dict(load_file(weights))
     _, val, names, _ = build_datasets(parse_args(["--dataset", str(data), "--image_size", "32"]))
     items = [val[i] for i in range(len(val))]
     pixels = torch.stack([item["pixel_values"] for item in items])
     with torch.no_grad():
-        probs = model(BatchInput(run.input.mean_std)(pixels)).sigmoid().double().numpy()
-    return probs, torch.stack([item["labels"] for item in items]).numpy().astype(bool), names
+        logits = model(BatchInput(run.input.mean_std)(pixels))
+    targets = torch.stack([item["labels"] for item in items]).numpy().astype(bool)
+    return logits.sigmoid().double().numpy(), targets, names, logits.double().numpy()
+
+
+def summed_bce(logits, targets):
+    """Each sample's binary cross-entropy summed over its classes, by hand in float64: -log(p) for a positive,
+    -log(1 - p) for a negative, p = sigmoid(logit) (written as log(1 + e^-x) and log(1 + e^x))."""
+    return np.where(targets, np.logaddexp(0, -logits), np.logaddexp(0, logits)).sum(axis=1)
 
 
 RECIPE = ("--mixup_alpha", "0.4", "--cutmix_alpha", "1.0", "--pos_weight", "auto", "--model_ema", "--keep_best", "1",
@@ -116,10 +180,12 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     """Trained on 2 processes, 37 validation images: mAP, per-class AP, P/R/F1 and exact match equal
     scikit-learn's over the 37 computed at once here; --eval_only on 1 process says the same; the per-rank files
     add up to global.json; --pos_weight auto is each class's negatives over positives in all 48 rows; best/
-    follows the EMA's mAP."""
+    follows the EMA's mAP; val_loss is each sample's BCE summed over its classes, by hand; top_losses.csv's rows (of
+    the EMA's weights) name the labels missed and those falsely given; model/thresholds.json is tuned on the weights
+    model/ holds (the EMA's), not on the raw ones."""
     out = two_process_run
     results = read_json(out / "results.json")
-    probs, targets, names = val_outputs(out, tagged)
+    probs, targets, names, logits = val_outputs(out, tagged)
     assert names == CLASSES and results["val_samples"] == 37 == len(targets)
     theirs = sklearn_figures(probs, targets)
     assert [results["per_class_ap"][n] for n in names] == pytest.approx(theirs.pop("per_class_ap"), abs=1e-12)
@@ -143,6 +209,46 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     assert (out / "per_class_ap.png").is_file() and (out / "per_class_counts.csv").is_file()
     best = read_json(out / "best" / "metrics.json")  # --keep_best follows mAP, the EMA's with --model_ema
     assert best["val_ema_map"] == max(r["val_ema_map"] for r in rows if "val_ema_map" in r)
+    # val_loss: each sample's BCE summed over its 4 classes (as training sums it, so that the two losses beside each
+    # other in metrics.jsonl and curves.png are on one scale), averaged over the 37; no --pos_weight in it
+    losses = summed_bce(logits, targets)
+    assert results["val_loss"] == pytest.approx(losses.mean(), rel=1e-5)
+    assert [r["val_loss"] for r in rows if "val_loss" in r][-1] == results["val_loss"]
+    # top_losses.csv (the default 24 rows) of the weights model/ holds (the EMA's with --model_ema, those of
+    # predict.py --ema): each row's loss is that sample's, highest first; `missed` the true labels below the threshold
+    # (false negatives), `false` those at or above it that are not true
+    held, _, _, held_logits = val_outputs(out, tagged, weights=out / "model" / "model.safetensors")
+    held_losses = summed_bce(held_logits, targets)
+    table = list(csv.DictReader((out / "top_losses.csv").open()))
+    assert len(table) == 24 and [float(r["loss"]) for r in table] == sorted((float(r["loss"]) for r in table),
+                                                                             reverse=True)
+
+    def named(text):
+        return set() if text == "(none)" else set(text.split())
+
+    wrong = 0
+    for row in table:
+        i = int(row["index"])
+        assert float(row["loss"]) == pytest.approx(held_losses[i], abs=1e-4)
+        if np.abs(held[i] - 0.5).min() < 1e-5:  # a probability at the threshold: a rounding could decide it
+            continue
+        truth, said = ({names[c] for c in np.flatnonzero(on)} for on in (targets[i], held[i] >= 0.5))
+        assert (named(row["true"]), named(row["predicted"])) == (truth, said)
+        assert (named(row["missed"]), named(row["false"])) == (truth - said, said - truth)
+        wrong += truth != said
+    assert wrong  # some rows where the labels are wrong: missed and false say something
+    # model/thresholds.json: each class's F1-best threshold on these 37 samples of the weights model/ holds, the
+    # run's threshold for "water" (no positive)
+    from utils.evaluation.tasks import best_f1_threshold
+
+    def f1_best(p):
+        return [best_f1_threshold(targets[:, c], p[:, c]) if targets[:, c].any() else results["threshold"]
+                for c in range(len(names))]
+
+    saved = read_json(out / "model" / "thresholds.json")
+    assert saved["threshold"] == 0.5 and list(saved["tuned"]) == names
+    assert list(saved["tuned"].values()) == pytest.approx(f1_best(held), abs=1e-6)
+    assert f1_best(probs) != pytest.approx(f1_best(held), abs=1e-6)  # the raw weights' are other thresholds
 
 
 @pytest.mark.slow
@@ -194,24 +300,30 @@ def test_an_unknown_validation_class_is_one_line_naming_the_row(tmp_path, capsys
 
 @pytest.mark.slow
 def test_predict_lists_the_labels_validation_counted(tmp_path):
-    """multi_digits, a short run on 2 processes: its validation tiles written as PNG files (lossless), predicted at
-    the run's threshold: per class, the true and false positives equal those of the run's last validation;
-    --threshold tuned reads model/thresholds.json; the ONNX graph ends in the sigmoid."""
+    """multi_digits, a short run on 2 processes with --threshold 0.3: its validation tiles written as PNG files
+    (lossless), predicted at the run's threshold (0.3, not 0.5): per class, the true and false positives equal those
+    of the run's last validation; --threshold tuned reads model/thresholds.json; the ONNX graph ends in the sigmoid:
+    its output "probabilities", predict.py's on the same pixels."""
     import predict
     from utils.data.sources.multi_digits import load_multi_digits
     from utils.data.sources.splits import subset
 
     out = tmp_path / "run"
     ranks_ok(["--dataset", "multi_digits", "--epochs", "1", "--max_train_samples", "256", "--max_val_samples", "75",
-              "--batch_size", "32", "--num_workers", "1", "--output_dir", out], nproc=2)
+              "--batch_size", "32", "--num_workers", "1", "--threshold", "0.3", "--output_dir", out], nproc=2)
     results = read_json(out / "results.json")
+    assert results["threshold"] == 0.3
     val = subset(load_multi_digits()["validation"], 75)  # the run's validation rows
     files = tmp_path / "tiles"
     files.mkdir()
     for i in range(len(val)):
         val[i]["image"].save(files / f"{i:03d}.png")
-    rows = at_half = predict.main([str(out), str(files), "--top_k", "2"])
+    rows = at_run = predict.main([str(out), str(files), "--top_k", "10"])  # no --threshold: the run's; all 10 classes
     names = results["class_names"]
+    listed = np.array([[dict(zip(r["labels"], r["probs"]))[n] for n in names] for r in rows])
+    assert ((listed >= 0.3) & (listed < 0.5)).any()  # labels that 0.5 would not give: the threshold decides them
+    for row, p in zip(rows, listed):  # (away from 0.3: the listed probabilities are rounded to 6 places)
+        assert all((n in row["predicted"]) == (q >= 0.3) for n, q in zip(names, p) if abs(q - 0.3) > 1e-6)
     predicted = np.array([[n in r["predicted"] for n in names] for r in rows])
     truth = np.array([[c in labels for c in range(len(names))] for labels in val["label"]])
     counts = results["per_class_counts"]
@@ -223,7 +335,7 @@ def test_predict_lists_the_labels_validation_counted(tmp_path):
     for row in rows:  # (probs are rounded to 6 places: a tuned threshold is one of validation's probabilities)
         probs = dict(zip(row["labels"], row["probs"]))
         assert all((n in row["predicted"]) == (probs[n] >= tuned[n]) for n in names if abs(probs[n] - tuned[n]) > 1e-6)
-    assert any(r["predicted"] != s["predicted"] for r, s in zip(rows, at_half)), "tuned thresholds changed nothing"
+    assert any(r["predicted"] != s["predicted"] for r, s in zip(rows, at_run)), "tuned thresholds changed nothing"
     from utils.inference import EvalGraph, load_run
 
     run, model = load_run(out)
@@ -231,6 +343,22 @@ def test_predict_lists_the_labels_validation_counted(tmp_path):
     pixels = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
     with torch.no_grad():
         assert torch.equal(graph(pixels), EvalGraph(model, run.input)(pixels).sigmoid())
+    # --export_onnx: the exported graph's output is "probabilities", each in [0, 1]: on the tiles' pixels (as
+    # predict.py reads the files), the sigmoid of the PyTorch logits and the probabilities predict.py listed
+    import onnxruntime
+
+    from utils.inference import eval_dataset
+
+    predict.main([str(out), "--export_onnx", str(tmp_path / "m.onnx")])
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["probabilities"]
+    read, _ = eval_dataset(run, sorted(files.iterdir()))
+    pixels = torch.stack([read[i]["pixel_values"] for i in range(len(read))])
+    got = session.run(None, {"pixels": pixels.numpy()})[0]
+    assert got.shape == (75, 10) and got.min() >= 0 and got.max() <= 1
+    with torch.no_grad():
+        assert np.abs(got - EvalGraph(model, run.input)(pixels).sigmoid().numpy()).max() <= 1e-5
+    assert np.abs(got - listed).max() <= 1e-5
 
 
 @pytest.fixture(scope="session")
@@ -256,9 +384,11 @@ def csv_files(tmp_path_factory):
 def test_csv_label_files_train_on_two_processes(csv_files, tmp_path):
     out = tmp_path / "run"
     ranks_ok(["--train_csv", csv_files / "train.csv", "--val_csv", csv_files / "val.csv", "--image_size", "32",
-              "--batch_size", "4", "--epochs", "1", "--num_workers", "1", "--output_dir", out], nproc=2)
+              "--batch_size", "4", "--epochs", "1", "--num_workers", "1", "--track_metric", "macro_f1",
+              "--output_dir", out], nproc=2)
     results = read_json(out / "results.json")
     assert results["class_names"] == CLASSES[:3] and results["val_samples"] == 23
+    assert results["tracked_metric"] == "val_f1_macro"  # --track_metric macro_f1: multi-label data's macro F1
     assert results["dataset"] == f"csv:{csv_files / 'train.csv'}"
     positives = [sum(name in tags(3 * i + 2) for i in range(23)) for name in CLASSES[:3]]
     assert list(results["per_class_positives"].values()) == positives
@@ -374,3 +504,4 @@ def test_a_csv_without_validation_carves_its_fraction_by_label_set_and_class_nam
     assert "stratified by label set" in notes[0]
     assert torch.equal(val[0]["labels"], torch.zeros(4).index_fill_(0, torch.tensor(val.dataset.labels[0],
                                                                                   dtype=torch.int64), 1.0))
+

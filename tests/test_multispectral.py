@@ -67,6 +67,18 @@ def numpy_statistics(folder, pick=None):
     return x.mean(axis=(0, 2)), x.std(axis=(0, 2))
 
 
+def with_a_broken_tiff(bands, root):
+    """root/tif: a copy of the 6-band folders with root/tif/tr/7/zz.tif, a TIFF header and nothing readable after
+    it. It sorts last, so --mean auto's pass (a contiguous block of the sorted files a process) meets it on the last
+    process only. Returns its path."""
+    import shutil
+
+    shutil.copytree(bands / "tif", root / "tif")
+    path = root / "tif" / "tr" / "7" / "zz.tif"
+    path.write_bytes(b"II*\x00" + b"\x07" * 40)
+    return path
+
+
 def test_files_keep_their_bits_and_bands(tmp_path):
     """16-bit PNG (gray and RGB), TIFF (interleaved and planar, 6 bands), .npy and an 8-bit gray PNG are read to their
     exact values; --bands picks and orders; a file of other bands or type is a ValueError naming both."""
@@ -139,18 +151,26 @@ def test_statistics_are_the_whole_splits_on_one_process(bands, tmp_path):
 def test_six_bands_train_on_two_processes_predict_and_export_as_validated_and_resume_bitwise(bands, tmp_path, capsys):
     """6-band uint16 TIFFs, --bands 3 4 5 1 --mean auto, 2 processes with a worker each: the statistics are the whole
     split's (numpy's); predict.py on the validation folder gives the run's val top-1 and loss's labels, and so does the
-    ONNX graph fed the files' raw bands; a SIGKILL mid-epoch 1 and --resume latest end with the same bits."""
+    ONNX graph fed the files' raw bands; a SIGKILL mid-epoch 1 and --resume latest end with the same bits.
+    With --skip_bad_images, a training file that cannot be read, met by the statistics pass on process 1 only: it is
+    left out of the statistics, which rank 0 says naming it; in training it stands as a blank of the 4 bands the
+    model sees (not of the file's 6: a batch holding it would not stack) and is listed."""
     import onnxruntime
     import predict
 
     from utils.inference import eval_dataset, load_run
 
+    broken = with_a_broken_tiff(bands, tmp_path)
     out = tmp_path / "whole"
-    extra = ("--bands", "3", "4", "5", "1", "--mean", "auto", "--checkpoint_every_steps", "1")
-    proc = ranks_ok(job(bands, "tif", out, 1, *extra), nproc=2)
+    extra = ("--bands", "3", "4", "5", "1", "--mean", "auto", "--checkpoint_every_steps", "1", "--skip_bad_images")
+    proc = ranks_ok(job(tmp_path, "tif", out, 1, *extra), nproc=2)
     assert "pixels: 6 channels of uint16 in each file" in proc.stdout and "4 channels into the model" in proc.stdout
+    left_out = [line for line in proc.ranks[0].stdout.splitlines() if "left out" in line]
+    assert len(left_out) == 1 and left_out[0].startswith(
+        f"statistics: 1 unreadable training file(s) left out, e.g. {broken} ("), proc.report()
     results, record = read_json(out / "results.json"), read_json(out / "run.json")
-    mean, std = numpy_statistics(bands / "tif" / "tr", (3, 4, 5, 1))
+    assert results["skipped_images"] == [str(broken)]
+    mean, std = numpy_statistics(bands / "tif" / "tr", (3, 4, 5, 1))  # the folder without the broken file
     assert np.allclose(record["input"]["mean_std"][0], mean, rtol=1e-12)
     assert np.allclose(record["input"]["mean_std"][1], std, rtol=1e-10)
     assert results["val_samples"] == 7
@@ -173,7 +193,7 @@ def test_six_bands_train_on_two_processes_predict_and_export_as_validated_and_re
     assert config["pretrained_cfg"]["in_chans"] == 4 if "pretrained_cfg" in config else \
         config["input"]["pixel_max"] == 65535 and config["input"]["bands"] == [3, 4, 5, 1]
     killed = tmp_path / "killed"
-    argv = job(bands, "tif", killed, 1, *extra)
+    argv = job(tmp_path, "tif", killed, 1, *extra)
     ranks_killed(argv, "step:3", nproc=2)  # epoch 1, its first step (3 steps an epoch on each process)
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) is not None and "statistics: mean and std as" in proc.stdout
@@ -303,6 +323,24 @@ def test_a_file_of_other_bands_stops_the_run_in_one_line_naming_it(bands, odd, s
     code, err = main_fails(job(tmp_path, "mixed", tmp_path / "run", 0, *stats), capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "zz.tif" in err and says in err
+
+
+@pytest.mark.slow
+def test_a_file_the_statistics_pass_cannot_read_on_one_process_stops_every_process_in_one_line(bands, tmp_path):
+    """Without --skip_bad_images, a broken TIFF in process 1's share of --mean auto's pass (2 forked ranks): the
+    processes pool what they could not read, so every one stops there, exit 2, with the one line naming it (none
+    trains on alone, none waits in a collective for the others to be torn down)."""
+    from ranks import run_ranks
+
+    broken = with_a_broken_tiff(bands, tmp_path)
+    ranks = run_ranks(job(tmp_path, "tif", tmp_path / "run", 0, "--mean", "auto", "--bands", "3", "4"), nproc=2,
+                      timeout=120)
+    assert not ranks.timed_out and [r.returncode for r in ranks.ranks] == [2, 2], ranks.report()
+    for rank in ranks.ranks:
+        lines = [line for line in rank.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("train_classification.py: error: mean: auto reads every "
+                                                       f"training file, and 1 could not be read: {broken} ("), \
+            ranks.report()
 
 
 def test_a_save_to_disk_folder_of_tiff_bytes_keeps_its_bands(tmp_path):

@@ -201,6 +201,52 @@ def test_a_changed_value_of_any_resume_key_is_refused_naming_it():
         _check_options(args, state, 2, keys)
 
 
+FILES = ("--train_dir", "{d}/tr", "--val_dir", "{d}/va")  # .npy files of 4 uint16 bands: --bands, --pixel_max apply
+
+
+WAVE = [  # the option, a command's options, and the same command with another value of it
+    ("sampler", [], ["--sampler", "balanced"]),
+    ("sampler_power", ["--sampler", "balanced"], ["--sampler", "balanced", "--sampler_power", "0.5"]),
+    ("steps_per_epoch", ["--sampler", "balanced"], ["--sampler", "balanced", "--steps_per_epoch", "3"]),
+    ("class_weights", ["--class_weights", "balanced"], ["--class_weights", "effective:0.99"]),
+    ("logit_adjust", ["--logit_adjust", "1"], ["--logit_adjust", "0.5"]),
+    ("focal_gamma", ["--focal_gamma", "2"], ["--focal_gamma", "1"]),
+    ("track_metric", [], ["--track_metric", "balanced_accuracy"]),
+    ("bands", [*FILES, "--bands", "0", "1"], [*FILES, "--bands", "1", "0"]),
+    ("pixel_max", [*FILES], [*FILES, "--pixel_max", "10000"]),
+    ("pos_weight", ["--dataset", "multi_digits"], ["--dataset", "multi_digits", "--pos_weight", "auto"]),
+    ("multi_label_loss", ["--dataset", "multi_digits"], ["--dataset", "multi_digits", "--multi_label_loss", "asl"]),
+]
+
+
+@pytest.mark.parametrize("key, before, after", WAVE, ids=[case[0] for case in WAVE])
+def test_the_long_tail_and_band_options_are_resume_keys(key, before, after, tmp_path):
+    """Each option of long-tailed data (the draws, the loss, the figure followed) and of the files' bands and
+    scaling changes what a resumed run would compute: as the checkpoint records them (its JSON state), the same
+    command resumes and a changed value is refused naming the option, not taken silently."""
+    import json
+
+    import numpy as np
+
+    from utils.config.options import parse_args, resume_keys
+    from utils.training.run_folder import FolderError, _check_options
+
+    for split in ("tr", "va"):
+        for name in ("a", "b"):
+            (tmp_path / split / name).mkdir(parents=True)
+            np.save(tmp_path / split / name / "0.npy", np.zeros((8, 8, 4), np.uint16))
+    def argv(options):  # FILES in this test's folder
+        return [a.format(d=tmp_path) for a in options]
+
+    keys = resume_keys()
+    recorded, same, changed = parse_args(argv(before)), parse_args(argv(before)), parse_args(argv(after))
+    assert getattr(recorded, key) != getattr(changed, key)  # the two commands differ in this option
+    state = json.loads(json.dumps({"options": {k: getattr(recorded, k) for k in keys}, "world_size": 1}))
+    _check_options(same, state, 1, keys)
+    with pytest.raises(FolderError, match=rf"other values of: {key} \("):
+        _check_options(changed, state, 1, keys)
+
+
 def test_a_checkpoint_written_before_an_option_became_a_resume_key_still_resumes():
     """Checkpoints written before the augmentation switches were resume keys recorded none of them."""
     from utils.config.options import parse_args, resume_keys
