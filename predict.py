@@ -21,6 +21,8 @@ the run's classes (a <class>/<file> layout), the top-1 accuracy against those na
 A multi-label run (several labels a sample) lists every label whose sigmoid probability is at least the threshold
 (the run's --threshold, another, or `tuned`: each class's F1-best on the run's validation, model/thresholds.json),
 then the top-k probabilities; its ONNX graph ends in the sigmoid (output 'probabilities').
+A run's --calibrate temperature and tuned thresholds fit the weights model/ holds (the EMA's of a --model_ema run:
+--ema): other weights' logits are used as they are (a line says so), and --threshold tuned is refused for them.
 """
 
 import argparse
@@ -85,7 +87,7 @@ def main(argv=None):
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
-    from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run
+    from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run, tuned_for
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
     # unless the CPU is asked for (see build_accelerator in train_classification.py).
@@ -95,6 +97,10 @@ def main(argv=None):
             if target and Path(target).exists() and not opts.overwrite:
                 raise RunError(f"{target} exists; pass --overwrite to replace it")
         run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
+        if run.temperature != 1.0 and not tuned_for(run, opts.ema, opts.checkpoint) and accelerator.is_main_process:
+            print(f"calibration: the run's temperature {run.temperature:.4f} was fitted to {run.tuned_on} (what "
+                  f"model/ holds); these weights' logits are used as they are"
+                  f"{' (add --ema for the calibrated ones)' if run.tuned_on == 'model_ema.safetensors' else ''}")
         inp = run.input  # its eval input: sizes, normalisation, clips
         if opts.export_onnx and accelerator.is_main_process:
             diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite, sigmoid=run.multi_label)
@@ -123,7 +129,7 @@ def main(argv=None):
 
 def label_thresholds(run, opts):
     """Multi-label runs: each class's threshold (--threshold, tuned, or the run's own); None for single-label runs."""
-    from utils.inference import RunError
+    from utils.inference import RunError, tuned_for
 
     if not run.multi_label:
         if opts.threshold is not None:
@@ -132,6 +138,10 @@ def label_thresholds(run, opts):
     if opts.threshold != "tuned":
         return [run.threshold if opts.threshold is None else opts.threshold] * len(run.classes)
     saved = Path(opts.run) / "model" / "thresholds.json"
+    if not tuned_for(run, opts.ema, opts.checkpoint):
+        fix = "drop --checkpoint" if opts.checkpoint else "add --ema"
+        raise RunError(f"--threshold tuned: {saved} holds the thresholds tuned for the run's {run.tuned_on} (what "
+                       f"model/ holds), not for these weights; {fix}, or give a number")
     if not saved.is_file():
         raise RunError(f"--threshold tuned: {saved} does not exist (written at the end of a multi-label run's "
                        f"training); give a number instead")

@@ -184,41 +184,63 @@ def test_the_html_report_renders_in_a_headless_browser_with_every_image(tmp_path
 
 
 @pytest.mark.slow
-def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_predict_applies_it(images, tmp_path):
-    """An over-confident run (no label smoothing, a high LR, 36 training images): --calibrate fits T > 1, the
-    validation NLL falls, T is in results.json, run.json and the model folder, and predict.py's probabilities and the
-    ONNX graph's are softmax(logits / T) of the saved weights."""
+def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predict_applies_it_to_them(images, tmp_path,
+                                                                                                     capsys):
+    """An over-confident run (no label smoothing, a high LR, 36 training images) with EMA weights: --calibrate fits T
+    > 1 to the EMA weights that model/ holds (not the raw ones), on the whole validation split; its figures after are
+    cross-fitted, each half of the split (even and odd places) scaled by the T fitted on the other half; T is in
+    results.json, run.json and the model folder; predict.py --ema and its ONNX graph give softmax(logits / T) of the EMA
+    weights, and predict.py on the raw weights uses their logits as they are (T was not fitted to them)."""
     import predict
 
     from utils.config.options import parse_args
     from utils.data.sources.catalog import build_datasets
     from utils.data.transforms.batch import BatchInput
-    from utils.run.trained import load_run
+    from utils.evaluation.calibration import fit_temperature
+    from utils.run.trained import Tempered, load_run
 
     out = tmp_path / "run"
     results = run_main(resume_job(images, out, 0, "--label_smoothing", "0", "--lr", "0.4", "--epochs", "4",
-                                  "--calibrate"))
+                                  "--model_ema", "--model_ema_decay", "0.9", "--calibrate"))
     t = results["temperature"]
     assert t > 1.05 and results["val_nll_calibrated"] < results["val_nll_uncalibrated"]
     assert read_json(out / "run.json")["temperature"] == t == read_json(out / "model" / "config.json")["input"][
         "temperature"]
-    run, tempered = load_run(out)
-    bare = tempered.model
     _, val, names, _ = build_datasets(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
                                                   "--image_size", "32"]))
+    run, tempered = load_run(out, ema=True)
+    assert isinstance(tempered, Tempered) and tempered.temperature == t
+    pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
+    labels = torch.tensor([val[i]["labels"] for i in range(len(val))])
+    raw = load_run(out)[1]
+    assert not isinstance(raw, Tempered)  # T was fitted to the EMA weights, not to these
     with torch.no_grad():
-        logits = bare(BatchInput(run.input.mean_std)(torch.stack([val[i]["pixel_values"] for i in range(len(val))])))
-    rows = predict.main([str(out), str(images / "va"), "--top_k", "1", "--num_workers", "0"])
+        logits = tempered.model(BatchInput(run.input.mean_std)(pixels)).double()
+        raw_logits = raw(BatchInput(run.input.mean_std)(pixels)).double()
+    with torch.enable_grad():
+        assert fit_temperature(logits, labels) == pytest.approx(t, rel=1e-4)  # the EMA weights' own T
+        assert fit_temperature(raw_logits, labels) != pytest.approx(t, rel=0.05)  # (the raw ones' differs)
+        even, odd = torch.arange(len(labels)) % 2 == 0, torch.arange(len(labels)) % 2 == 1
+        halves = [fit_temperature(logits[even], labels[even]), fit_temperature(logits[odd], labels[odd])]
+    assert results["temperature_halves"] == pytest.approx(halves, rel=1e-4)
+    held_out = torch.where(even, halves[1], halves[0])[:, None]  # each sample by the other half's T
+    assert float(F.cross_entropy(logits / held_out, labels)) == pytest.approx(results["val_nll_calibrated"],
+                                                                             rel=1e-4)
+    assert float(F.cross_entropy(logits / t, labels)) < results["val_nll_calibrated"]  # in-sample flatters itself
+    capsys.readouterr()
+    rows = predict.main([str(out), str(images / "va"), "--top_k", "1", "--num_workers", "0", "--ema"])
     expected = (logits / t).softmax(dim=1).max(dim=1).values
     assert [r["probs"][0] for r in rows] == pytest.approx(expected.tolist(), abs=1e-5)
-    nll = F.cross_entropy(logits / t, torch.tensor([val[i]["labels"] for i in range(len(val))]))
-    assert float(nll) == pytest.approx(results["val_nll_calibrated"], abs=1e-5)
+    assert "calibration:" not in capsys.readouterr().out
+    rows = predict.main([str(out), str(images / "va"), "--top_k", "1", "--num_workers", "0"])
+    assert [r["probs"][0] for r in rows] == pytest.approx(raw_logits.softmax(dim=1).max(dim=1).values.tolist(),
+                                                          abs=1e-5)
+    assert f"calibration: the run's temperature {t:.4f} was fitted to model_ema.safetensors" in capsys.readouterr().out
     import onnxruntime
 
-    predict.main([str(out), "--export_onnx", str(tmp_path / "m.onnx")])  # the graph divides by T too
+    predict.main([str(out), "--ema", "--export_onnx", str(tmp_path / "m.onnx")])  # the graph divides by T too
     session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))]).numpy()
-    graph = torch.from_numpy(session.run(None, {"pixels": pixels})[0])
+    graph = torch.from_numpy(session.run(None, {"pixels": pixels.numpy()})[0])
     assert graph.softmax(dim=1).max(dim=1).values.tolist() == pytest.approx(expected.tolist(), abs=1e-4)
 
 

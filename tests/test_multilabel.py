@@ -133,6 +133,14 @@ def test_track_metric_macro_f1_follows_the_macro_f1_of_multi_label_figures():
     assert stopped and patience.best == pytest.approx(scores[0][1])
 
 
+def main_fails_with(call, capsys):
+    """(exit code, stderr's lines) of `call()`, which must stop."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        call()
+    return stopped.value.code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
 def val_outputs(out, data, weights=None):
     """Every validation sample's probabilities, targets, the class names and the logits (float64), computed in this
     process in one batch from the run's saved weights (the raw ones, or the state dict file `weights`), in the
@@ -176,7 +184,7 @@ def two_process_run(tagged, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_process_run, tmp_path):
+def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_process_run, tmp_path, capsys):
     """Trained on 2 processes, 37 validation images: mAP, per-class AP, P/R/F1 and exact match equal
     scikit-learn's over the 37 computed at once here; --eval_only on 1 process says the same; the per-rank files
     add up to global.json; --pos_weight auto is each class's negatives over positives in all 48 rows; best/
@@ -249,6 +257,15 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     assert saved["threshold"] == 0.5 and list(saved["tuned"]) == names
     assert list(saved["tuned"].values()) == pytest.approx(f1_best(held), abs=1e-6)
     assert f1_best(probs) != pytest.approx(f1_best(held), abs=1e-6)  # the raw weights' are other thresholds
+    # ... so predict.py applies them to the weights they were tuned on (--ema), and refuses them on the raw ones
+    import predict
+
+    image = tmp_path / "tile.png"
+    tile(["cloud"], np.random.default_rng(0)).save(image)
+    assert predict.main([str(out), str(image), "--ema", "--threshold", "tuned", "--num_workers", "0"])[0]["path"]
+    code, err = main_fails_with(lambda: predict.main([str(out), str(image), "--threshold", "tuned"]), capsys)
+    assert code == 2 and len(err) == 1 and "--threshold tuned: " in err[0] and "model_ema.safetensors" in err[0] and \
+        "add --ema" in err[0]
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from utils.data.decoding.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFI
 from utils.data.sources.catalog import source_named
 from utils.data.transforms.images import Fixed
 from utils.data.transforms.video import video_eval, video_test
-from utils.run.trained import RunError, load_run  # noqa: F401 (predict.py's, with what follows)
+from utils.run.trained import RunError, load_run, tuned_for  # noqa: F401 (predict.py's, with what follows)
 
 
 def list_inputs(items, video=False):

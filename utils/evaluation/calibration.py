@@ -8,12 +8,13 @@ its accuracy and its mean confidence, weighed by the bin's share of the samples:
     ECE = sum over bins b of |b| / N * |accuracy(b) - confidence(b)|
 
 15 bins, as Guo et al. and torchmetrics' default use. --calibrate fits Guo et al.'s temperature scaling: one T > 0,
-logits / T, chosen to minimise the validation NLL (argmax, hence accuracy, unchanged)."""
+logits / T, chosen to minimise the validation NLL (argmax, hence accuracy, unchanged); its figures after are
+cross-fitted, each half of the split scored with the T fitted on the other half."""
 
 import torch
 import torch.nn.functional as F
 
-from utils.evaluation.scoring import kept_rows, scored_batches
+from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
 
 BINS = 15
 
@@ -62,27 +63,46 @@ def nll_and_ece(logits, labels, temperature=1.0):
 
 @torch.no_grad()
 def validation_logits(job, model):
-    """Every validation sample's logits and label, gathered from every process (each sample once)."""
+    """Every validation sample's logits, label and index in the validation split, gathered from every process (each
+    sample once)."""
     job.share_buffers(only=model)
     model.eval()
 
     def score(batch):
         return job.task.outputs(model, job.inputs(batch["pixel_values"])).float(), batch["labels"]
 
-    logits, labels, _ = kept_rows(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
-    return logits, labels
+    batches = list(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
+    logits, labels, _ = kept_rows(batches)
+    return logits, labels, kept_positions(batches)
+
+
+def cross_fitted(logits, labels, positions):
+    """(the temperatures fitted on each half, the NLL and ECE of every sample scaled by the temperature fitted on the
+    other half): figures of samples the temperature was not fitted on. The halves are the samples at even and at odd
+    places of the split, so a split sorted by class (folders) gives each half its share of every class."""
+    halves = [positions % 2 == parity for parity in (0, 1)]
+    if not all(half.any() for half in halves):  # a single sample: nothing to hold out
+        return None, (None, None)
+    fitted = [fit_temperature(logits[half], labels[half]) for half in halves]
+    other = torch.where(halves[0], fitted[1], fitted[0]).double()[:, None]  # each sample's held-out temperature
+    return fitted, nll_and_ece(logits, labels, other)
 
 
 def calibrate(job, figures):
     """--calibrate: the temperature of the weights model/ holds (the EMA's with --model_ema), fitted on the validation
-    split's logits (a pass of its own); the NLL and ECE before and after go into `figures`. The same T on every
-    process: each fits the same gathered logits. Returns T."""
-    logits, labels = validation_logits(job, job.ema.module if job.ema is not None else job.model)
+    split's logits (a pass of its own), kept in model/; the NLL and ECE before and after go into `figures`, the after
+    cross-fitted (each half of the split scaled by the temperature fitted on the other half: held out, not scored on
+    what it was fitted to). The same figures on every process: each fits the same gathered logits. Returns T."""
+    logits, labels, positions = validation_logits(job, job.ema.module if job.ema is not None else job.model)
     with torch.enable_grad():
         temperature = fit_temperature(logits, labels)
-    (nll, ece), (nll_t, ece_t) = nll_and_ece(logits, labels), nll_and_ece(logits, labels, temperature)
-    figures.update(temperature=temperature, val_nll_uncalibrated=nll, val_nll_calibrated=nll_t,
-                   val_ece_uncalibrated=ece, val_ece_calibrated=ece_t)
-    job.accelerator.print(f"calibration: temperature {temperature:.4f} fitted on the {len(labels)} validation samples: "
-                          f"NLL {nll:.4f} -> {nll_t:.4f}, ECE {ece:.4f} -> {ece_t:.4f}")
+        halves, (nll_t, ece_t) = cross_fitted(logits, labels, positions)
+    nll, ece = nll_and_ece(logits, labels)
+    figures.update(temperature=temperature, temperature_halves=halves, val_nll_uncalibrated=nll,
+                   val_nll_calibrated=nll_t, val_ece_uncalibrated=ece, val_ece_calibrated=ece_t)
+    held_out = (f"held out (each half of the split scaled by the T fitted on the other: {halves[0]:.4f}, "
+                f"{halves[1]:.4f}): NLL {nll:.4f} -> {nll_t:.4f}, ECE {ece:.4f} -> {ece_t:.4f}" if halves else
+                "one sample: no held-out figures")
+    job.accelerator.print(f"calibration: temperature {temperature:.4f} fitted on the {len(labels)} validation samples "
+                          f"(kept in model/); {held_out}")
     return temperature

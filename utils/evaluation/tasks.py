@@ -93,7 +93,7 @@ class SingleLabel:
         return validation_row(figures, class_names)
 
     def results(self, figures, class_names):
-        calibrated = {"temperature": figures["temperature"]} if "temperature" in figures else {}  # --calibrate
+        calibrated = {key: figures[key] for key in ("temperature", "temperature_halves") if key in figures}  # --calibrate
         return {**result_figures(figures, class_names), "calibration_bins": figures["calibration_bins"], **calibrated}
 
     def global_sums(self, figures):

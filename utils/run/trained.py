@@ -43,12 +43,24 @@ class TrainedRun:
     multi_label: bool = False  # several labels a sample: sigmoid outputs, labels at a threshold (older runs: one)
     threshold: float = 0.5  # its --threshold (multi-label)
     temperature: float = 1.0  # --calibrate's: what its logits are divided by before the softmax
+    # The weights file that the temperature and model/thresholds.json were fitted to: the ones model/ holds (the EMA's
+    # with --model_ema). None: a run recorded before it was kept (they were taken to fit any weights).
+    tuned_on: str = None
 
 
 def trained_run(args, settings, classes, multi_label=False, temperature=1.0):
     """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`)."""
     return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
-                      args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature)
+                      args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature,
+                      "model_ema.safetensors" if args.model_ema else "model.safetensors")
+
+
+def tuned_for(run, ema=False, checkpoint=None):
+    """Whether the run's temperature and tuned thresholds were fitted to the weights that `ema` and `checkpoint` choose
+    (load_run): its final ones that model/ holds, the EMA's with --model_ema; not a checkpoint's, nor the raw ones of a
+    --model_ema run."""
+    return checkpoint is None and (run.tuned_on is None or run.tuned_on == ("model_ema.safetensors" if ema else
+                                                                          "model.safetensors"))
 
 
 class Tempered(torch.nn.Module):
@@ -95,7 +107,8 @@ def read_run(run_dir):
 
 
 def load_run(run_dir, ema=False, checkpoint=None):
-    """(the TrainedRun, its model in eval mode with the chosen weights on the CPU).
+    """(the TrainedRun, its model in eval mode with the chosen weights on the CPU; divided by --calibrate's temperature
+    where the weights are those it was fitted to: tuned_for).
 
     Weights: <run>/model.safetensors, model_ema.safetensors with `ema`, or a checkpoint folder's."""
     run_dir = Path(run_dir)
@@ -113,7 +126,8 @@ def load_run(run_dir, ema=False, checkpoint=None):
     except (RuntimeError, ModelError) as e:
         raise RunError(f"{weights}: does not fit {run.model} with {len(run.classes)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
-    return run, (Tempered(model, run.temperature) if run.temperature != 1.0 else model).eval()
+    calibrated = run.temperature != 1.0 and tuned_for(run, ema, checkpoint)  # T only where it was fitted
+    return run, (Tempered(model, run.temperature) if calibrated else model).eval()
 
 
 def read_options(config):
