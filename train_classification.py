@@ -55,6 +55,7 @@ import torch
 from accelerate.utils import set_seed
 
 from utils.config.options import parse, resume_keys
+from utils.config.settings import as_checkpointed
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
@@ -67,7 +68,7 @@ from utils.evaluation.tasks import tracked_key, tuned_thresholds
 from utils.models.ema import save_ema, update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder, save_model_folder
-from utils.run.job import Position, build_accelerator, build_job, check_fsdp, resume
+from utils.run.job import build_accelerator, build_job, check_fsdp, resume
 from utils.run.records import log_validation_media, report_results, start_records
 from utils.training import checkpoints
 from utils.training.run_folder import lock_run_folder, output_dir_for, resume_folder
@@ -93,11 +94,12 @@ def main(argv=None):
         out = output_dir_for(args, accelerator, settings.source_name)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
         resume_from = resume_folder(args, accelerator, out, resume_keys())
+        settings = as_checkpointed(settings, args, resume_from, accelerator.print)  # a checkpoint's own train crop
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
         set_seed(args.seed)
         job, train_samples, num_workers = build_job(args, settings, accelerator, out)
-        position, state = resume(job, resume_from) if resume_from is not None else (Position(), {})
+        position, state = resume(job, resume_from) if resume_from is not None else (checkpoints.Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
         results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)

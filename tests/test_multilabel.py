@@ -195,6 +195,7 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     results = read_json(out / "results.json")
     probs, targets, names, logits = val_outputs(out, tagged)
     assert names == CLASSES and results["val_samples"] == 37 == len(targets)
+    assert read_json(out / "run.json")["input"]["train_crop_scale"] == [0.85, 1.0]  # multi-label data's crop
     theirs = sklearn_figures(probs, targets)
     assert [results["per_class_ap"][n] for n in names] == pytest.approx(theirs.pop("per_class_ap"), abs=1e-12)
     for key, value in theirs.items():
@@ -478,6 +479,12 @@ def test_streamed_shards_with_a_list_column_train_on_two_processes(tmp_path):
     positives = [sum(name in tags(i % 5) for i in range(40)) for name in CLASSES[:3]]
     assert results["pos_weight"] == {n: pytest.approx((40 - p) / p) for n, p in zip(CLASSES, positives)}
     assert results["val_samples"] == 11 and "val_map" in results
+    # the stream crops as multi-label data does, at any size (at 128 px one label a sample would crop 8-100 %)
+    from utils.config.options import parse_args
+    from utils.data.sources.catalog import build_datasets
+
+    train = build_datasets(parse_args(["--dataset", str(tmp_path), "--streaming", "--image_size", "128"]))[0]
+    assert tuple(train.preset(0)[0].transforms[0].scale) == (0.85, 1.0)
 
 
 def test_mixup_and_cutmix_mix_multi_hot_targets_as_they_mix_the_images():
@@ -522,3 +529,22 @@ def test_a_csv_without_validation_carves_its_fraction_by_label_set_and_class_nam
     assert torch.equal(val[0]["labels"], torch.zeros(4).index_fill_(0, torch.tensor(val.dataset.labels[0],
                                                                                   dtype=torch.int64), 1.0))
 
+
+def test_multi_label_data_is_cropped_keeping_most_of_each_image(tagged, csv_files):
+    """A random crop of 8 % of the area cuts labelled objects out of a multi-label image while their labels stay on:
+    multi-label data (a list column, CSV files of names) crops 85-100 % by default at any size, says so and records
+    it; the same files' folder as one label a sample, of 128 px, keeps ImageNet's 8-100 %; --train_crop_scale wins."""
+    from utils.config.options import parse_args
+    from utils.data.sources.catalog import build_datasets
+
+    def train_crop(*argv):
+        train = build_datasets(parse_args([*map(str, argv), "--image_size", "128"]))[0]
+        crop = train.dataset.preset(0)[0].transforms[0]
+        return tuple(crop.scale), tuple(crop.ratio)
+
+    ratio = (3 / 4, 4 / 3)
+    assert train_crop("--dataset", tagged) == ((0.85, 1.0), ratio)
+    assert train_crop("--train_csv", csv_files / "train.csv", "--val_csv", csv_files / "val.csv") == ((0.85, 1.0),
+                                                                                                     ratio)
+    assert train_crop("--dataset", tagged, "--train_crop_scale", "0.3", "0.9") == ((0.3, 0.9), ratio)
+    assert train_crop("--train_dir", csv_files, "--val_dir", csv_files) == ((0.08, 1.0), ratio)  # a folder: one label

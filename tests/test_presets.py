@@ -238,3 +238,94 @@ def test_progressive_resizing_follows_ffcvs_ramp():
         with pytest.raises(SystemExit) as e:
             preset_args(*bad)
         assert e.value.code == 2
+
+
+def crop_areas(preset, side, draws=400):
+    """The share of a side x side image's area of each of `draws` crops the train preset's random crop makes."""
+    crop = preset.transforms[0]
+    image = torch.zeros(3, side, side, dtype=torch.uint8)
+    torch.manual_seed(0)
+    boxes = [crop.make_params([image]) for _ in range(draws)]
+    return torch.tensor([box["height"] * box["width"] / side ** 2 for box in boxes]), \
+        torch.tensor([box["width"] / box["height"] for box in boxes])
+
+
+@pytest.mark.parametrize("extra, multi_label, low", [
+    (["--image_size", "224"], False, 0.08),  # timm's and torchvision's ImageNet crop
+    (["--image_size", "128"], False, 0.08),
+    (["--image_size", "96"], False, 0.85),  # small images keep most of themselves
+    (["--image_size", "32"], False, 0.85),
+    (["--image_size", "224"], True, 0.85),  # multi-label data keeps its labelled objects, at any size
+    (["--image_size", "32"], True, 0.85),
+    (["--image_size", "32", "--train_crop_scale", "0.2", "0.9"], True, 0.2),  # the option wins
+    (["--image_size", "224", "--train_crop_scale", "0.5", "0.5"], False, 0.5),
+    (["--image_size", "224", "--train_crop_size", "96"], False, 0.08),  # the model's input size says what is small
+    (["--image_size", "96", "--train_crop_size", "160"], False, 0.85),
+])
+def test_the_train_crop_keeps_the_share_of_the_area_its_data_needs(extra, multi_label, low):
+    """The random crop's area share (drawn as RandomResizedCrop draws it, the workers' and --decode_on_device's
+    alike) stays within --train_crop_scale, else the default for the data's size and kind of labels."""
+    args = preset_args(*extra)
+    inp = resolve_input(args)
+    high = args.train_crop_scale[1] if args.train_crop_scale else 1.0
+    areas, _ = crop_areas(presets.train_preset(inp, multi_label=multi_label), 200)
+    assert areas.min() >= low - 0.02 and areas.max() <= high + 0.01  # the crop's sides are whole pixels
+    assert areas.min() < low + 0.1  # the range is drawn from, down to its low end
+    assert inp.with_crop_box(multi_label).train_crop_scale == (low, high)  # what run.json records
+
+
+def test_the_train_crop_ratio_is_drawn_within_its_option():
+    default = crop_areas(presets.train_preset(resolve_input(preset_args("--image_size", "224"))), 200)[1]
+    assert default.min() >= 3 / 4 - 0.02 and default.max() <= 4 / 3 + 0.02 and default.max() > 1.2
+    _, ratios = crop_areas(presets.train_preset(resolve_input(preset_args("--image_size", "224", "--train_crop_scale",
+                                                                         "0.3", "0.6", "--train_crop_ratio", "1.5",
+                                                                         "2"))), 200)
+    assert ratios.min() >= 1.5 - 0.05 and ratios.max() <= 2 + 0.05
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train_dir", "x", "--train_crop_scale", "0", "1"], "train_crop_scale: must be MIN MAX with 0 < MIN <= MAX <= 1"),
+    (["--train_dir", "x", "--train_crop_scale", "0.8", "0.5"], "train_crop_scale: must be MIN MAX"),
+    (["--train_dir", "x", "--train_crop_scale", "0.5", "1.2"], "train_crop_scale: must be MIN MAX"),
+    (["--train_dir", "x", "--train_crop_ratio", "2", "1"], "train_crop_ratio: must be MIN MAX with 0 < MIN <= MAX"),
+    (["--dataset", "digits", "--train_crop_scale", "0.5", "1"], "train_crop_scale: the embedded digits keep their own"),
+    (["--dataset", "spectral_digits", "--train_crop_ratio", "1", "1"], "train_crop_ratio: the embedded digits keep"),
+    (["--dataset", "moving_digits", "--train_crop_scale", "0.5", "1"], "train_crop_scale: is for images"),
+    (["--dataset", "synthetic", "--train_crop_scale", "0.5", "1"], "train_crop_scale: synthetic data is generated"),
+])
+def test_a_train_crop_that_cannot_apply_is_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_a_checkpoint_made_before_the_crop_options_continues_with_the_crop_it_was_made_with(tmp_path):
+    """A run folder written before --train_crop_scale existed trained with timm's 0.08-1 crop whatever its data; its
+    resumed run keeps that crop (else it would no longer be the run it was), says so, and records it. A checkpoint
+    that records the options, or a resume that sets them, keeps what they say."""
+    import json
+
+    from utils.config.options import parse
+    from utils.config.settings import as_checkpointed
+
+    def state(folder, **options):
+        folder.mkdir()
+        (folder / "training_state.json").write_text(json.dumps({"options": {"lr": 0.1, **options}}))
+        return folder
+
+    old, new = state(tmp_path / "old"), state(tmp_path / "new", train_crop_scale=None, train_crop_ratio=None)
+    args, settings = parse(["--train_dir", "x", "--image_size", "32"])
+    said = []
+    kept = as_checkpointed(settings, args, old, said.append)
+    assert (kept.input.train_crop_scale, kept.input.train_crop_ratio) == ((0.08, 1.0), (3 / 4, 4 / 3))
+    assert kept.input.crop_box(True) == ((0.08, 1.0), (3 / 4, 4 / 3))  # whatever the labels turn out to be
+    assert len(said) == 1 and said[0].startswith(f"resume: {old} was made before --train_crop_scale and "
+                                                 f"--train_crop_ratio existed")
+    assert as_checkpointed(settings, args, new, said.append) is settings  # it records them: its options hold
+    assert as_checkpointed(settings, args, None, said.append) is settings  # a fresh start
+    args, settings = parse(["--train_dir", "x", "--image_size", "32", "--train_crop_scale", "0.5", "1"])
+    kept = as_checkpointed(settings, args, old, said.append)  # the scale given, the ratio as it was
+    assert (kept.input.train_crop_scale, kept.input.train_crop_ratio) == ((0.5, 1.0), (3 / 4, 4 / 3))
+    args, settings = parse(["--dataset", "digits"])  # no random-resized crop to keep
+    assert as_checkpointed(settings, args, old, said.append) is settings and len(said) == 2

@@ -103,7 +103,7 @@ def test_checkpoints_name_no_module_of_ours_so_moving_code_cannot_break_their_re
     (the redesign moved every module); Accelerate's files and ours name torch, numpy and the standard library only."""
     import torch
 
-    from utils.run.job import Position
+    from utils.training.checkpoints import Position
 
     torch.save({"position": Position()}, tmp_path / "ours.bin")  # what the scan would catch
     assert "utils.run.job" in pickled_modules(tmp_path / "ours.bin")

@@ -92,6 +92,7 @@ def alive(pid):
         return False
 
 
+@pytest.mark.slow  # starts processes
 def test_a_child_forked_while_the_lock_was_held_does_not_hold_the_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(run_folder, "LEFTOVER_WAIT_S", 0.0)  # no waiting for leftovers may hide a lock they hold
     out = tmp_path / "run"
@@ -104,6 +105,7 @@ def test_a_child_forked_while_the_lock_was_held_does_not_hold_the_folder(tmp_pat
         os.kill(child, signal.SIGKILL)
 
 
+@pytest.mark.slow  # starts processes
 def test_leftovers_of_an_ended_run_are_waited_for_and_never_called_a_live_run(tmp_path, monkeypatch):
     # Leftovers that exit within the wait: the new run waits for them, then takes the folder.
     out = tmp_path / "run"
@@ -216,13 +218,15 @@ WAVE = [  # the option, a command's options, and the same command with another v
     ("pixel_max", [*FILES], [*FILES, "--pixel_max", "10000"]),
     ("pos_weight", ["--dataset", "multi_digits"], ["--dataset", "multi_digits", "--pos_weight", "auto"]),
     ("multi_label_loss", ["--dataset", "multi_digits"], ["--dataset", "multi_digits", "--multi_label_loss", "asl"]),
+    ("train_crop_scale", [*FILES], [*FILES, "--train_crop_scale", "0.5", "1"]),
+    ("train_crop_ratio", [*FILES, "--train_crop_ratio", "0.5", "2"], [*FILES, "--train_crop_ratio", "1", "1"]),
 ]
 
 
 @pytest.mark.parametrize("key, before, after", WAVE, ids=[case[0] for case in WAVE])
-def test_the_long_tail_and_band_options_are_resume_keys(key, before, after, tmp_path):
-    """Each option of long-tailed data (the draws, the loss, the figure followed) and of the files' bands and
-    scaling changes what a resumed run would compute: as the checkpoint records them (its JSON state), the same
+def test_the_long_tail_band_and_crop_options_are_resume_keys(key, before, after, tmp_path):
+    """Each option of long-tailed data (the draws, the loss, the figure followed), of the files' bands and scaling,
+    and of the random train crop changes what a resumed run would compute: as the checkpoint records them (its JSON state), the same
     command resumes and a changed value is refused naming the option, not taken silently."""
     import json
 

@@ -115,6 +115,14 @@ def add_data_options(p):
                         "model's, else 0.875)")
     g.add_argument("--train_crop_size", resume_key=True, type=int, default=None,
                    help="images: side of the random train crop (default: --image_size; torchvision's recipe: 176)")
+    g.add_argument("--train_crop_scale", resume_key=True, type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
+                   help="images: the random train crop's share of the image's area, drawn in [MIN, MAX] (default: "
+                        "0.08 1 as timm's and torchvision's ImageNet recipes for single-label images of 128 px and "
+                        "more; 0.85 1 for smaller ones and for multi-label data, whose labelled objects a smaller "
+                        "crop cuts out: docs/recipes.md)")
+    g.add_argument("--train_crop_ratio", resume_key=True, type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
+                   help="images: the random train crop's aspect ratio (width / height), drawn log-uniformly in "
+                        "[MIN, MAX] (default: 0.75 1.3333, timm's and torchvision's)")
     g.add_argument("--progressive_resize", resume_key=True,
                    type=int, nargs=4, default=None, metavar=("LOW", "HIGH", "START", "END"),
                    help="images: FFCV's progressive resizing: train crops of side LOW up to epoch START (0-based), "

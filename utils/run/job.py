@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
@@ -23,6 +22,7 @@ from utils.data.loading.loaders import build_test_loader, stop_workers
 from utils.data.loading.sampling import epoch_draws
 from utils.data.loading.statistics import with_statistics
 from utils.data.transforms.batch import BatchInput
+from utils.data.transforms.input import crop_note
 from utils.data.sources.video_files import test_views
 from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics
@@ -34,6 +34,7 @@ from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
+from utils.training.checkpoints import Position, resume_position
 from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
 from utils.training.losses import Objective, label_kind
@@ -179,9 +180,8 @@ def build_job(args, settings, accelerator, out):
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     metrics = load_metrics(args.metrics)  # main_process_first the main would fail alone, the others at its barrier)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
-    train_ds, val_ds, class_names, settings = load_datasets(args, settings, accelerator, out, num_workers)
+    train_ds, val_ds, class_names, settings, multi_label = load_datasets(args, settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
-    multi_label = label_kind(args, parser_defaults(), source, train_ds)  # lists of labels: multi-hot, sigmoid outputs
     balance = read_balance(args, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
@@ -245,8 +245,9 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
 
 def load_datasets(args, settings, accelerator, out, num_workers):
     """The train and val datasets and the class names, built by the main process first (one rank builds
-    caches, the others reuse them), with what the data and input notes say; and the Settings, their Input
-    complete (--mean auto: its statistics once the training split is read, or as a resumed run recorded them)."""
+    caches, the others reuse them), with what the data and input notes say; the Settings, their Input
+    complete (--mean auto: its statistics once the training split is read, or as a resumed run recorded them; the
+    random train crop of image files as their kind of labels has it); and whether samples carry several labels."""
     inp = settings.input
     with accelerator.main_process_first():
         train_ds, val_ds, class_names, notes = settings.source.datasets(args, inp, rank=accelerator.process_index,
@@ -257,24 +258,11 @@ def load_datasets(args, settings, accelerator, out, num_workers):
     if inp.stats_pending:
         inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if args.resume else None,
                               args.skip_bad_images)
-    return train_ds, val_ds, class_names, replace(settings, input=inp)
-
-
-class Position(NamedTuple):
-    """Where training stands: the epoch to run, its optimizer steps already done, the global step, and the
-    epoch whose validation is still owed (an interrupt at an epoch's end) or None."""
-    epoch: int = 0
-    step_in_epoch: int = 0
-    global_step: int = 0
-    owed_epoch: int = None
-
-
-def resume_position(state):
-    """The Position a checkpoint's training_state.json continues from."""
-    owed = state["epoch"] if state.get("validation_pending") else None
-    if state["epoch_end"]:
-        return Position(state["epoch"] + 1, 0, state["global_step"], owed)
-    return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed)
+    multi_label = label_kind(args, parser_defaults(), settings.source, train_ds)  # lists of labels: multi-hot, sigmoid
+    if "train_crop_scale" not in settings.source.unused:  # image files: the train crop their kind of labels needs
+        accelerator.print(crop_note(args, inp, multi_label))
+        inp = inp.with_crop_box(multi_label)
+    return train_ds, val_ds, class_names, replace(settings, input=inp), multi_label
 
 
 def resume(job, folder):

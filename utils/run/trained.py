@@ -97,8 +97,8 @@ def read_run(run_dir):
         if saved.get("format") != FORMAT:
             raise TypeError(f"format {saved.get('format')}")
         inp = dict(saved.pop("input"), notes=())
-        for key in ("mean_std", "progressive_resize", "bands", "file_format"):  # JSON keeps tuples as lists
-            if key in inp:  # (bands, file_format: runs since multispectral input)
+        for key in ("mean_std", "progressive_resize", "bands", "file_format", "train_crop_scale", "train_crop_ratio"):
+            if key in inp:  # JSON keeps tuples as lists (bands, file_format, the crop's: not in older runs' records)
                 inp[key] = inp[key] and tuple(tuple(v) if isinstance(v, list) else v for v in inp[key])
         return TrainedRun(**{k: v for k, v in saved.items() if k != "format"}, input=Input(**inp), classes=classes)
     except TypeError as e:

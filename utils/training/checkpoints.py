@@ -1,14 +1,33 @@
-"""Checkpoints that are complete or absent: written aside, renamed into place, found by `latest`, pruned."""
+"""Checkpoints that are complete or absent: written aside, renamed into place, found by `latest`, pruned; where
+training stands in one (Position)."""
 
 import json
 import os
 import shutil
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from utils.core.io import first_free, write_json_atomic
 
 STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
+
+
+class Position(NamedTuple):
+    """Where training stands: the epoch to run, its optimizer steps already done, the global step, and the
+    epoch whose validation is still owed (an interrupt at an epoch's end) or None."""
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    owed_epoch: int = None
+
+
+def resume_position(state):
+    """The Position a checkpoint's training_state.json continues from."""
+    owed = state["epoch"] if state.get("validation_pending") else None
+    if state["epoch_end"]:
+        return Position(state["epoch"] + 1, 0, state["global_step"], owed)
+    return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed)
 
 
 def folder_of(out):

@@ -54,7 +54,8 @@ class Digits(DataSource):
 
     kind, own_input, eval_crop, size, stats = "digits", True, False, 32, (DIGITS_MEAN, DIGITS_STD)
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("digits"), **rgb_only("digits"),
-              **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment"),
+              **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment",
+                               "train_crop_scale", "train_crop_ratio"),
                               OWN_RECIPE)}
 
     def datasets(self, args, inp, rank=0, world=1):

@@ -195,10 +195,10 @@ class ImageFiles(DataSource):
         return f"csv:{args.train_csv}" if args.train_csv else f"imagefolder:{folder}" if folder else args.dataset
 
     def datasets(self, args, inp, rank=0, world=1):
-        train_preset, val_preset = image_presets(inp)
         train, val, names, notes = load_splits(args)
         on_device = args.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
         multi = len(names) if is_multi_label(train.features["label"]) else None  # multi-hot targets
+        train_preset, val_preset = image_presets(inp, multi_label=multi is not None)
         decode = file_decoder(inp)  # None: 8-bit RGB, decode_rgb's
         return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device,
                                multi_label=multi, decode=decode),

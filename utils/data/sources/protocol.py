@@ -48,8 +48,9 @@ SYNTHETIC_ONLY = dict.fromkeys(("num_classes", "synthetic_train_samples", "synth
 STREAM_ONLY = {"streaming": "reads a Hub dataset or local shard files named by --dataset, not the embedded data or "
                             "folders of images or videos",
                "shuffle_buffer": "shuffles --streaming data in blocks (map-style data is shuffled whole)"}
-IMAGE_CROPS = dict.fromkeys(("train_crop_size", "progressive_resize", "progressive_resize_step", "val_crop_size",
-                             "val_resize_size"), "is for images (clips use --image_size)")
+IMAGE_CROPS = dict.fromkeys(("train_crop_size", "train_crop_scale", "train_crop_ratio", "progressive_resize",
+                             "progressive_resize_step", "val_crop_size", "val_resize_size"),
+                            "is for images (clips use --image_size)")
 POLICIES = dict.fromkeys(("auto_augment", "rand_augment"), "is an image policy; clips take the video presets (a random "
                          "short side, crop and flip of every frame alike)")
 EMBEDDED_SUBSETS = dict.fromkeys(("max_train_samples", "max_val_samples"), "applies to the digits, folders, lists "

@@ -70,7 +70,8 @@ class SpectralDigits(DataSource):
 
     kind, own_input, eval_crop, size, stats, file_pixels = "spectral_digits", True, False, 32, AUTO, True
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("spectral_digits"),
-              **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment"),
+              **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment",
+                               "train_crop_scale", "train_crop_ratio"),
                               OWN_RECIPE)}
 
     def pixel_format(self, args):

@@ -108,9 +108,9 @@ def _normalise_stream(stream, args):
     return stream.cast_column("image", datasets.Image(decode=False))
 
 
-def build_stream(args, rank, world, train_preset):
-    """(train StreamRows, val Dataset, class names, notes): this process's share of the training stream and
-    the validation split, read whole."""
+def build_stream(args, rank, world, inp):
+    """(train StreamRows, val Dataset, class names, notes): this process's share of the training stream (its
+    transform the image train preset of Input `inp` for its kind of labels) and the validation split, read whole."""
     import datasets
 
     builder = _builder(args)
@@ -155,8 +155,8 @@ def build_stream(args, rank, world, train_preset):
     # the same data; the labels are not read ahead).
     signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
         "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
-    train = StreamRows(stream, train_preset, args.seed, args.shuffle_buffer, rank, world, len(names), rows,
-                       steps * args.grad_accum_steps, signature, args.epochs, multi_label=multi)
+    train = StreamRows(stream, image_presets(inp, multi_label=multi)[0], args.seed, args.shuffle_buffer, rank, world,
+                       len(names), rows, steps * args.grad_accum_steps, signature, args.epochs, multi_label=multi)
     return train, val, names, notes
 
 
@@ -171,8 +171,8 @@ class Streamed(ImageFiles):
               **no_imbalance("a stream")}
 
     def datasets(self, args, inp, rank=0, world=1):
-        train_preset, val_preset = image_presets(inp)
-        train, val, names, notes = build_stream(args, rank, world, train_preset)
+        train, val, names, notes = build_stream(args, rank, world, inp)
+        _, val_preset = image_presets(inp)
         train.on_device = args.decode_on_device
         return (train, with_transform(subset(val, args.max_val_samples), val_preset, decoded=False,
                                       on_device=args.decode_on_device, multi_label=train.multi_label), names,

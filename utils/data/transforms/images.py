@@ -10,11 +10,14 @@ from functools import partial
 from torchvision.transforms import v2
 
 
-def train_preset(inp, size=None):
+def train_preset(inp, size=None, multi_label=False):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
-    Random crops of side `size` (default: the Input's train crop)."""
+    Random crops of side `size` (default: the Input's train crop), of the area share and aspect ratio the Input's
+    crop_box gives for data of that kind (multi-label or not)."""
     mode = v2.InterpolationMode(inp.interpolation)
-    steps = [v2.RandomResizedCrop(size or inp.train_crop(0), interpolation=mode, antialias=True)]
+    scale, ratio = inp.crop_box(multi_label)
+    steps = [v2.RandomResizedCrop(size or inp.train_crop(0), scale=scale, ratio=ratio, interpolation=mode,
+                                  antialias=True)]
     if not inp.no_hflip:
         steps.append(v2.RandomHorizontalFlip())
     if inp.auto_augment == "ta_wide":
@@ -34,9 +37,9 @@ def eval_preset(inp):
                        v2.CenterCrop(inp.val_crop_size)])
 
 
-def image_presets(inp):
+def image_presets(inp, multi_label=False):
     """(train, val) presets of image files, Hub datasets and streams: ByEpoch(train_preset), Fixed(eval_preset)."""
-    return ByEpoch(partial(train_preset, inp), inp), Fixed(eval_preset(inp), inp.val_crop_size)
+    return ByEpoch(partial(train_preset, inp, multi_label=multi_label), inp), Fixed(eval_preset(inp), inp.val_crop_size)
 
 
 class Fixed:

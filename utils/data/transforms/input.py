@@ -1,7 +1,7 @@
 """The model's input (Input), resolved once from the options, the data source and the model's library: sizes,
 crops, interpolation, normalisation; progressive resizing's size of each epoch."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from utils.core.errors import at_least
 from utils.models.libraries import data_config, recommends_input
@@ -129,6 +129,8 @@ class Input:
     bands: tuple = None  # the files' channels the model sees, in order (--bands); None: all of them
     pixel_max: float = None  # None: 8-bit RGB files read as RGB, x / 255; else each file's raw values / pixel_max
     file_format: tuple = None  # (channels, dtype) every file must hold, its first training file's (with pixel_max)
+    train_crop_scale: tuple = None  # images: the random train crop's (MIN, MAX) share of the area; None: crop_box's
+    train_crop_ratio: tuple = None  # ... and its aspect ratio's range; None: CROP_RATIO
 
     @property
     def stats_pending(self):
@@ -143,6 +145,46 @@ class Input:
     def train_crop(self, epoch):
         """The train crop's side in `epoch`: progressive_size with --progressive_resize."""
         return progressive_size(self, epoch) if self.progressive_resize else self.train_crop_size
+
+    def crop_box(self, multi_label):
+        """((MIN, MAX) area share, (MIN, MAX) aspect ratio) of the random train crop of images: --train_crop_scale
+        and --train_crop_ratio, else the defaults for this data (default_crop_scale, CROP_RATIO)."""
+        return (tuple(self.train_crop_scale or default_crop_scale(self.image_size, multi_label)),
+                tuple(self.train_crop_ratio or CROP_RATIO))
+
+    def with_crop_box(self, multi_label):
+        """This Input with its train crop's scale and ratio resolved for data of that kind (what run.json records)."""
+        scale, ratio = self.crop_box(multi_label)
+        return replace(self, train_crop_scale=scale, train_crop_ratio=ratio)
+
+
+# The random-resized crop's defaults. timm's and torchvision's ImageNet recipes draw 8-100 % of the area at aspect
+# ratios 3/4-4/3 (Inception's crop): right for single-label photos of 128 px and more (every ImageNet recipe trains at
+# 160 px or more), where a crop of a twelfth of the image still shows enough of its one object. Two kinds of data lose
+# their labels to it (benchmarks/crop_scale.py, measured in docs/recipes.md): multi-label images, whose labelled
+# objects lie apart, so that a small crop cuts out some of them while their labels stay on, and small images, which
+# are mostly their object (a 32 px digit cropped to a twelfth is a 9 px smudge). Both keep 85-100 % of the image: a
+# shift and a slight zoom, as CIFAR's padded random crop is; no crop at all overfits (measured too).
+CROP_RATIO = (3 / 4, 4 / 3)
+IMAGENET_CROP_SCALE = (0.08, 1.0)
+WHOLE_OBJECTS_CROP_SCALE = (0.85, 1.0)  # multi-label images of any size, single-label images under SMALL_SIDE
+SMALL_SIDE = 128
+
+
+def crop_note(args, inp, multi_label):
+    """The start-up line of the random train crop of Input `inp` (before with_crop_box): its area share and aspect
+    ratio, and where they came from."""
+    (low, high), (narrow, wide) = inp.crop_box(multi_label)
+    origin = ("--train_crop_scale" if args.train_crop_scale else "as the resumed checkpoint was made" if
+              inp.train_crop_scale else "the default of multi-label data" if multi_label else
+              f"the default of single-label images of {inp.image_size} px")
+    return (f"train crops: {low:.0%}-{high:.0%} of each image's area ({origin}), aspect ratio {narrow:.3g}-{wide:.3g}"
+            f"{' (--train_crop_ratio)' if args.train_crop_ratio else ''}")
+
+
+def default_crop_scale(side, multi_label):
+    """The train crop's area share when --train_crop_scale is not given, for images of model input `side`."""
+    return WHOLE_OBJECTS_CROP_SCALE if multi_label or side < SMALL_SIDE else IMAGENET_CROP_SCALE
 
 
 def resolve_input(args, source):
@@ -163,6 +205,8 @@ def resolve_input(args, source):
                  progressive_resize=tuple(args.progressive_resize) if args.progressive_resize else None,
                  progressive_resize_step=args.progressive_resize_step, no_hflip=args.no_hflip,
                  auto_augment=args.auto_augment, rand_augment=args.rand_augment,
+                 train_crop_scale=tuple(args.train_crop_scale) if args.train_crop_scale else None,
+                 train_crop_ratio=tuple(args.train_crop_ratio) if args.train_crop_ratio else None,
                  notes=tuple(input_notes(args, source) + pixel_notes(fmt, pixels)), **(clips if source.video else {}))
 
 
@@ -198,6 +242,12 @@ def check_options(args, need, source):
     need(args.val_resize_size is None or args.val_resize_size >= (args.val_crop_size or image_size(args, source)),
          "val_resize_size", "must be at least the val crop size")
     need(args.crop_pct is None or 0 < args.crop_pct <= 1, "crop_pct", "must be in (0, 1]")
+    low, high = args.train_crop_scale or (0.5, 1)
+    need(0 < low <= high <= 1, "train_crop_scale", f"must be MIN MAX with 0 < MIN <= MAX <= 1 (shares of the image's "
+         f"area); got {low:g} {high:g}")
+    low, high = args.train_crop_ratio or (1, 1)
+    need(0 < low <= high, "train_crop_ratio", f"must be MIN MAX with 0 < MIN <= MAX (width / height); got "
+         f"{low:g} {high:g}")
     for key in ("mean", "std"):
         values = getattr(args, key)
         need(values is None or values == [AUTO] or AUTO not in values, key, "give numbers, one a channel, or auto")
