@@ -96,6 +96,9 @@ def main(argv=None):
         for target in (opts.output,):  # nothing already written is replaced unless asked
             if target and Path(target).exists() and not opts.overwrite:
                 raise RunError(f"{target} exists; pass --overwrite to replace it")
+        if opts.ema and opts.checkpoint:
+            raise RunError("--ema: the EMA weights are the run's final ones (model_ema.safetensors); --checkpoint "
+                           "reads a checkpoint folder's trained weights: drop one of the two")
         run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
         if run.temperature != 1.0 and not tuned_for(run, opts.ema, opts.checkpoint) and accelerator.is_main_process:
             print(f"calibration: the run's temperature {run.temperature:.4f} was fitted to {run.tuned_on} (what "

@@ -13,13 +13,15 @@ NO_GAIN = ("--early_stop", "2", "--early_stop_min_delta", "1.0")
 @pytest.mark.slow
 def test_a_run_without_gain_stops_after_patience_validations_and_stays_stopped(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = [*TINY, "--synthetic_train_samples", "16", "--epochs", "6", "--output_dir", out, *NO_GAIN]
+    argv = [*TINY, "--synthetic_train_samples", "16", "--epochs", "6", "--output_dir", out, *NO_GAIN,
+            "--track_metric", "balanced_accuracy", "--model_ema"]
     results = run_main(argv)
     assert (results["stopped_early"], results["stopped_early_epoch"], results["epochs_completed"]) == (True, 2, 3)
     assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r] == [1.0, 2.0, 3.0]  # epochs done
     assert (out / "model.safetensors").is_file() and read_json(out / "results.json")["stopped_early"] is True
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_2"]  # the end-of-training one
-    assert "training ended after epoch 2" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "early stop: no val EMA balanced accuracy better than" in said and "training ended after epoch 2" in said
     again = run_main([*argv, "--resume", "latest"])
     assert "resumed a run that stopped early" in capsys.readouterr().out
     assert (again["stopped_early"], again["epochs_completed"], again["global_step"]) == \

@@ -6,6 +6,7 @@ with --eval_only on 1 process and on 2 (forked ranks, a worker each; 7 is odd, s
 top losses, and they are the highest of a plain recomputation from the saved weights."""
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -236,6 +237,18 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
     assert [r["probs"][0] for r in rows] == pytest.approx(raw_logits.softmax(dim=1).max(dim=1).values.tolist(),
                                                           abs=1e-5)
     assert f"calibration: the run's temperature {t:.4f} was fitted to model_ema.safetensors" in capsys.readouterr().out
+    # A checkpoint's weights are not those T was fitted to either (the last one holds the raw final weights)
+    last = max((out / "checkpoints").iterdir(), key=lambda folder: read_json(folder / "training_state.json")[
+        "global_step"])
+    rows = predict.main([str(out), str(images / "va"), "--top_k", "1", "--num_workers", "0", "--checkpoint", str(last)])
+    assert [r["probs"][0] for r in rows] == pytest.approx(raw_logits.softmax(dim=1).max(dim=1).values.tolist(),
+                                                          abs=1e-5)
+    assert "calibration: the run's temperature" in capsys.readouterr().out
+    # A run recorded before run.json said which weights T fits: T applies to the weights predict.py is given, as then
+    record = read_json(out / "run.json")
+    del record["tuned_on"]
+    (out / "run.json").write_text(json.dumps(record))
+    assert isinstance(load_run(out)[1], Tempered) and isinstance(load_run(out, ema=True)[1], Tempered)
     import onnxruntime
 
     predict.main([str(out), "--ema", "--export_onnx", str(tmp_path / "m.onnx")])  # the graph divides by T too

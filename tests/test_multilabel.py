@@ -267,6 +267,10 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     code, err = main_fails_with(lambda: predict.main([str(out), str(image), "--threshold", "tuned"]), capsys)
     assert code == 2 and len(err) == 1 and "--threshold tuned: " in err[0] and "model_ema.safetensors" in err[0] and \
         "add --ema" in err[0]
+    checkpoint = next((out / "checkpoints").iterdir())  # a checkpoint's weights are not those tuned either
+    code, err = main_fails_with(lambda: predict.main([str(out), str(image), "--threshold", "tuned", "--checkpoint",
+                                                      str(checkpoint)]), capsys)
+    assert code == 2 and len(err) == 1 and "--threshold tuned: " in err[0] and "drop --checkpoint" in err[0]
 
 
 @pytest.mark.slow

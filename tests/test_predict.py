@@ -61,7 +61,8 @@ def test_bad_inputs_are_one_line(digits_run, tmp_path, capsys):
     broken.write_bytes(b"not an image")
     for argv, says in (([str(tmp_path / "nope.png")], "no such file or folder"),
                        ([str(broken)], "cannot decode"), ([str(root / "val")] + ["--checkpoint", str(tmp_path)],
-                                                          "does not exist")):
+                                                          "does not exist"),
+                       ([str(root / "val"), "--ema", "--checkpoint", str(tmp_path)], "--ema: the EMA weights are")):
         with pytest.raises(SystemExit) as e:
             predict.main([str(root / "run"), *argv])
         err = capsys.readouterr().err.strip().splitlines()
@@ -71,6 +72,22 @@ def test_bad_inputs_are_one_line(digits_run, tmp_path, capsys):
     assert rows[0]["labels"] == [] and "cannot identify image" in rows[0]["error"]
     table = list(csv.DictReader((tmp_path / "p.csv").open()))
     assert len(table) == 1 + len(os.listdir(root / "val" / "3")) and table[0]["error"] and not table[1]["error"]
+
+
+def test_the_temperature_and_tuned_thresholds_belong_to_the_weights_they_were_fitted_to():
+    """--calibrate's T and model/thresholds.json fit the weights model/ holds: the final EMA weights of a --model_ema
+    run, else the final trained ones; never a checkpoint's. A run recorded before run.json said which (tuned_on
+    None) keeps applying them to its final weights, as it did."""
+    from utils.run.trained import TrainedRun, tuned_for
+
+    def run(tuned_on):
+        return TrainedRun("resnet18", "images", None, ["a", "b"], False, None, None, "pyav", temperature=2.0,
+                          tuned_on=tuned_on)
+
+    plain, ema, older = run("model.safetensors"), run("model_ema.safetensors"), run(None)
+    assert [tuned_for(plain), tuned_for(plain, ema=True), tuned_for(plain, checkpoint="c")] == [True, False, False]
+    assert [tuned_for(ema), tuned_for(ema, ema=True), tuned_for(ema, ema=True, checkpoint="c")] == [False, True, False]
+    assert [tuned_for(older), tuned_for(older, ema=True), tuned_for(older, checkpoint="c")] == [True, True, False]
 
 
 @pytest.mark.slow

@@ -207,13 +207,14 @@ def build_job(args, settings, accelerator, out):
     inputs = BatchInput.for_training(args, len(class_names), accelerator.process_index, inp.mean_std, inp.pixel_max)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
+    task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
               objective=Objective(args, teacher, multi_label, balance), train_loader=train_loader,
-              val_loader=val_loader, task=task_for(multi_label, len(class_names), metrics, args.threshold, args.tta,
-                                                   args.track_metric),
+              val_loader=val_loader, task=task,
               steps_per_epoch=steps_per_epoch, class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_score=[],
-              patience=Patience(args.early_stop, args.early_stop_min_delta),
+              patience=Patience(args.early_stop, args.early_stop_min_delta,
+                                figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}"),
               data=source.signature(train_ds, len(class_names)), test_loader=test_loader, ema=ema,
               inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "

@@ -1,4 +1,4 @@
-"""--early_stop PATIENCE: end training when the tracked validation figure (val top-1, the EMA's with --model_ema)
+"""--early_stop PATIENCE: end training when the tracked validation figure (--track_metric's, the EMA's with --model_ema)
 has not beaten its best by more than --early_stop_min_delta for PATIENCE validations in a row. Every rank
 decides from the same gathered figure, so every rank stops at the same epoch; the count is kept in checkpoints,
 so a resumed run stops where the uninterrupted one would, and a run that stopped stays stopped."""
@@ -13,6 +13,7 @@ class Patience:
     best: float = None
     waited: int = 0  # validations since the best
     stopped_epoch: int = None
+    figure: str = "val top-1"  # what it follows, as its line names it (the task's tracked figure)
 
     @property
     def stopped(self):
@@ -44,7 +45,7 @@ class Patience:
         return {"stopped_early": self.stopped, "stopped_early_epoch": self.stopped_epoch}
 
     def line(self):
-        return (f"early stop: no val top-1 better than {self.best:.4f} by more than {self.min_delta:g} for "
+        return (f"early stop: no {self.figure} better than {self.best:.4f} by more than {self.min_delta:g} for "
                 f"{self.waited} validations; training ended after epoch {self.stopped_epoch}")
 
 
