@@ -291,8 +291,8 @@ def ranks_ok(argv, nproc=2, **kw):
 
 def ranks_killed(argv, when, nproc=1, target="group", leftovers=None):
     """The job in forked ranks, SIGKILLed from `target` of rank 0 at `when` (tests/helpers/signal_at.py; "group":
-    the rank's process group, its DataLoader workers too; "self": the rank alone, as a crash or the OOM killer
-    kills it); asserts that it failed, returns Ranks. `leftovers`: see run_ranks."""
+    the rank's process group, its DataLoader workers too; "alone": the rank alone, as a crash or the OOM killer
+    kills it, its workers left stopped); asserts that it failed, returns Ranks. `leftovers`: see run_ranks."""
     job = run_ranks([when, "KILL", target, "0", *argv], nproc=nproc, target="helpers.signal_at:main",
                     leftovers=leftovers)
     assert job.returncode != 0 and not job.timed_out, job.report()

@@ -204,7 +204,7 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
     results = run_main(resume_job(images, out, 0, "--label_smoothing", "0", "--lr", "0.4", "--epochs", "4",
                                   "--model_ema", "--model_ema_decay", "0.9", "--calibrate"))
     t = results["temperature"]
-    assert t > 1.05 and results["val_nll_calibrated"] < results["val_nll_uncalibrated"]
+    assert t > 1.05
     assert read_json(out / "run.json")["temperature"] == t == read_json(out / "model" / "config.json")["input"][
         "temperature"]
     _, val, names, _ = build_datasets(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
@@ -227,7 +227,9 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
     held_out = torch.where(even, halves[1], halves[0])[:, None]  # each sample by the other half's T
     assert float(F.cross_entropy(logits / held_out, labels)) == pytest.approx(results["val_nll_calibrated"],
                                                                              rel=1e-4)
-    assert float(F.cross_entropy(logits / t, labels)) < results["val_nll_calibrated"]  # in-sample flatters itself
+    # T lowers the NLL of the split it was fitted on (T = 1 was a candidate); held out, on 3 or 4 samples a half, it
+    # need not: a half whose samples are all right fits a T that sharpens, which the other half's mistakes punish
+    assert float(F.cross_entropy(logits / t, labels)) <= results["val_nll_uncalibrated"] + 1e-6
     capsys.readouterr()
     rows = predict.main([str(out), str(images / "va"), "--top_k", "1", "--num_workers", "0", "--ema"])
     expected = (logits / t).softmax(dim=1).max(dim=1).values

@@ -5,10 +5,11 @@
 
 WHEN: step:N (right after optimizer step N is counted, before its checkpoint) or save:NAME (while
 checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet).
-SIGNAL: TERM, INT or KILL. TARGET: self; group (this process's process group: its DataLoader workers
-too, as SLURM and torchrun deliver signals); parent (the launcher that started this process);
-parent_group (the launcher's process group). RANK: the rank that sends it (the others do not; nor
-does any rank after torchrun restarted the group).
+SIGNAL: TERM, INT or KILL. TARGET: self; alone (this process only, as a crash or the OOM killer ends it, its
+DataLoader workers stopped first so that they outlive it, as workers do that have not yet noticed); group (this
+process's process group: its DataLoader workers too, as SLURM and torchrun deliver signals); parent (the launcher
+that started this process); parent_group (the launcher's process group). RANK: the rank that sends it (the others do
+not; nor does any rank after torchrun restarted the group).
 
 Tests use it to hit a precise moment without polling for files, in the conditions users have: under a
 real launcher, or in ranks forked by tests/ranks.py (target "helpers.signal_at:main", the same arguments).
@@ -29,6 +30,12 @@ from utils.training import checkpoints  # noqa: E402
 def fire(signame, target):
     signum = getattr(signal, f"SIG{signame}")
     if target == "self":
+        os.kill(os.getpid(), signum)
+    elif target == "alone":
+        import psutil
+
+        for child in psutil.Process().children():  # workers left as they are, to be found by whoever comes next
+            child.send_signal(signal.SIGSTOP)
         os.kill(os.getpid(), signum)
     elif target == "parent":
         os.kill(os.getppid(), signum)
