@@ -16,7 +16,7 @@ What is counted, in bytes per GPU (the model is built on the meta device: nothin
   once): the difference is one image's share, scaled to --batch_size, the same under DDP and FSDP;
   the rest is autocast's bf16 copy of the weights, which DDP keeps and FSDP does not make.
   With --grad_checkpointing, the same is measured with the script's checkpointing of the model's blocks
-  (utils/models/checkpointing.py): what autograd saves outside them, plus each block's input, which
+  (utils/models/grad_checkpointing.py): what autograd saves outside them, plus each block's input, which
   checkpoint keeps for the recomputation (the tensors saved inside a block are dropped).
 Not counted: the CUDA context and kernels' workspaces (about 0.5-1 GiB), the caching allocator's
 fragmentation, the input batch. Figures are computed, not measured on a GPU.
@@ -30,7 +30,7 @@ import torch
 import torchvision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from utils.models.checkpointing import checkpoint_blocks  # noqa: E402
+from utils.models.grad_checkpointing import checkpoint_blocks  # noqa: E402
 from utils.models.torchvision_library import BLOCKS  # noqa: E402
 
 GIB = 2**30

@@ -1,7 +1,5 @@
 """--model_ema: the averaged weights' arithmetic (exact resume with EMA: test_recipes.py)."""
 
-import argparse
-
 import torch
 import torchvision
 
@@ -10,7 +8,7 @@ from utils.models.ema import build_ema, update_ema
 
 def test_ema_follows_the_weights_and_buffers_with_timms_warmup():
     model = torchvision.models.resnet18(num_classes=3)
-    ema = build_ema(model, argparse.Namespace(model_ema=True, model_ema_decay=0.9, model_ema_warmup=True), "cpu")
+    ema = build_ema(model, "cpu", decay=0.9, warmup=True)
     start = model.fc.weight.detach().clone()
     update_ema(ema, model, 2, every=2)  # the first update copies
     assert torch.equal(ema.module.fc.weight, start)
@@ -25,4 +23,3 @@ def test_ema_follows_the_weights_and_buffers_with_timms_warmup():
     assert torch.allclose(ema.module.fc.weight, d * start + (1 - d) * (start + 1))
     assert torch.allclose(ema.module.bn1.running_mean, torch.full((64,), (1 - d) * 2.0))  # BatchNorm statistics too
     assert int(ema.module.bn1.num_batches_tracked) == 5  # a counter is copied, not averaged
-    assert build_ema(model, argparse.Namespace(model_ema=False), "cpu") is None

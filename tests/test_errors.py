@@ -7,7 +7,7 @@ from utils.core.errors import UserError, report
 from utils.data.errors import DataError
 from utils.evaluation.metrics import MetricError
 from utils.inference import RunError
-from utils.models.torchvision_models import ModelError
+from utils.models.errors import ModelError
 from utils.reporting.model_folder import PushError
 from utils.run.teacher import TeacherError
 from utils.training.run_folder import FolderError

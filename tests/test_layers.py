@@ -124,3 +124,23 @@ def test_utils_data_is_layered_as_the_data_flows_and_nothing_in_utils_imports_in
     for name in sorted(edges):
         if state[name] == 0:
             visit(name, [name])
+
+
+def test_every_module_of_utils_is_on_the_map_in_docs_architecture():
+    """docs/architecture.md has a section a package (`### utils/<package>/`) with a row or a sentence for each of its
+    modules, named by its path in the package (`decoding/images.py`, or its folder for evaluate's modules): a module
+    added, moved or renamed without the map fails here."""
+    doc = (UTILS.parent / "docs" / "architecture.md").read_text()
+    sections = dict(re.findall(r"^### utils/([a-z_]+)/[^\n]*\n(.*?)(?=^### |^## |\Z)", doc, flags=re.M | re.S))
+    assert sorted(sections) == sorted(ORDER), sorted(sections)
+    missing = []
+    for package in ORDER:
+        named = set(re.findall(r"`([^`\s]+)`", sections[package]))
+        for path in sorted((UTILS / package).rglob("*.py")):
+            inner = path.relative_to(UTILS / package).as_posix()
+            if path.name == "__init__.py" or "evaluate_modules/" in inner:  # the metric modules: their folder's row
+                continue
+            if not any(name == inner or name.endswith("/" + inner) for name in named):
+                missing.append(f"utils/{package}/{inner}")
+    assert not missing, f"not on docs/architecture.md's map: {missing}"
+    assert "`evaluate_modules/`" in sections["evaluation"]

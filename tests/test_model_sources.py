@@ -9,7 +9,7 @@ import torch
 from conftest import ROOT, TINY, environment, read_json
 from ranks import ranks_killed, ranks_ok
 
-from utils.config.options import parse_args
+from utils.config.options import parse, parse_args
 from utils.data.sources.catalog import resolve_input
 from utils.models.libraries import build_model, check_model_name, classifier_parameters, data_config, initialise
 
@@ -103,7 +103,8 @@ def test_timm_and_hf_models_give_logits_for_our_classes_and_their_own_heads(tiny
 def test_freeze_backbone_trains_the_librarys_head_only(tiny_vit):
     for name in ("timm/resnet18", f"hf/{tiny_vit}"):
         model = build_model(name, num_classes=3)
-        initialise(model, parse_args(["--model", name, "--freeze_backbone", "--image_size", "16"]), log=lambda _: None)
+        chosen = parse(["--model", name, "--freeze_backbone", "--image_size", "16"])[1].model
+        initialise(model, chosen, log=lambda _: None)
         trainable = [p for p in model.parameters() if p.requires_grad]
         assert trainable and {id(p) for p in trainable} == {id(p) for p in classifier_parameters(model, name)}
 

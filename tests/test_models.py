@@ -5,7 +5,7 @@ import torch
 import torchvision
 
 from utils.config.options import parse_args
-from utils.models.torchvision_models import build_model, check_model_name
+from utils.models.libraries import build_model, check_model_name
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0"])
@@ -54,7 +54,7 @@ def test_every_torchvision_model_with_auxiliary_heads_is_built_without_them():
     import torch
     import torchvision
 
-    from utils.models.torchvision_models import _BUILD_OPTIONS
+    from utils.models.torchvision_library import _BUILD_OPTIONS
 
     with_aux = sorted(c.__name__ for c in vars(torchvision.models).values() if isinstance(c, type)
                       and issubclass(c, torch.nn.Module) and "aux_logits" in inspect.signature(c).parameters)
@@ -68,7 +68,8 @@ def test_every_torchvision_model_with_auxiliary_heads_is_built_without_them():
 def test_pretrained_state_with_auxiliary_heads_loads_and_computes_the_same(name, size, heads):
     import torch
 
-    from utils.models.torchvision_models import ModelError, load_matching
+    from utils.models.errors import ModelError
+    from utils.models.weights import load_matching
 
     reference = torchvision_pretrained_layout(name).eval()
     state = reference.state_dict()
@@ -87,13 +88,13 @@ def test_pretrained_state_with_auxiliary_heads_loads_and_computes_the_same(name,
 def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path):
     import torch
 
-    from utils.config.options import parse_args
+    from utils.config.options import parse
     from utils.models.libraries import initialise
 
     reference = torchvision_pretrained_layout("googlenet", num_classes=1000)
     torch.save(reference.state_dict(), tmp_path / "googlenet.pth")
     model, lines = build_model("googlenet", num_classes=4), []
-    initialise(model, parse_args(["--model", "googlenet", "--init_from", str(tmp_path / "googlenet.pth")]),
+    initialise(model, parse(["--model", "googlenet", "--init_from", str(tmp_path / "googlenet.pth")])[1].model,
                log=lines.append)
     assert lines == ["init_from: weights loaded; re-initialised (other shape): fc.bias, fc.weight; "
                      "auxiliary classifiers not used: aux1, aux2"]
@@ -104,7 +105,8 @@ def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path)
 def test_minimum_image_size_is_the_real_limit(name, least):
     import torch
 
-    from utils.models.torchvision_models import ModelError, check_image_size
+    from utils.models.errors import ModelError
+    from utils.models.libraries import check_image_size
 
     model = build_model(name, num_classes=3).eval()
     with torch.no_grad():
@@ -121,7 +123,7 @@ def test_no_limit_where_torchvision_meta_overstates_the_minimum(name):
     import torch
     import torchvision
 
-    from utils.models.torchvision_models import check_image_size
+    from utils.models.libraries import check_image_size
 
     assert torchvision.models.get_model_weights(name).DEFAULT.meta["min_size"][0] > 32
     check_image_size(name, 32)
@@ -170,7 +172,7 @@ def test_image_resnets_start_with_identity_residual_blocks_unless_asked_not_to()
 def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsys, fresh_accelerate_state):
     import train_classification
 
-    from utils.models.torchvision_models import ModelError
+    from utils.models.errors import ModelError
 
     model = build_model("efficientnet_b0", num_classes=3, drop_path=0.3, dropout=0.4)
     depths = [m.p for m in model.modules() if type(m).__name__ == "StochasticDepth"]
@@ -193,20 +195,20 @@ def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsy
 def test_sync_bn_and_channels_last_reshape_the_model_and_sync_bn_is_refused_on_cpu_processes():
     from types import SimpleNamespace
 
-    from utils.models.torchvision_models import ModelError, build_model, for_device
+    from utils.models.device import for_device
+    from utils.models.errors import ModelError
 
     one_cpu = SimpleNamespace(num_processes=1, device=torch.device("cpu"))
-    model = for_device(build_model("resnet18", 10), parse_args(["--sync_bn", "--channels_last"]), one_cpu)
+    model = for_device(build_model("resnet18", 10), one_cpu, sync_bn=True, channels_last=True)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     assert norms and all(isinstance(m, torch.nn.SyncBatchNorm) for m in norms)  # statistics over all processes
     assert model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
-    plain = for_device(build_model("resnet18", 10), parse_args([]), one_cpu)
+    plain = for_device(build_model("resnet18", 10), one_cpu)
     assert not any(isinstance(m, torch.nn.SyncBatchNorm) for m in plain.modules())
     assert plain.conv1.weight.is_contiguous()
-    video = for_device(build_model("r3d_18", 2), parse_args(["--dataset", "moving_digits", "--channels_last",
-                                                             "--model", "r3d_18"]), one_cpu)
+    video = for_device(build_model("r3d_18", 2), one_cpu, channels_last=True)
     assert video.stem[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
     # torch's SyncBatchNorm has no CPU implementation: 2 CPU processes get one line, before any training.
     with pytest.raises(ModelError, match="sync_bn: .*GPUs"):
-        for_device(build_model("resnet18", 10), parse_args(["--sync_bn"]),
-                   SimpleNamespace(num_processes=2, device=torch.device("cpu")))
+        for_device(build_model("resnet18", 10), SimpleNamespace(num_processes=2, device=torch.device("cpu")),
+                   sync_bn=True)

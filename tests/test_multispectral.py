@@ -244,7 +244,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
     """torchvision's weights (from the torch hub cache) and timm's (its pretrained config's file), loaded into a
     1-channel and a 6-channel model: the gray model on an image scores what the RGB one does on it repeated three
     times; the 6-band one on an image's RGB twice what the RGB one does on it."""
-    from utils.config.options import parse_args
+    from utils.config.options import parse
     from utils.models.libraries import build_model, initialise
 
     timm = name.startswith("timm/")
@@ -264,13 +264,13 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
         monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
         url = torchvision.models.get_model_weights(name).DEFAULT.url
         state = fake_pretrained(rgb, tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1])
-    args = parse_args(["--model", name, "--pretrained"])
+    chosen = parse(["--model", name, "--pretrained"])[1].model
     lines = []
     image = torch.rand(2, 1, 64, 64)
     rgb_image = image.expand(-1, 3, -1, -1)
     for channels, x in ((1, image), (6, torch.cat([rgb_image] * 2, 1))):
         model = build_model(name, 1000, pretrained=timm, in_chans=channels)
-        initialise(model, args, lines.append)
+        initialise(model, chosen, lines.append)
         model.eval(), rgb.eval()
         with torch.no_grad():
             ours, theirs = model(x), rgb(rgb_image)

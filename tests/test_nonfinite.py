@@ -131,7 +131,7 @@ def test_a_skipped_step_leaves_batchnorm_statistics_and_the_ema_as_they_were(tmp
     accelerator = build_accelerator(args)
     dataset = Points()
     job = make_job(args, accelerator, tmp_path, dataset, model=batchnorm_model())
-    job.ema = build_ema(job.bare_model(), args, accelerator.device)
+    job.ema = build_ema(job.bare_model(), accelerator.device, decay=0.5, warmup=False)
     poison_step(job, dataset, epoch=0, step_in_epoch=3)
     assert train_until(job, 0, 0, 0, 2) == (2, False)
     model_before, ema_before = buffers(job.bare_model()), buffers(job.ema.module)

@@ -7,7 +7,7 @@ import torch
 from utils.config.options import parse_args
 from utils.models.libraries import build_model
 from utils.models.temporal_shift import shift
-from utils.models.torchvision_models import ModelError
+from utils.models.errors import ModelError
 
 
 def test_an_eighth_of_the_channels_comes_from_the_next_frame_and_an_eighth_from_the_previous():

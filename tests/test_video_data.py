@@ -178,7 +178,7 @@ def test_a_frame_model_scores_a_moving_digit_and_its_time_reversal_alike_which_m
     of the opposite direction (the path is symmetric in time about its centre), and a model that averages its
     frames' scores gives the two the same logits. The trained gap: tests/test_video_train.py."""
     from utils.data.sources import moving_digits
-    from utils.models.torchvision_models import build_model
+    from utils.models.libraries import build_model
 
     clips, labels = moving_digits.load()["validation"]
     names = moving_digits.CLASS_NAMES

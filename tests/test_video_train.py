@@ -6,7 +6,7 @@ from conftest import (assert_same_weights, cache_hub_dataset, main_fails, offlin
                       resumed_from, run_main, runs_in_one_process)
 from ranks import ranks_killed, ranks_ok
 
-from utils.models.torchvision_models import build_model
+from utils.models.libraries import build_model
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,11 @@ __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/error
 DATA = (catalog, streamed, video_files, inputs, batch, decoding_on_device, sampling)
 
 
-def check_args(args, source, defaults):
+def check_args(args, source, defaults, model):
     """Reject impossible combinations before anything is built: an option the run's data `source` does not read
     (one whose value is not its default in `defaults`), the data's own checks (each module's check_options), the
-    schedule, the run's own bookkeeping, then the model (which may import its library) and the input it can take.
+    schedule, the run's own bookkeeping, then the model (ModelOptions `model`: it may import its library) and the input
+    it can take.
     Returns that input, the run's Input, resolved here once."""
     need = requirement(args)
     for key, why in source.unused.items():  # applied or refused: never trained on without a word
@@ -31,7 +32,7 @@ def check_args(args, source, defaults):
     losses.check_options(args, need)
     balance.check_options(args, need)
     _run(args, need)
-    libraries.check_options(args, need, source.video)
+    libraries.check_options(model, need, source.video)
     return _model_input(args, source)
 
 

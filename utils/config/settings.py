@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from utils.data.sources.protocol import DataSource
 from utils.data.transforms.input import Input
+from utils.models.libraries import ModelOptions
 from utils.training import checkpoints
 from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, warmup_epochs
 
@@ -17,13 +18,25 @@ class Settings:
     source_name: str  # how results.json and the run folder name the data
     sample_unit: str  # what the console calls a sample: clips or images
     warmup_notes: tuple  # where the warmup came from, when it is not what was asked
+    model: ModelOptions  # what the options ask of the model (utils/models/libraries.py)
 
 
-def settle(args, source, inp):
-    """The Settings of the run `args` describes: its data `source` and model input `inp`, picked and resolved once."""
+def model_options(args):
+    """The model's options, typed (utils/models/libraries.py)."""
+    return ModelOptions(name=args.model, pretrained=args.pretrained, weights=args.weights, init_from=args.init_from,
+                        freeze_backbone=args.freeze_backbone, drop_path=args.drop_path, dropout=args.dropout,
+                        zero_init_residual=args.zero_init_residual, temporal_shift=args.temporal_shift,
+                        grad_checkpointing=args.grad_checkpointing, sync_bn=args.sync_bn,
+                        channels_last=args.channels_last, ema=args.model_ema, ema_decay=args.model_ema_decay,
+                        ema_warmup=args.model_ema_warmup)
+
+
+def settle(args, source, inp, model):
+    """The Settings of the run `args` describes: its data `source`, model input `inp` and ModelOptions `model`,
+    picked and resolved once."""
     warmup = warmup_epochs(args)
     shortened = args.warmup_epochs is None and warmup < DEFAULT_WARMUP_EPOCHS
-    return Settings(source=source, input=inp, source_name=source.name(args),
+    return Settings(source=source, input=inp, model=model, source_name=source.name(args),
                     sample_unit="clips" if source.video else "images",
                     warmup_notes=(f"warmup: {warmup:g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened to a "
                                   f"fifth of --epochs {args.epochs})",) if shortened else ())

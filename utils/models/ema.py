@@ -27,12 +27,9 @@ def _ema_update(decay, warmup):
     return update
 
 
-def build_ema(model, args, device):
-    """The averaged copy of `model` (its unwrapped module), or None without --model_ema."""
-    if not args.model_ema:
-        return None
-    return AveragedModel(model, device=device, multi_avg_fn=_ema_update(args.model_ema_decay, args.model_ema_warmup),
-                         use_buffers=True)
+def build_ema(model, device, decay, warmup):
+    """The averaged copy of `model` (its unwrapped module) on `device`, at `decay` (timm's warmup of it: `warmup`)."""
+    return AveragedModel(model, device=device, multi_avg_fn=_ema_update(decay, warmup), use_buffers=True)
 
 
 def update_ema(ema, model, global_step, every):

@@ -7,9 +7,10 @@ import os
 import re
 from pathlib import Path
 
-from utils.models.library import INF, MATCH_PREV, Library, missing_library
+from utils.models.errors import ModelError, missing_library
+from utils.models.protocol import INF, MATCH_PREV, Library
 from utils.models.timm_library import offline_weights_error
-from utils.models.torchvision_models import ModelError, with_stem
+from utils.models.stem import with_stem
 
 # transformers' config attributes that --drop_path and --dropout set, first present wins
 _DROP_PATH = ("drop_path_rate",)

@@ -3,24 +3,47 @@
 
 One entry point per question the script asks of a model (is the name valid, build it, which input it
 expects, which parameters are its classifier, how it is saved), answered by the library the name's
-prefix picks, in `library()`, the one place that tells them apart (utils/models/library.py: the
+prefix picks, in `library()`, the one place that tells them apart (utils/models/protocol.py: the
 protocol). timm, transformers and pytorchvideo are imported only when their namespace is used: the
 default job never pays for them.
 """
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
 from utils.core.errors import ConfigError
-from utils.models import torchvision_models as tv
-from utils.models.checkpointing import keep_batchnorm_statistics
+from utils.models.errors import ModelError
+from utils.models.grad_checkpointing import keep_batchnorm_statistics
 from utils.models.hf_library import Transformers
 from utils.models.pv_library import PyTorchVideo
 from utils.models.temporal_shift import add_temporal_shift
 from utils.models.timm_library import Timm
-from utils.models.torchvision_library import Torchvision
-from utils.models.torchvision_models import ModelError
+from utils.models.torchvision_library import Torchvision, pretrained_state
+from utils.models.weights import load_weights, read_state_dict
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """What the options ask of the model, read from them once (utils/config/settings.py: model_options) and
+    handed down; every field is the option's value."""
+
+    name: str  # --model, with its library's prefix
+    pretrained: bool
+    weights: str  # torchvision's weight set (--weights)
+    init_from: str  # a state dict, a run or checkpoint folder
+    freeze_backbone: bool
+    drop_path: float
+    dropout: float
+    zero_init_residual: bool
+    temporal_shift: bool  # TSM in a 2D model on clips
+    grad_checkpointing: bool
+    sync_bn: bool
+    channels_last: bool
+    ema: bool  # --model_ema, --model_ema_decay, --model_ema_warmup (utils/models/ema.py)
+    ema_decay: float
+    ema_warmup: bool
+
 
 LIBRARIES = (Timm(), Transformers(), PyTorchVideo())  # by prefix; a name with none of theirs is torchvision's
 TORCHVISION = Torchvision()
@@ -47,7 +70,7 @@ def recommends_input(name):
 def is_video_model(name):
     """A model that takes clips (B, C, T, H, W) itself: torchvision's video models and transformers' video
     classifiers (VideoMAE, TimeSformer, ViViT...). timm's models and transformers' image classifiers take
-    images (on video data they score frames, see torchvision_models.frame_averaged)."""
+    images (on video data they score frames, see protocol.frame_averaged)."""
     lib, arch = library(name)
     return lib.is_video(arch)
 
@@ -128,7 +151,7 @@ def layer_ids(model, name):
 
 def enable_grad_checkpointing(model, name):
     """--grad_checkpointing, the way the model's library does it, with BatchNorm's running statistics kept from a
-    second update in the recomputation (utils/models/checkpointing.py); returns the start-up line saying so."""
+    second update in the recomputation (utils/models/grad_checkpointing.py); returns the start-up line saying so."""
     lib, _ = library(name)
     line = lib.grad_checkpointing(model)
     kept = keep_batchnorm_statistics(model)
@@ -156,7 +179,7 @@ def pretrained_model(name, num_classes, video, class_names, log=print):
                          f"not of these classes; train a model on this data and give its run folder")
     model = build_model(name, num_classes, video=video, pretrained=True, class_names=class_names)
     if not lib.builds_pretrained:
-        tv.load_weights(model, "pretrained", tv.pretrained_state(name, None), log)
+        load_weights(model, "pretrained", pretrained_state(name, None), log)
     return model
 
 
@@ -173,40 +196,42 @@ def distillation_head(model, video=False):
     return True
 
 
-def initialise(model, args, log=print):
-    """--pretrained/--weights (torchvision's; timm and transformers models got theirs when built), else
-    --init_from (a classifier of another shape is re-initialised); --freeze_backbone."""
-    lib, _ = library(args.model)
+def initialise(model, options, log=print):
+    """The weights `options` (ModelOptions) ask for: --pretrained/--weights (torchvision's; timm and transformers
+    models got theirs when built), else --init_from (a classifier of another shape is re-initialised);
+    --freeze_backbone."""
+    lib, _ = library(options.name)
     stem = next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
     channels = stem.in_channels if stem is not None and stem.in_channels != 3 else None  # multispectral, grayscale
-    if not lib.builds_pretrained and (args.pretrained or args.weights):
-        tv.load_weights(model, "pretrained", tv.pretrained_state(args.model, args.weights), log)
-    elif args.init_from:
-        tv.load_weights(model, "init_from", tv.read_state_dict(args.init_from), log)
-    elif args.pretrained:
+    if not lib.builds_pretrained and (options.pretrained or options.weights):
+        load_weights(model, "pretrained", pretrained_state(options.name, options.weights), log)
+    elif options.init_from:
+        load_weights(model, "init_from", read_state_dict(options.init_from), log)
+    elif options.pretrained:
         adapted = f"; its stem adapted to {channels} channels (summed for one, repeated and scaled for more)"
-        log(f"pretrained: {args.model}'s weights loaded by {lib.name}, with a new classifier{adapted * bool(channels)}")
+        log(f"pretrained: {options.name}'s weights loaded by {lib.name}, with a new classifier"
+            f"{adapted * bool(channels)}")
     elif channels:
-        log(f"model: {args.model} built for {channels} input channels")
-    if args.freeze_backbone:
-        trainable = set(classifier_parameters(model, args.model))
+        log(f"model: {options.name} built for {channels} input channels")
+    if options.freeze_backbone:
+        trainable = set(classifier_parameters(model, options.name))
         for p in model.parameters():
             p.requires_grad_(p in trainable)
 
 
-def check_options(args, need, video):
-    """The model's name (in its library's namespace), its weights, its regularisation; a video model needs
-    `video` data."""
-    for key in ("drop_path", "dropout"):
-        need(getattr(args, key) is None or 0 <= getattr(args, key) < 1, key, "must be in [0, 1)")
+def check_options(options, need, video):
+    """The model's name (in its library's namespace), its weights, its regularisation (`options`: ModelOptions); a
+    video model needs `video` data."""
+    for key, value in (("drop_path", options.drop_path), ("dropout", options.dropout)):
+        need(value is None or 0 <= value < 1, key, "must be in [0, 1)")
     try:
-        check_model_name(args.model)
+        check_model_name(options.name)
     except ValueError as e:
         raise ConfigError(f"model: {e}") from None
-    need(args.weights is None or named_weights(args.model), "weights", "names torchvision weights; for "
+    need(options.weights is None or named_weights(options.name), "weights", "names torchvision weights; for "
          "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
-    need(video or not is_video_model(args.model), "model", "a video model needs video data (--train_list, "
+    need(video or not is_video_model(options.name), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
-    need(not args.temporal_shift or video and not is_video_model(args.model), "temporal_shift",
+    need(not options.temporal_shift or video and not is_video_model(options.name), "temporal_shift",
          "shifts channels in time inside a 2D image model scoring video frames (TSM): give video data and an "
          "image model (resnet50, timm/resnet50...)")

@@ -18,9 +18,11 @@ from pathlib import Path
 import torch
 
 from utils.core.io import write_text_atomic
-from utils.models.checkpointing import checkpoint_blocks
-from utils.models.library import Library, missing_library
-from utils.models.torchvision_models import ModelError, load_matching, with_stem
+from utils.models.errors import ModelError, missing_library
+from utils.models.grad_checkpointing import checkpoint_blocks
+from utils.models.protocol import Library
+from utils.models.stem import with_stem
+from utils.models.weights import load_matching
 
 ZOO = "https://dl.fbaipublicfiles.com/pytorchvideo/model_zoo/kinetics"
 # name: (Kinetics-400 weights file, the crop its zoo entry was trained at, SlowFast's alpha or None)

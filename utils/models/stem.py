@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from utils.models.errors import ModelError
+
 
 def adapt_input_weight(weight, in_chans):
     """A (O, 3, k...) convolution weight for `in_chans` input channels, as the module's docstring says."""
@@ -55,3 +57,11 @@ def replace_stem(model, in_chans):
     if getattr(config, "num_channels", None) == 3:
         config.num_channels = in_chans
     return path
+
+
+def with_stem(model, in_chans, name):
+    """`model` with its stem taking `in_chans` channels (utils/models/stem.py); a ModelError when it has none to adapt."""
+    if in_chans != 3 and replace_stem(model, in_chans) is None:
+        raise ModelError(f"{name}: has no convolution taking 3 channels to adapt to {in_chans}; give 3-channel data "
+                         f"(--bands with three bands) or another model")
+    return model

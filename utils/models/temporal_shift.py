@@ -1,5 +1,5 @@
 """--temporal_shift: TSM, the temporal shift module (Lin, Gan and Han, ICCV 2019), for a 2D image model on
-video data. A 2D model scores each frame alone (TSN, torchvision_models.frame_averaged) and so cannot see
+video data. A 2D model scores each frame alone (TSN, protocol.frame_averaged) and so cannot see
 which way something moves; TSM shifts a fraction of the channels one frame forward and as many one frame
 back in time at the start of each residual branch, so that every block mixes neighbouring frames, at no
 cost in parameters (ImageNet weights load unchanged) and next to none in compute. No maintained library
@@ -9,7 +9,7 @@ block's first convolution, the block's identity path left unshifted (the "residu
 
 import torch
 
-from utils.models.torchvision_models import ModelError
+from utils.models.errors import ModelError
 
 FOLD_DIV = 8  # 1/8 of the channels forward, 1/8 back, as the paper and mmaction2 do
 

@@ -3,8 +3,8 @@ when a `timm/` name is used."""
 
 import difflib
 
-from utils.models.library import Library, missing_library
-from utils.models.torchvision_models import ModelError
+from utils.models.errors import ModelError, missing_library
+from utils.models.protocol import Library
 
 
 def offline_weights_error(name, e, fetch):

@@ -29,7 +29,7 @@ from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
-from utils.models.torchvision_models import for_device
+from utils.models.device import for_device
 from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
 from utils.run.teacher import build_teacher
@@ -158,6 +158,11 @@ def new_model(args, class_names, pretrained, inp):
                        pretrained=pretrained, class_names=class_names, in_chans=inp.channels)
 
 
+def new_ema(model, chosen, device):
+    """--model_ema's averaged copy of `model` as ModelOptions `chosen` ask; None without it."""
+    return build_ema(model, device, chosen.ema_decay, chosen.ema_warmup) if chosen.ema else None
+
+
 def check_fsdp(args, accelerator):
     """A launcher config that asks for FSDP: say when Accelerate did not give it; what it cannot do (a problem)."""
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
@@ -197,7 +202,7 @@ def build_job(args, settings, accelerator, out):
     notes = tuple(lr_notes(args, accelerator.num_processes))  # where the LR in force came from
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
-    ema = build_ema(model, args, accelerator.device)  # from the initial weights, on every rank alike
+    ema = new_ema(model, settings.model, accelerator.device)  # from the initial weights, on every rank alike
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ema is not None:
         accelerator.register_for_checkpointing(ema)  # saved and restored by save_state / load_state
@@ -229,11 +234,12 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     """The model the options name, its weights, its switches (--grad_checkpointing, --sync_bn, --channels_last),
     not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay)."""
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
-    model = new_model(args, class_names, args.pretrained, settings.input)
-    initialise(model, args, accelerator.print)
-    if args.grad_checkpointing:
-        accelerator.print(enable_grad_checkpointing(model, args.model))
-    model = for_device(model, args, accelerator)
+    chosen = settings.model
+    model = new_model(args, class_names, chosen.pretrained, settings.input)
+    initialise(model, chosen, accelerator.print)
+    if chosen.grad_checkpointing:
+        accelerator.print(enable_grad_checkpointing(model, chosen.name))
+    model = for_device(model, accelerator, sync_bn=chosen.sync_bn, channels_last=chosen.channels_last)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)

@@ -18,7 +18,8 @@ from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
 from utils.data.transforms.input import Input
 from utils.models.libraries import build_model
-from utils.models.torchvision_models import ModelError, read_state_dict
+from utils.models.errors import ModelError
+from utils.models.weights import read_state_dict
 
 RECORD = "run.json"
 FORMAT = 1  # run.json's layout; a newer one names its format
@@ -40,7 +41,7 @@ class TrainedRun:
     test_clips: int  # the multi-view test's views (None: 1)
     test_crops: int
     video_decoder: str  # who decodes its video files
-    multi_label: bool = False  # several labels a sample: sigmoid outputs, labels at a threshold (older runs: one)
+    multi_label: bool = False  # several labels a sample: sigmoid outputs, labels at a threshold (absent from a run.json: one)
     threshold: float = 0.5  # its --threshold (multi-label)
     temperature: float = 1.0  # --calibrate's: what its logits are divided by before the softmax
     # The weights file that the temperature and model/thresholds.json were fitted to: the ones model/ holds (the EMA's
@@ -98,7 +99,7 @@ def read_run(run_dir):
             raise TypeError(f"format {saved.get('format')}")
         inp = dict(saved.pop("input"), notes=())
         for key in ("mean_std", "progressive_resize", "bands", "file_format", "train_crop_scale", "train_crop_ratio"):
-            if key in inp:  # JSON keeps tuples as lists (bands, file_format, the crop's: not in older runs' records)
+            if key in inp:  # JSON keeps tuples as lists (bands, file_format, the crop's; a run.json may lack some)
                 inp[key] = inp[key] and tuple(tuple(v) if isinstance(v, list) else v for v in inp[key])
         return TrainedRun(**{k: v for k, v in saved.items() if k != "format"}, input=Input(**inp), classes=classes)
     except TypeError as e:

@@ -122,7 +122,7 @@ class AsymmetricLoss:
         return self.loss(logits.float(), targets) / logits.shape[0]
 
 
-def task_loss(args, multi_label=False, balance=None):
+def label_loss(args, multi_label=False, balance=None):
     """The loss against the labels: per-sample cross-entropy with --label_smoothing (--logit_adjust, --focal_gamma),
     or BCE with --bce_loss; for multi-label data, per-class BCE (--pos_weight, --focal_gamma) or timm's asymmetric
     loss (--multi_label_loss asl). `balance` (utils/training/balance.py) holds the weights and prior the options
@@ -159,12 +159,12 @@ def distillation_loss(kind, student, teacher, temperature, multi_label=False):
 
 
 class Objective:
-    """What the loop minimises for one micro-batch: the mean task loss, and with a teacher (utils/run/teacher.py)
-    (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token (timm's
+    """What the loop minimises for one micro-batch: the mean loss on the labels (`label_loss`), and with a teacher
+    (utils/run/teacher.py) (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token (timm's
     deit_*_distilled, in training) answers with two heads: the first learns the labels, the second the teacher."""
 
     def __init__(self, args, teacher=None, multi_label=False, balance=None):
-        self.task = task_loss(args, multi_label, balance)
+        self.label_loss = label_loss(args, multi_label, balance)
         self.multi_label = multi_label
         self.teacher = teacher
         self.kind, self.alpha, self.temperature = args.distill, args.distill_alpha, args.distill_temperature
@@ -172,7 +172,7 @@ class Objective:
     def __call__(self, output, targets, pixels):
         """`output`: the model's on `pixels` (the erased, mixed input, which the teacher sees too)."""
         head, distill_head = output if isinstance(output, tuple) else (output, output)
-        loss = self.task(head, targets).mean()
+        loss = self.label_loss(head, targets).mean()
         if self.teacher is None:
             return loss
         with torch.no_grad():
@@ -232,7 +232,7 @@ MULTI_LABEL_ONLY = {"pos_weight": "weighs the positives of multi-label data; one
 def label_kind(args, defaults, source, train):
     """Whether the data's samples carry several labels (its source says), once the data is loaded; an option for
     the other kind of labels is refused (check_labels)."""
-    multi_label = source.multi_label(train) is not None
+    multi_label = source.multi_hot_width(train) is not None
     check_labels(args, defaults, multi_label)
     return multi_label
 

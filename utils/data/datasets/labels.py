@@ -1,6 +1,6 @@
 """Several labels per sample: how a `datasets` column says so, and the multi-hot target a loader hands over.
 
-A single-label sample's label is a class index, as it has always been. A multi-label sample's is the list of its
+A single-label sample's label is a class index. A multi-label sample's is the list of its
 classes' indices (possibly empty: a valid all-negative sample), which is how `datasets` stores it (a
 List(ClassLabel) column); the loaders turn it into a float32 multi-hot row of the class count, so that a batch's
 targets are (N, classes), what binary cross-entropy, MixUp/CutMix and the gathered figures take.

@@ -164,7 +164,7 @@ class BandDecoder:
 
 def file_decoder(inp):
     """The decoder of a run's image files, by its Input: a BandDecoder where they keep their channels and bits (its
-    pixel_max set), None for 8-bit RGB (utils/data/decoding/images.decode_rgb, as always)."""
+    pixel_max set), None for 8-bit RGB (utils/data/decoding/images.decode_rgb)."""
     if inp.pixel_max is None:
         return None
     return BandDecoder(PixelFormat(*inp.file_format), inp.bands)

@@ -165,7 +165,7 @@ def first_file(args):
 
 def first_format(args):
     """What the first training file holds (a PixelFormat); None where it cannot be told now, or the file cannot be
-    read: read as RGB then, as always, and reported (or skipped with --skip_bad_images) when the run reads it."""
+    read: read as RGB then, and reported (or skipped with --skip_bad_images) when the run reads it."""
     first = first_file(args)
     try:
         return first if first is None or isinstance(first, PixelFormat) else probe(*first)

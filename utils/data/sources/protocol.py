@@ -113,7 +113,7 @@ class DataSource:
     def sample_count(self, train):
         return len(train)
 
-    def multi_label(self, train):
+    def multi_hot_width(self, train):
         """The class count of multi-hot targets when the training rows carry lists of labels, else None."""
         return getattr(train.dataset, "multi_label", None)
 

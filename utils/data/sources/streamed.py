@@ -190,7 +190,7 @@ class Streamed(ImageFiles):
     def sample_count(self, train):
         return train.rows
 
-    def multi_label(self, train):
+    def multi_hot_width(self, train):
         return train.multi_label
 
     def labels(self, train):

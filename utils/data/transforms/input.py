@@ -54,7 +54,7 @@ def mean_std(args, source, channels=3):
 def pixel_fields(args, fmt):
     """The Input's channels, bands, pixel_max and file_format for data whose first training file holds `fmt` (a
     PixelFormat, utils/data/decoding/bands.py; None: the source's own 8-bit RGB). 8-bit RGB files without --bands or
-    --pixel_max are read as RGB, as always (pixel_max None); anything else keeps its channels and bits."""
+    --pixel_max are read as RGB (pixel_max None); anything else keeps its channels and bits."""
     if fmt is None or fmt.rgb and args.bands is None and args.pixel_max is None:
         return dict(channels=3, bands=None, pixel_max=None, file_format=None)
     bands = tuple(args.bands) if args.bands else None

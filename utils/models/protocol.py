@@ -6,16 +6,10 @@ module with one subclass; nothing outside utils/models/ asks which library a mod
 `google/vit-base-patch16-224` or a local folder).
 """
 
-from utils.models.torchvision_models import ModelError, frame_averaged
+from utils.models.errors import ModelError
 
 MATCH_PREV = 99999  # timm's MATCH_PREV_GROUP: an ordinal ending in it joins the layer before (a final norm)
 INF = float("inf")  # timm's ordinal of what no rule matched: the head, the last layer
-
-
-def missing_library(prefix, package):
-    """The one-line error for a namespace whose library is not installed (requirements-models.txt)."""
-    return ModelError(f"{prefix}<name> models need {package}, which is not installed: pip install -r "
-                      f"requirements-models.txt (or pip install {package})")
 
 
 class Library:
@@ -83,3 +77,23 @@ class Library:
         """`model` written to `folder` in the form the library itself loads; `inputs`: the eval input
         (image_size, resize, interpolation, mean, std)."""
         raise NotImplementedError
+
+
+def frame_averaged(model):
+    """Make a 2D image model take clips (B, C, T, H, W): each frame is scored alone, as an image, and
+    a clip's logits are the mean of its frames' (TSN's consensus). Done with forward hooks on the
+    model itself, so its state dict keeps torchvision's names: pretrained weights, --init_from and
+    --freeze_backbone work unchanged, and model.safetensors loads into the plain image model."""
+    def frames_as_images(module, inputs):
+        (clips,) = inputs
+        b, c, t, h, w = clips.shape
+        module._clip_shape = (b, t)
+        return clips.transpose(1, 2).reshape(b * t, c, h, w)
+
+    def average_frames(module, inputs, logits):
+        b, t = module._clip_shape
+        return logits.view(b, t, -1).mean(dim=1)
+
+    model.register_forward_pre_hook(frames_as_images)
+    model.register_forward_hook(average_frames)
+    return model
