@@ -41,6 +41,7 @@ training_loss, agree_on_step), validation (evaluate_only, validate, evaluate, mu
 checkpoint. What a run is made of and how it is built: utils/run/job.py.
 """
 
+import gc
 import os
 
 PARENT_AT_START = os.getppid()  # before the slow imports: a launcher that dies meanwhile is still noticed
@@ -61,15 +62,14 @@ from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
 from utils.evaluation.metrics import dump_rank_sums
 from utils.evaluation.multiview import test_row, test_videos
-from utils.evaluation.calibration import calibrate
 from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
-from utils.core.io import write_json_atomic
-from utils.evaluation.tasks import tracked_key, tuned_thresholds
-from utils.models.ema import save_ema, update_ema
+from utils.evaluation.metrics import figure_name
+from utils.evaluation.tasks import tracked_key
+from utils.models.ema import update_ema
 from utils.reporting import trackers
-from utils.reporting.model_folder import push_model_folder, save_model_folder
+from utils.reporting.model_folder import push_model_folder
 from utils.run.job import build_accelerator, build_job, check_fsdp, resume
-from utils.run.records import log_validation_media, report_results, start_records
+from utils.run.records import export_weights, log_validation_media, report_results, start_records
 from utils.training import checkpoints
 from utils.training.run_folder import lock_run_folder, output_dir_for, resume_folder
 
@@ -167,16 +167,7 @@ def train(job, start):
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_score=tracked_figure(job, figures))
-    accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain torchvision state dict
-    if job.ema is not None and accelerator.is_main_process:
-        save_ema(job.ema, job.out / "model_ema.safetensors")
-    temperature = calibrate(job, figures) if args.calibrate else None  # fitted to the validation split's logits
-    if (model := job.plain_copy()) is not None:  # the weights validation followed, in their library's own format
-        folder = save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model",
-                                   job.task.multi_label, temperature)
-        if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
-            write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
-                                                           "tuned": dict(zip(job.class_names, tuned))})
+    export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
     return {**job.task.results(figures, job.class_names), "epochs_completed": epochs_completed,
             "global_step": global_step, "world_size": accelerator.num_processes,
             "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name,
@@ -362,7 +353,7 @@ def validate(job, epoch, global_step):
     figures, own, examples = evaluate(job)
     if job.ema is not None:  # the averaged weights, scored the same exact way
         ema_figures, _, _ = evaluate(job, job.ema.module)
-        figures.update({f"val_ema_{key[4:]}": ema_figures[key] for key in task.ema_keys})
+        figures.update({figure_name(key, ema=True): ema_figures[key] for key in task.ema_keys})
         for key in ("samples", "calibration_bins"):  # the failures and calibration of the weights model/ holds
             figures[key] = ema_figures[key]
     row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
@@ -413,9 +404,9 @@ def multiview_test(job, global_step):
             f"{clip} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
     if job.ema is not None:
         ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], args, job.task)
-        row.update({key.replace("video_", "video_ema_").replace("clip_", "clip_ema_"): value
-                    for key, value in ema.items() if key.startswith(("video_", "clip_top1"))})
-        tracked = job.task.tracked.replace("val_", "video_ema_")
+        row.update({figure_name(key, ema=True): value for key, value in ema.items()
+                    if key.startswith(("video_", "clip_top1"))})
+        tracked = figure_name(job.task.tracked, "video", ema=True)
         line += f"; EMA video {job.task.tracked_name} {row[tracked]:.4f} loss {row['video_ema_loss']:.4f}"
     job.logger.write({"step": global_step, **row}, line)
     if args.dump_rank_metrics:
@@ -447,4 +438,7 @@ def tracked_figure(job, figures):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:  # every file is written and closed by now: the interpreter's exit then skips collecting each object
+        gc.freeze()  # that torch and its imports made (a second or more), which it would free only to end anyway

@@ -223,6 +223,7 @@ def test_a_hub_dataset_trains_from_the_local_cache_offline_and_one_not_cached_is
                                               ["--dataset", "tester/not-cached", "--output_dir", missing]],
                                              env, tmp_path)
     assert cached["code"] == 0, cached["stderr"][-3000:]
+    assert cached["imported"] == []  # a run pays only for what it uses: evaluate (seconds) is --metrics' alone
     results = read_json(out / "results.json")
     assert (results["dataset"], results["train_samples"], results["val_samples"]) == ("tester/tiny-images", 9, 3)
     assert read_json(out / "labels.json") == {"0": "red", "1": "green", "2": "blue"}

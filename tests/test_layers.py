@@ -43,7 +43,7 @@ def test_a_package_imports_only_what_its_docstring_allows_and_nothing_above_it(p
     may = allowed(package)
     assert may <= set(ORDER[:ORDER.index(package)]), f"utils/{package} says it may import a package above it"
     wrong = [f"{path.relative_to(UTILS.parent)}:{line} imports utils.{other}"
-             for path in sorted((UTILS / package).rglob("*.py")) if "evaluate_modules" not in path.parts
+             for path in sorted((UTILS / package).rglob("*.py"))
              for other, line in our_imports(path) if other != package and other not in may]
     assert not wrong, "\n".join(wrong)
 
@@ -55,8 +55,7 @@ def is_table(name, function):
 
 
 def python_files():
-    return [ROOT / "train_classification.py", ROOT / "predict.py"] + sorted(
-        p for p in UTILS.rglob("*.py") if "evaluate_modules" not in p.parts)
+    return [ROOT / "train_classification.py", ROOT / "predict.py"] + sorted(UTILS.rglob("*.py"))
 
 
 def test_modules_and_functions_stay_small_enough_to_read_in_one_sitting():
@@ -93,8 +92,7 @@ def module_imports(path):
 def test_utils_data_is_layered_as_the_data_flows_and_nothing_in_utils_imports_in_a_circle():
     """utils/data/'s sub-packages import only those below them (decoders at the bottom, sources on top), and no
     module of utils/ reaches itself through its imports (one inside a function counts: it hid a cycle once)."""
-    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in UTILS.rglob("*.py")
-               if "evaluate_modules" not in p.parts}
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in UTILS.rglob("*.py")}
     modules = {name.removesuffix(".__init__"): path for name, path in modules.items()}
     edges = {name: {m for m in module_imports(path) if m in modules and m != name} for name, path in modules.items()}
     upward = []
@@ -128,8 +126,8 @@ def test_utils_data_is_layered_as_the_data_flows_and_nothing_in_utils_imports_in
 
 def test_every_module_of_utils_is_on_the_map_in_docs_architecture():
     """docs/architecture.md has a section a package (`### utils/<package>/`) with a row or a sentence for each of its
-    modules, named by its path in the package (`decoding/images.py`, or its folder for evaluate's modules): a module
-    added, moved or renamed without the map fails here."""
+    modules, named by its path in the package (`decoding/images.py`): a module added, moved or renamed without the map
+    fails here."""
     doc = (UTILS.parent / "docs" / "architecture.md").read_text()
     sections = dict(re.findall(r"^### utils/([a-z_]+)/[^\n]*\n(.*?)(?=^### |^## |\Z)", doc, flags=re.M | re.S))
     assert sorted(sections) == sorted(ORDER), sorted(sections)
@@ -138,9 +136,8 @@ def test_every_module_of_utils_is_on_the_map_in_docs_architecture():
         named = set(re.findall(r"`([^`\s]+)`", sections[package]))
         for path in sorted((UTILS / package).rglob("*.py")):
             inner = path.relative_to(UTILS / package).as_posix()
-            if path.name == "__init__.py" or "evaluate_modules/" in inner:  # the metric modules: their folder's row
+            if path.name == "__init__.py":
                 continue
             if not any(name == inner or name.endswith("/" + inner) for name in named):
                 missing.append(f"utils/{package}/{inner}")
     assert not missing, f"not on docs/architecture.md's map: {missing}"
-    assert "`evaluate_modules/`" in sections["evaluation"]

@@ -1,4 +1,4 @@
-"""Validation figures: shipped evaluate modules against scikit-learn, exact sums, --metrics from cache or folder."""
+"""Validation figures: the built-in ones against scikit-learn, exact sums, --metrics from cache or folder."""
 
 import textwrap
 
@@ -9,6 +9,7 @@ from conftest import TINY, read_json, read_jsonl, runs_in_one_process
 from ranks import run_ranks
 from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
+from utils.evaluation.class_figures import class_scores, confusion_matrix as our_confusion_matrix, topk_accuracy
 from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
                                       result_figures, summarize, sums, topk_for, validation_row)
 
@@ -18,29 +19,29 @@ def metrics():
     return load_metrics()
 
 
-def test_evaluate_module_counts_topk(metrics):
+def test_topk_accuracy_counts_the_labels_among_the_first_k():
     ranked = [[2, 0, 1], [1, 2, 0], [0, 1, 2], [1, 0, 2], [2, 1, 0]]
     refs = [0, 0, 0, 1, 0]
-    assert metrics.topk.compute(predictions=ranked, references=refs, k=1) == {"accuracy": 0.4, "correct": 2,
-                                                                              "total": 5}
-    assert metrics.topk.compute(predictions=ranked, references=refs, k=2) == {"accuracy": 0.6, "correct": 3,
-                                                                              "total": 5}
-    assert metrics.topk.compute(predictions=ranked, references=refs, k=3)["correct"] == 5
+    assert topk_accuracy(ranked, refs, k=1) == {"accuracy": 0.4, "correct": 2, "total": 5}
+    assert topk_accuracy(ranked, refs, k=2) == {"accuracy": 0.6, "correct": 3, "total": 5}
+    assert topk_accuracy(ranked, refs, k=3)["correct"] == 5
+    with pytest.raises(ValueError, match="k=4 but only 3"):
+        topk_accuracy(ranked, refs, k=4)
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_class_scores_and_confusion_match_scikit_learn(metrics, seed):
+def test_class_scores_and_confusion_match_scikit_learn(seed):
     rng = np.random.default_rng(seed)
     refs = rng.integers(0, 7, 60)  # classes 7 and 8 never occur; 7 may be predicted
     preds = np.where(rng.random(60) < 0.5, refs, rng.integers(0, 8, 60))
-    scores = metrics.class_scores.compute(predictions=preds, references=refs, num_classes=9)
+    scores = class_scores(preds, refs, 9)
     for key, fn in (("macro_f1", f1_score), ("macro_precision", precision_score), ("macro_recall", recall_score)):
         assert scores[key] == pytest.approx(fn(refs, preds, average="macro", zero_division=0), abs=1e-12), key
     assert scores["recall"][:7] == pytest.approx(list(recall_score(refs, preds, labels=range(7), average=None)))
     assert scores["support"] == np.bincount(refs, minlength=9).tolist()
     assert (7 in preds) and scores["recall"][7] is None  # predicted, but no images: no accuracy, not 0
     assert scores["precision"][7] == 0.0 and scores["recall"][8] is None and scores["precision"][8] is None
-    matrix = metrics.confusion.compute(predictions=preds, references=refs, num_classes=9)["confusion_matrix"]
+    matrix = our_confusion_matrix(preds, refs, 9)
     assert matrix == confusion_matrix(refs, preds, labels=range(9)).tolist()
 
 
@@ -181,6 +182,7 @@ def metric_runs(tmp_path_factory):
 def test_hub_metric_from_the_cache_offline_and_a_local_module_folder(metric_runs):
     root, (good, *_) = metric_runs
     assert good["code"] == 0, good["stderr"][-3000:]
+    assert "evaluate" in good["imported"]
     out = root / "run"
     results = read_json(out / "results.json")
     val = [r for r in read_jsonl(out / "metrics.jsonl") if "val_top1" in r][-1]

@@ -4,8 +4,9 @@
 
 For runs that need an environment read at import (HF_DATASETS_CACHE, HF_MODULES_CACHE, ...), which neither
 the pytest process nor the forked ranks of tests/ranks.py can change any more: one interpreter start for
-all of them instead of one each. Writes OUT.json: [{"code", "stdout", "stderr"}, ...], one per run (code:
-0, or the SystemExit code), Accelerate's singletons reset between runs as tests/conftest.py does.
+all of them instead of one each. Writes OUT.json: [{"code", "stdout", "stderr", "imported"}, ...], one per run
+(code: 0, or the SystemExit code; imported: which of the libraries a run may not need the interpreter holds after
+it), Accelerate's singletons reset between runs as tests/conftest.py does.
 """
 
 import contextlib
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+OPTIONAL = ("evaluate", "timm", "transformers", "sklearn")  # imported only by the runs that use them
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
@@ -37,7 +39,8 @@ def main(argv):
                 code = e.code if isinstance(e.code, int) else 1
             finally:
                 reset_accelerate_state()
-        runs.append({"code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()})
+        runs.append({"code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue(),
+                     "imported": [name for name in OPTIONAL if name in sys.modules]})
     Path(out).write_text(json.dumps(runs))
 
 

@@ -13,10 +13,9 @@ from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E4
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+import evaluate  # noqa: E402,F401  (what --metrics loads its modules with)
 import train_classification  # noqa: E402,F401  (accelerate, datasets and every utils module)
-from utils.evaluation.metrics import load_metrics  # noqa: E402
 
-load_metrics()  # evaluate, and the shipped modules it copies and imports
 _figure = Figure(figsize=(2, 2), layout="constrained")  # matplotlib's fonts, read at the first text drawn
 _figure.subplots().set(title="warm", xlabel="x")
 FigureCanvasAgg(_figure).draw()

@@ -1,4 +1,5 @@
-"""Validation figures of gathered per-sample results, through `evaluate` modules: sums first, never a mean of means."""
+"""Validation figures of gathered per-sample results (utils/evaluation/class_figures.py, and the `evaluate` metrics
+--metrics adds): sums first, never a mean of means."""
 
 import numbers
 from dataclasses import dataclass, field
@@ -8,8 +9,8 @@ import yaml
 
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
+from utils.evaluation.class_figures import class_scores, confusion_matrix, topk_accuracy
 
-MODULES = Path(__file__).parent / "evaluate_modules"  # evaluate.load("accuracy") would need the Hub
 PER_CLASS_LOG_MAX = 100  # more classes than this: per-class accuracy goes to results.json, not to every row
 RESERVED = ("top1", "topk", "loss", "samples", "macro", "class_acc")  # --metrics labels the built-in figures use
 
@@ -20,10 +21,9 @@ class MetricError(UserError):
 
 @dataclass
 class Metrics:
-    topk: object
-    class_scores: object
-    confusion: object
-    extra: dict = field(default_factory=dict)  # --metrics: label -> (module, compute kwargs)
+    """The `evaluate` metrics --metrics adds to the built-in figures: label -> (module, compute kwargs)."""
+
+    extra: dict = field(default_factory=dict)
 
 
 def parse_metric_spec(spec):
@@ -41,17 +41,15 @@ def parse_metric_spec(spec):
 
 
 def load_metrics(specs=()):
-    """The shipped modules, plus the --metrics ones (from the Hub, its cache or a local module folder)."""
-    import evaluate
-
-    # keep_in_memory: no cache file, so processes computing at once never share a lock file.
-    shipped = [evaluate.load(str(MODULES / name), keep_in_memory=True)
-               for name in ("topk_accuracy", "class_scores", "confusion_matrix")]
-    metrics = Metrics(*shipped)
+    """The --metrics `specs` loaded (from the Hub, its cache or a local module folder); evaluate is imported only for
+    them."""
+    metrics = Metrics()
+    if specs:
+        import evaluate
     for spec in specs or ():
         name, kwargs = parse_metric_spec(spec)
         try:
-            module = evaluate.load(name, keep_in_memory=True)
+            module = evaluate.load(name, keep_in_memory=True)  # no cache file: no lock shared by processes
         except Exception as e:  # evaluate raises FileNotFoundError, ConnectionError, ImportError, ...
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise MetricError(f"metrics: cannot load {name!r} ({reason}); offline, a Hub metric must be in the "
@@ -81,12 +79,13 @@ def sums(ranked, labels, losses, k):
 
 
 def summarize(metrics, ranked, labels, losses, k, num_classes):
-    """Global validation figures of gathered per-sample results; every figure comes from an evaluate module."""
+    """Global validation figures of gathered per-sample results: the built-in ones (utils/evaluation/class_figures.py)
+    and those of --metrics' `evaluate` modules (Metrics `metrics`)."""
     refs, preds = labels.tolist(), ranked[:, 0].tolist()
-    top1 = metrics.topk.compute(predictions=ranked[:, :1].tolist(), references=refs, k=1)
-    topk = metrics.topk.compute(predictions=ranked[:, :k].tolist(), references=refs, k=k)
-    scores = metrics.class_scores.compute(predictions=preds, references=refs, num_classes=num_classes)
-    matrix = metrics.confusion.compute(predictions=preds, references=refs, num_classes=num_classes)
+    top1 = topk_accuracy(ranked[:, :1].tolist(), refs, k=1)
+    topk = topk_accuracy(ranked[:, :k].tolist(), refs, k=k)
+    scores = class_scores(preds, refs, num_classes)
+    matrix = confusion_matrix(preds, refs, num_classes)
     n = len(refs)
     loss_sum = float(losses.double().sum())
     figures = {"val_top1": top1["accuracy"], "val_topk": topk["accuracy"], "topk": k,
@@ -96,7 +95,7 @@ def summarize(metrics, ranked, labels, losses, k, num_classes):
                "val_worst_recall": scores["worst_recall"],
                "correct_top1": top1["correct"], "correct_topk": topk["correct"], "loss_sum": loss_sum,
                "per_class_accuracy": scores["recall"], "class_support": scores["support"],
-               "confusion_matrix": matrix["confusion_matrix"]}
+               "confusion_matrix": matrix}
     for label, (module, kwargs) in metrics.extra.items():
         try:
             scores = module.compute(predictions=preds, references=refs, **kwargs)
@@ -108,6 +107,13 @@ def summarize(metrics, ranked, labels, losses, k, num_classes):
             if isinstance(value, numbers.Real):  # lists and strings have no place on a curve
                 figures[f"val_{label}" if key == label else f"val_{label}_{key}"] = float(value)
     return figures
+
+
+def figure_name(key, scope=None, ema=False):
+    """Figure `key` (`<scope>_<what>`: val_top1, video_top1, clip_top1) as another `scope` reports it (val, video),
+    and of the EMA's weights with `ema`: figure_name("val_top1", "video", ema=True) is "video_ema_top1"."""
+    own, what = key.split("_", 1)
+    return f"{scope or own}_{'ema_' * ema}{what}"
 
 
 SCALARS = ("val_top1", "val_topk", "topk", "val_loss", "val_samples", "val_macro_f1", "val_macro_precision",

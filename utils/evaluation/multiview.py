@@ -11,6 +11,7 @@ per test video on the host (float64: 20,000 videos x 400 classes = 64 MB).
 
 import torch
 
+from utils.evaluation.metrics import figure_name
 from utils.evaluation.scoring import scored_batches
 
 
@@ -66,5 +67,5 @@ def test_row(figures, args, task):
     keys = ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "val_loss") if task.multi_label else \
         ("val_top1", "val_topk", "val_loss", "val_macro_f1", "val_balanced_accuracy", "val_worst_recall")
     return {"test_clips": args.test_clips or 1, "test_crops": args.test_crops or 1,
-            **{key.replace("val_", "video_"): figures[key] for key in keys}, "test_videos": figures["val_samples"],
+            **{figure_name(key, "video"): figures[key] for key in keys}, "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from utils.evaluation import tta
 from utils.evaluation.calibration import calibration_bins, expected_calibration_error
-from utils.evaluation.metrics import rank_sums, result_figures, summarize, topk_for, validation_row
+from utils.evaluation.metrics import figure_name, rank_sums, result_figures, summarize, topk_for, validation_row
 
 PER_CLASS_LOG_MAX = 100  # more classes than this: per-class AP goes to results.json, not to every row
 
@@ -285,5 +285,5 @@ def task_for(multi_label, num_classes, metrics=None, threshold=0.5, tta_kind=Non
 
 def tracked_key(task, ema):
     """The figure best/, --keep_best and --early_stop follow: the task's, of the EMA with --model_ema."""
-    return task.tracked.replace("val_", "val_ema_", 1) if ema else task.tracked
+    return figure_name(task.tracked, ema=True) if ema else task.tracked
 

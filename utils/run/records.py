@@ -1,14 +1,18 @@
-"""What a run writes beside its loop: config.yaml, labels.json and the dashboards' run at the start;
-results.json, the plots, where the model fails, the per-class table, report.html and the closing line at the end."""
+"""What a run writes beside its loop: config.yaml, labels.json and the dashboards' run at the start; the trained
+weights in the forms their users take; results.json, the plots, where the model fails, the per-class table,
+report.html and the closing line at the end."""
 
 from accelerate.utils import gather_object
 
 from utils.config.recipes import save_config
-from utils.evaluation.tasks import tracked_key
 from utils.core.io import write_json_atomic
+from utils.evaluation.calibration import calibrate
+from utils.evaluation.tasks import tracked_key, tuned_thresholds
+from utils.models.ema import save_ema
 from utils.reporting import report, trackers
 from utils.reporting.failures import prediction_rows, write_failures
 from utils.reporting.html_report import write_html
+from utils.reporting.model_folder import save_model_folder
 from utils.run.trained import trained_run, write_record
 
 
@@ -25,6 +29,24 @@ def start_records(job, num_workers, previous_run=None):
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
+
+
+def export_weights(job, figures):
+    """What the trained weights leave for their users once training is over (`figures`: its last validation's):
+    model.safetensors (every rank takes part: FSDP gathers it), model_ema.safetensors, --calibrate's temperature
+    fitted to the validation split's logits, and model/ in its library's own form with, for multi-label data,
+    thresholds.json."""
+    args, accelerator = job.args, job.accelerator
+    accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain state dict
+    if job.ema is not None and accelerator.is_main_process:
+        save_ema(job.ema, job.out / "model_ema.safetensors")
+    temperature = calibrate(job, figures) if args.calibrate else None
+    if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
+        folder = save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model",
+                                   job.task.multi_label, temperature)
+        if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
+            write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
+                                                           "tuned": dict(zip(job.class_names, tuned))})
 
 
 def log_validation_media(job, step, figures, examples):
