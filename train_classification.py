@@ -109,7 +109,7 @@ def main(argv=None):
         results["command"] = f"accelerate launch train_classification.py {shlex.join(map(str, options))}"
         results = report_results(job, results, figures, train_samples)
         if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
-            push_model_folder(out / "model", args.push_to_hub, args, results, results["command"])
+            push_model_folder(out / "model", args.push_to_hub, settings.model, results, results["command"])
         return results
     except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
         problem = str(e)
@@ -398,12 +398,13 @@ def multiview_test(job, global_step):
     and, with --dump_rank_metrics, eval/test/rank_<R>.json sums of the trained weights'."""
     args, videos = job.args, len(job.test_loader.dataset.labels)
     figures, own = test_videos(job, job.test_loader, videos)
-    row = test_row(figures, args, job.task)
+    views = (args.test_clips or 1, args.test_crops or 1)  # clips x crops of each video
+    row = test_row(figures, views, job.task)
     clip = "exact match" if job.task.multi_label else "top-1"
     line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video {job.task.line(figures)}, clip "
             f"{clip} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
     if job.ema is not None:
-        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], args, job.task)
+        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], views, job.task)
         row.update({figure_name(key, ema=True): value for key, value in ema.items()
                     if key.startswith(("video_", "clip_top1"))})
         tracked = figure_name(job.task.tracked, "video", ema=True)

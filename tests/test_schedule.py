@@ -1,19 +1,19 @@
 """LR schedule: warmup never starts at 0, milestones and ends land right, epoch progress rules."""
 
-import argparse
 import math
 
 import pytest
 import torch
 
-from utils.training.schedule import build_lr_scheduler
+from utils.training.schedule import ScheduleOptions, build_lr_scheduler
 
 
 def schedule(steps_per_epoch, **kw):
     """[lr in force before optimizer step s, for s = 0 .. total] for the given options."""
-    args = argparse.Namespace(**{"epochs": 6, "warmup_epochs": 1.0, "warmup_start_factor": 0.1, "min_lr": 0.0,
-                                 "lr_schedule": "cosine", "lr_milestones": None, "lr_gamma": 0.1, **kw})
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=kw.get("lr", 0.4))
+    lr = kw.pop("lr", 0.4)
+    args = ScheduleOptions(**{"epochs": 6, "warmup_epochs": 1.0, "warmup_start_factor": 0.1, "min_lr": 0.0,
+                              "kind": "cosine", "milestones": None, "gamma": 0.1, **kw})
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     sched = build_lr_scheduler(opt, args, steps_per_epoch)
     lrs = []
     for _ in range(args.epochs * steps_per_epoch + 1):
@@ -38,7 +38,7 @@ def test_cosine_reaches_min_lr_at_the_last_step():
 
 
 def test_step_decay_at_milestones():
-    lrs = schedule(10, lr_schedule="step", lr_milestones=[3.0, 4.5], lr_gamma=0.5)
+    lrs = schedule(10, kind="step", milestones=(3.0, 4.5), gamma=0.5)
     assert lrs[29] == pytest.approx(0.4) and lrs[30] == pytest.approx(0.2)
     assert lrs[44] == pytest.approx(0.2) and lrs[45] == pytest.approx(0.1)
     assert lrs[-1] == pytest.approx(0.1)
@@ -75,22 +75,26 @@ def test_same_point_same_lr_across_step_counts():
 
 
 def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsys):
-    from utils.config.options import parse_args
+    from utils.config.options import parse
     from utils.training.schedule import warmup_epochs
 
-    assert warmup_epochs(parse_args([])) == 1.0  # the default job: unchanged
-    assert warmup_epochs(parse_args(["--epochs", "1"])) == pytest.approx(0.2)  # fits instead of failing
-    assert warmup_epochs(parse_args(["--epochs", "3"])) == pytest.approx(0.6)
-    assert warmup_epochs(parse_args(["--epochs", "1", "--warmup_epochs", "0.5"])) == 0.5
-    args = parse_args(["--epochs", "1"])
-    scheduler = build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr), args, 10)
+    def schedule_of(argv):
+        return parse(argv)[1].schedule
+
+    assert warmup_epochs(schedule_of([])) == 1.0  # the default job: unchanged
+    assert warmup_epochs(schedule_of(["--epochs", "1"])) == pytest.approx(0.2)  # fits instead of failing
+    assert warmup_epochs(schedule_of(["--epochs", "3"])) == pytest.approx(0.6)
+    assert warmup_epochs(schedule_of(["--epochs", "1", "--warmup_epochs", "0.5"])) == 0.5
+    args, settings = parse(["--epochs", "1"])
+    scheduler = build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr),
+                                   settings.schedule, 10)
     lrs = []
     for _ in range(10):
         lrs.append(scheduler.get_last_lr()[0])
         scheduler.step()
     assert lrs[0] == pytest.approx(0.1 * args.lr) and lrs[2] == pytest.approx(args.lr)  # 2 warmup steps of 10
     with pytest.raises(SystemExit) as e:
-        parse_args(["--epochs", "1", "--warmup_epochs", "1"])
+        parse(["--epochs", "1", "--warmup_epochs", "1"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().endswith("warmup_epochs: must be in [0, epochs=1), got 1.0")
 
@@ -98,12 +102,15 @@ def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsy
 def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
     import torchvision
 
-    from utils.config.options import parse_args
+    from utils.config.options import parse, parse_args
     from utils.config.recipes import save_config
     from utils.training.schedule import build_optimizer, lr_notes, parameter_groups
 
+    def optimizer_of(argv):
+        return parse(argv)[1].optimizer
+
     model = torchvision.models.resnet18(num_classes=3)
-    weights, norms, biases = (g["params"] for g in parameter_groups(model, parse_args([])))
+    weights, norms, biases = (g["params"] for g in parameter_groups(model, optimizer_of([])))
     bn = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert {id(p) for p in norms} == {id(p) for m in bn for p in m.parameters()}
     assert [id(p) for p in biases] == [id(model.fc.bias)]
@@ -116,7 +123,7 @@ def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
             for m in net.modules():
                 if isinstance(m, torch.nn.BatchNorm2d):
                     m.weight.fill_(2.0)
-        opt = build_optimizer(net, parse_args(["--momentum", "0", *extra]))
+        opt = build_optimizer(net, optimizer_of(["--momentum", "0", *extra]))
         for p in net.parameters():
             p.grad = torch.zeros_like(p)
         opt.step()
@@ -126,11 +133,12 @@ def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
     assert bn_weight == 2.0  # no decay on norms by default
     bn_weight, _, _ = one_step("--norm_weight_decay", "0.01")
     assert bn_weight == pytest.approx(2.0 * (1 - 0.1 * 0.01))
-    args = parse_args(["--lr", "0.1", "--batch_size", "64", "--grad_accum_steps", "2", "--lr_scale_batch", "128"])
-    opt = build_optimizer(model, args, num_processes=2)  # global batch 256 = 2 x 128
+    scaled = ["--lr", "0.1", "--batch_size", "64", "--grad_accum_steps", "2", "--lr_scale_batch", "128"]
+    opt = build_optimizer(model, optimizer_of(scaled), num_processes=2)  # global batch 256 = 2 x 128
     assert all(g["lr"] == pytest.approx(0.2) for g in opt.param_groups)
-    assert build_optimizer(model, parse_args(["--lr", "0.1"]), num_processes=2).param_groups[0]["lr"] == 0.1
-    notes = lr_notes(args, 2)
+    assert build_optimizer(model, optimizer_of(["--lr", "0.1"]), num_processes=2).param_groups[0]["lr"] == 0.1
+    notes = lr_notes(optimizer_of(scaled), 2)
+    args = parse_args(scaled)
     assert notes == ["lr: 0.2 in force (--lr 0.1 is for a global batch of 128; this run's is 256)"]
     save_config(args, tmp_path / "config.yaml", notes=notes)  # a comment: config.yaml stays a recipe
     assert (tmp_path / "config.yaml").read_text().startswith("# lr: 0.2 in force")

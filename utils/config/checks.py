@@ -16,24 +16,34 @@ __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/error
 DATA = (catalog, streamed, video_files, inputs, batch, decoding_on_device, sampling)
 
 
-def check_args(args, source, defaults, model):
+def check_args(args, source, defaults, typed):
     """Reject impossible combinations before anything is built: an option the run's data `source` does not read
     (one whose value is not its default in `defaults`), the data's own checks (each module's check_options), the
-    schedule, the run's own bookkeeping, then the model (ModelOptions `model`: it may import its library) and the input
-    it can take.
+    optimizer and schedule, the run's own bookkeeping, then the model (it may import its library) and the input it can
+    take; `typed`: the options of the model, optimizer and schedule, typed (utils/config/settings.py).
     Returns that input, the run's Input, resolved here once."""
     need = requirement(args)
     for key, why in source.unused.items():  # applied or refused: never trained on without a word
         need(getattr(args, key) == defaults[key], key, why)
     for module in DATA:
         module.check_options(args, need, source)
-    schedule.check_options(args, need)
+    schedule.check_options(typed["optimizer"], typed["schedule"], need)
+    _steps(args, need)
     early_stop.check_options(args, need)
     losses.check_options(args, need)
     balance.check_options(args, need)
     _run(args, need)
-    libraries.check_options(model, need, source.video)
+    libraries.check_options(typed["model"], need, source.video)
     return _model_input(args, source)
+
+
+def _steps(args, need):
+    """The steps: how many, what clips their gradients, what the backbone keeps."""
+    need(args.max_train_steps is None or args.max_train_steps >= 0, "max_train_steps", "must be >= 0")
+    need(args.layer_decay is None or not args.freeze_backbone, "layer_decay", "has nothing to decay with "
+         "--freeze_backbone (only the head trains)")
+    need(0 <= args.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
+    need(args.clip_grad_norm is None or args.clip_grad_norm > 0, "clip_grad_norm", "must be > 0")
 
 
 def _run(args, need):

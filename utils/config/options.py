@@ -11,7 +11,7 @@ from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
 from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options,
                                            add_run_options, add_schedule_options)
-from utils.config.settings import model_options, settle
+from utils.config.settings import settle, typed_options
 from utils.data.sources.catalog import source_for
 
 
@@ -91,11 +91,11 @@ def parse(argv=None, prog="train_classification.py"):
         source = source_for(args)  # the one place a run picks its data source
         if args.model is None:
             args.model = "r2plus1d_18" if source.video else "resnet18"
-        model = model_options(args)
-        inp = check_args(args, source, defaults, model)
+        typed = typed_options(args)
+        inp = check_args(args, source, defaults, typed)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
-    return args, settle(args, source, inp, model)
+    return args, settle(args, source, inp, typed)
 
 
 def parser_defaults():

@@ -61,11 +61,12 @@ def test_videos(job, loader, num_videos, model=None):
     return figures, own
 
 
-def test_row(figures, args, task):
+def test_row(figures, views, task):
     """What results.json, metrics.jsonl and the dashboards say of the multi-view test: the task's figures of the
-    videos (video_top1 ..., or multi-label video_map ...), and the clip-level top-1 (multi-label: exact match)."""
+    videos (video_top1 ..., or multi-label video_map ...), and the clip-level top-1 (multi-label: exact match);
+    `views`: (clips, crops) of every video."""
     keys = ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "val_loss") if task.multi_label else \
         ("val_top1", "val_topk", "val_loss", "val_macro_f1", "val_balanced_accuracy", "val_worst_recall")
-    return {"test_clips": args.test_clips or 1, "test_crops": args.test_crops or 1,
+    return {"test_clips": views[0], "test_crops": views[1],
             **{figure_name(key, "video"): figures[key] for key in keys}, "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}

@@ -43,6 +43,7 @@ class ModelOptions:
     ema: bool  # --model_ema, --model_ema_decay, --model_ema_warmup (utils/models/ema.py)
     ema_decay: float
     ema_warmup: bool
+    ema_steps: int  # optimizer steps between two updates of the average
 
 
 LIBRARIES = (Timm(), Transformers(), PyTorchVideo())  # by prefix; a name with none of theirs is torchvision's
@@ -224,6 +225,8 @@ def check_options(options, need, video):
     video model needs `video` data."""
     for key, value in (("drop_path", options.drop_path), ("dropout", options.dropout)):
         need(value is None or 0 <= value < 1, key, "must be in [0, 1)")
+    need(0 < options.ema_decay < 1, "model_ema_decay", "must be in (0, 1)")
+    need(options.ema_steps >= 1, "model_ema_steps", "must be >= 1")
     try:
         check_model_name(options.name)
     except ValueError as e:

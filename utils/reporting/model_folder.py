@@ -31,11 +31,11 @@ def input_config(inp, multi_label=False, temperature=None):
     return {**config, "multi_label": True} if multi_label else config
 
 
-def save_model_folder(model, args, inp, class_names, folder, multi_label=False, temperature=None):
+def save_model_folder(model, name, inp, class_names, folder, multi_label=False, temperature=None):
     """Write `model` (a bare, unsharded module on the CPU, in the default memory format) to `folder` in its
     library's format, with the run's eval input `inp` (and --calibrate's temperature); returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_in_library_form(model, args.model, folder, input_config(inp, multi_label, temperature), class_names)
+    save_in_library_form(model, name, folder, input_config(inp, multi_label, temperature), class_names)
     return folder
 
 
@@ -43,9 +43,9 @@ class PushError(UserError, RuntimeError):
     """The Hub upload failed; the message is one line, and every local file is kept."""
 
 
-def model_card(repo, args, results, command):
+def model_card(repo, chosen, results, command):
     """README.md of the model folder: what it is, its validation figures, how it was trained and loaded."""
-    lib, _ = library(args.model)
+    lib, _ = library(chosen.name)
     if "val_map" in results:  # a multi-label run (utils/evaluation/tasks.py)
         rows = [("val mAP", results["val_map"]), (f"val F1 micro at {results['threshold']:g}", results["val_f1_micro"]),
                 ("val F1 macro", results["val_f1_macro"]), ("val loss", results["val_loss"])]
@@ -56,9 +56,9 @@ def model_card(repo, args, results, command):
         rows += [("val top-1, EMA weights", results["val_ema_top1"])] if "val_ema_top1" in results else []
     table = "\n".join(f"| {name} | {value:.4f} |" for name, value in rows)
     return (f"---\n{lib.card_header}tags:\n- image-classification\n---\n\n# {repo}\n\n"
-            f"`{args.model}` trained on `{results['dataset']}` ({results['train_samples']} training samples, "
+            f"`{chosen.name}` trained on `{results['dataset']}` ({results['train_samples']} training samples, "
             f"{len(results['class_names'])} classes, {results['epochs_completed']} epochs, "
-            f"{results['world_size']} process(es)); weights: {'EMA' if args.model_ema else 'final'}.\n\n"
+            f"{results['world_size']} process(es)); weights: {'EMA' if chosen.ema else 'final'}.\n\n"
             f"| metric ({results['val_samples']} validation samples) | value |\n|---|---|\n{table}\n\n"
             f"## Command line\n\n```\n{command}\n```\n\n## Loading\n\n```python\n"
             f"{lib.load_snippet.format(repo=repo)}\n```\n")
@@ -69,16 +69,16 @@ def headline(results):
     return f"val mAP {results['val_map']:.4f}" if "val_map" in results else f"val top-1 {results['val_top1']:.4f}"
 
 
-def push_model_folder(folder, repo, args, results, command):
+def push_model_folder(folder, repo, chosen, results, command):
     """Write the model card into `folder`, then upload the folder to the Hub model repository `repo`."""
-    write_text_atomic(folder / "README.md", model_card(repo, args, results, command))
+    write_text_atomic(folder / "README.md", model_card(repo, chosen, results, command))
     try:
         from huggingface_hub import HfApi
 
         api = HfApi()
         api.create_repo(repo, repo_type="model", exist_ok=True)
         api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
-                          commit_message=f"{args.model}: {headline(results)}")
+                          commit_message=f"{chosen.name}: {headline(results)}")
     except Exception as e:  # offline, no token, no rights: all the same to the user
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise PushError(f"push_to_hub: could not upload {folder} to {repo} ({type(e).__name__}: {reason}); every "

@@ -1,6 +1,7 @@
 """wandb / TensorBoard through Accelerate's trackers: set up on the main process, fed the metrics.jsonl rows."""
 
 import os
+from dataclasses import dataclass
 
 TRACKERS = {"none": [], "wandb": ["wandb"], "tensorboard": ["tensorboard"], "all": ["wandb", "tensorboard"]}
 
@@ -28,15 +29,28 @@ def _has_wandb_key():
     return auth.authenticators(host) is not None
 
 
-def start(accelerator, args, out, config, run_id=None):
-    """Create the runs (main process only, inside Accelerate); returns the wandb run id, if any."""
-    if not TRACKERS[args.report_to]:
+@dataclass(frozen=True)
+class TrackerOptions:
+    """Where the run is shown, read from the options once (utils/config/settings.py); each field is its option's."""
+
+    report_to: str  # a key of TRACKERS
+    project_name: str
+    run_name: str  # None: the run folder's name
+    wandb_entity: str
+    wandb_tags: tuple
+    wandb_run_id: str
+
+
+def start(accelerator, options, out, config, run_id=None):
+    """Create the runs (main process only, inside Accelerate) as TrackerOptions `options` ask; returns the wandb run
+    id, if any (`run_id`: a resumed run's, continued)."""
+    if not TRACKERS[options.report_to]:
         return None
     accelerator.project_configuration.logging_dir = str(out)  # TensorBoard writes <out>/<project_name>
-    wandb_kwargs = {"name": args.run_name or out.name, "dir": str(out), "entity": args.wandb_entity,
-                    "tags": args.wandb_tags, "id": run_id or args.wandb_run_id, "resume": "allow"}
-    accelerator.init_trackers(args.project_name, config=config, init_kwargs={"wandb": wandb_kwargs})
-    if "wandb" in TRACKERS[args.report_to] and accelerator.is_main_process:
+    wandb_kwargs = {"name": options.run_name or out.name, "dir": str(out), "entity": options.wandb_entity,
+                    "tags": options.wandb_tags, "id": run_id or options.wandb_run_id, "resume": "allow"}
+    accelerator.init_trackers(options.project_name, config=config, init_kwargs={"wandb": wandb_kwargs})
+    if "wandb" in TRACKERS[options.report_to] and accelerator.is_main_process:
         return accelerator.get_tracker("wandb", unwrap=True).id
     return None
 

@@ -187,7 +187,7 @@ def build_job(args, settings, accelerator, out):
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_ds, val_ds, class_names, settings, multi_label = load_datasets(args, settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
-    balance = read_balance(args, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
+    balance = read_balance(settings.balance, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                               ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
@@ -198,8 +198,8 @@ def build_job(args, settings, accelerator, out):
         accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
                           "from the labels (their mean is scored)")
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
-    scheduler = build_lr_scheduler(optimizer, args, steps_per_epoch)
-    notes = tuple(lr_notes(args, accelerator.num_processes))  # where the LR in force came from
+    scheduler = build_lr_scheduler(optimizer, settings.schedule, steps_per_epoch)
+    notes = tuple(lr_notes(settings.optimizer, accelerator.num_processes))  # where the LR in force came from
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
     ema = new_ema(model, settings.model, accelerator.device)  # from the initial weights, on every rank alike
@@ -214,7 +214,7 @@ def build_job(args, settings, accelerator, out):
                    if args.test_clips or args.test_crops else None)
     task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-              objective=Objective(args, teacher, multi_label, balance), train_loader=train_loader,
+              objective=Objective(settings.losses, teacher, multi_label, balance), train_loader=train_loader,
               val_loader=val_loader, task=task,
               steps_per_epoch=steps_per_epoch, class_names=class_names, out=out, logger=logger,
               bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_score=[],
@@ -244,7 +244,7 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     # with one seed for all, every rank would crop and flip alike at the same batch position.
     set_seed(args.seed, device_specific=True)
     layers = layer_ids(model, args.model) if args.layer_decay is not None else None
-    optimizer = build_optimizer(model, args, accelerator.num_processes, layers)
+    optimizer = build_optimizer(model, settings.optimizer, accelerator.num_processes, layers)
     if layers:
         accelerator.print(layer_decay_note(layers, args.layer_decay))
     return model, optimizer

@@ -28,7 +28,7 @@ def start_records(job, num_workers, previous_run=None):
         write_record(out, trained_run(args, job.settings, job.class_names, job.task.multi_label))
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
-    job.tracker_run_id = trackers.start(accelerator, args, out, config, run_id=previous_run)
+    job.tracker_run_id = trackers.start(accelerator, job.settings.trackers, out, config, run_id=previous_run)
 
 
 def export_weights(job, figures):
@@ -42,7 +42,7 @@ def export_weights(job, figures):
         save_ema(job.ema, job.out / "model_ema.safetensors")
     temperature = calibrate(job, figures) if args.calibrate else None
     if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
-        folder = save_model_folder(model, args, job.settings.input, job.class_names, job.out / "model",
+        folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names, job.out / "model",
                                    job.task.multi_label, temperature)
         if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
             write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,

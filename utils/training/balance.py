@@ -13,6 +13,17 @@ from utils.data.datasets.labels import class_counts
 SHOWN = 12  # more classes than this: the start-up line shows the head and the tail
 
 
+@dataclass(frozen=True)
+class BalanceOptions:
+    """What the options ask of the class balance, read from them once (utils/config/settings.py)."""
+
+    sampler: str  # --sampler: shuffle or balanced
+    sampler_power: float
+    class_weights: str  # --class_weights' spec
+    logit_adjust: float
+    pos_weight: str  # --pos_weight: auto (multi-label)
+
+
 @dataclass
 class Balance:
     """The class counts of the training split and the weights the options derive from them (None: not asked)."""
@@ -30,38 +41,39 @@ class Balance:
         return {key: dict(zip(class_names, value)) for key, value in named.items() if value is not None}
 
 
-def needs_counts(args):
+def needs_counts(options):
     """Whether an option derives from the class counts: only then does a stream, whose labels cannot be read without
     a pass over its shards, read them."""
-    return args.sampler == "balanced" or bool(args.class_weights) or args.logit_adjust is not None or \
-        args.pos_weight is not None
+    return options.sampler == "balanced" or bool(options.class_weights) or options.logit_adjust is not None or \
+        options.pos_weight is not None
 
 
-def read_balance(args, source, train, class_names, multi_label, log=print):
-    """The run's Balance: the counts of every training label (printed, head and tail), and the weights its options
-    ask for. A class without training samples has no weight or prior: --class_weights and --logit_adjust refuse it."""
-    if not (source.labels_ahead or needs_counts(args)):
+def read_balance(options, source, train, class_names, multi_label, log=print):
+    """The run's Balance: the counts of every training label (printed, head and tail), and the weights its
+    BalanceOptions `options` ask for. A class without training samples has no weight or prior: --class_weights and
+    --logit_adjust refuse it."""
+    if not (source.labels_ahead or needs_counts(options)):
         return Balance()
     rows = source.labels(train)
     counts = class_counts(rows, len(class_names), multi_label).astype(np.int64)
     log(counts_line(counts, class_names, multi_label))
     balance = Balance(counts=counts.tolist(), samples=len(rows))
-    if args.sampler == "balanced":
-        balance.sample_weights = sample_weights(rows, counts, args.sampler_power, multi_label)
+    if options.sampler == "balanced":
+        balance.sample_weights = sample_weights(rows, counts, options.sampler_power, multi_label)
         log(sampler_line(balance.sample_weights, rows, class_names, multi_label))
-    if args.class_weights or args.logit_adjust is not None:
+    if options.class_weights or options.logit_adjust is not None:
         empty = [name for name, n in zip(class_names, counts) if n == 0]
-        option = "class_weights" if args.class_weights else "logit_adjust"
+        option = "class_weights" if options.class_weights else "logit_adjust"
         if empty:
             raise ConfigError(f"{option}: class {empty[0]!r} has no training samples ({len(empty)} such classes), "
                               f"so it has no weight or prior; drop the option or add samples of it")
-    if args.class_weights:
-        balance.class_weights = class_weights(counts, args.class_weights)
-        log(f"class_weights {args.class_weights}: {', '.join(f'{w:.3g}' for w in balance.class_weights[:SHOWN])}"
+    if options.class_weights:
+        balance.class_weights = class_weights(counts, options.class_weights)
+        log(f"class_weights {options.class_weights}: {', '.join(f'{w:.3g}' for w in balance.class_weights[:SHOWN])}"
             f"{' ...' if len(counts) > SHOWN else ''}")
-    if args.logit_adjust is not None:
+    if options.logit_adjust is not None:
         balance.log_prior = np.log(counts / counts.sum()).tolist()
-    if multi_label and args.pos_weight == "auto":
+    if multi_label and options.pos_weight == "auto":
         balance.pos_weight = pos_weights(counts, len(rows))
         more = " ..." if len(counts) > 20 else ""
         log(f"pos_weight auto: {', '.join(f'{w:.3g}' for w in balance.pos_weight[:20])}{more} (positives "

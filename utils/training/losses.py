@@ -8,6 +8,7 @@ already left out images that could not be decoded."""
 
 import importlib.util
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,21 @@ from utils.models.libraries import check_model_name
 # --distill, --distill_alpha, --distill_temperature: their defaults (utils/config/training_options.py), which a run
 # without --teacher must keep (it has no distillation for them to change)
 DISTILL_DEFAULTS = {"distill": "soft", "distill_alpha": 0.5, "distill_temperature": 1.0}
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """What the options ask of the loss, read from them once (utils/config/settings.py); each field is its option's."""
+
+    label_smoothing: float
+    bce_loss: bool
+    bce_target_thresh: float
+    logit_adjust: float
+    focal_gamma: float
+    multi_label_loss: str  # bce or asl
+    distill: str  # with a --teacher: soft or hard,
+    distill_alpha: float  # the weight of the distillation term,
+    distill_temperature: float  # and its temperature
 
 class BinaryCrossEntropy:
     """timm's BinaryCrossEntropy (one-vs-all, as "ResNet strikes back" trains), per sample and class.
@@ -122,21 +138,22 @@ class AsymmetricLoss:
         return self.loss(logits.float(), targets) / logits.shape[0]
 
 
-def label_loss(args, multi_label=False, balance=None):
+def label_loss(options, multi_label=False, balance=None):
     """The loss against the labels: per-sample cross-entropy with --label_smoothing (--logit_adjust, --focal_gamma),
     or BCE with --bce_loss; for multi-label data, per-class BCE (--pos_weight, --focal_gamma) or timm's asymmetric
     loss (--multi_label_loss asl). `balance` (utils/training/balance.py) holds the weights and prior the options
-    derive from the class counts; --class_weights weighs each sample's loss by its class's."""
+    derive from the class counts; --class_weights weighs each sample's loss by its class's (`options`: LossOptions)."""
     if multi_label:
-        if args.multi_label_loss == "asl":
-            return AsymmetricLoss(args.label_smoothing)
-        return MultiLabelBCE(args.label_smoothing, balance and balance.pos_weight, args.focal_gamma)
-    if args.bce_loss:
-        loss = BinaryCrossEntropy(args.label_smoothing, args.bce_target_thresh)
-    elif args.logit_adjust is not None or args.focal_gamma:
-        loss = AdjustedCrossEntropy(args.label_smoothing, balance.log_prior, args.logit_adjust, args.focal_gamma)
+        if options.multi_label_loss == "asl":
+            return AsymmetricLoss(options.label_smoothing)
+        return MultiLabelBCE(options.label_smoothing, balance and balance.pos_weight, options.focal_gamma)
+    if options.bce_loss:
+        loss = BinaryCrossEntropy(options.label_smoothing, options.bce_target_thresh)
+    elif options.logit_adjust is not None or options.focal_gamma:
+        loss = AdjustedCrossEntropy(options.label_smoothing, balance.log_prior, options.logit_adjust,
+                                    options.focal_gamma)
     else:
-        loss = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing, reduction="none")
+        loss = torch.nn.CrossEntropyLoss(label_smoothing=options.label_smoothing, reduction="none")
     return loss if balance is None or balance.class_weights is None else ClassWeighted(loss, balance.class_weights)
 
 
@@ -163,11 +180,11 @@ class Objective:
     (utils/run/teacher.py) (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token (timm's
     deit_*_distilled, in training) answers with two heads: the first learns the labels, the second the teacher."""
 
-    def __init__(self, args, teacher=None, multi_label=False, balance=None):
-        self.label_loss = label_loss(args, multi_label, balance)
+    def __init__(self, options, teacher=None, multi_label=False, balance=None):
+        self.label_loss = label_loss(options, multi_label, balance)
         self.multi_label = multi_label
         self.teacher = teacher
-        self.kind, self.alpha, self.temperature = args.distill, args.distill_alpha, args.distill_temperature
+        self.kind, self.alpha, self.temperature = options.distill, options.distill_alpha, options.distill_temperature
 
     def __call__(self, output, targets, pixels):
         """`output`: the model's on `pixels` (the erased, mixed input, which the teacher sees too)."""
