@@ -69,7 +69,7 @@ def sklearn_figures(probs, targets, threshold=0.5):
 
 def test_the_figures_are_scikit_learns():
     """Random scores with ties, a class without positives: the same numbers as scikit-learn's."""
-    from utils.evaluation.tasks import multi_label_figures
+    from utils.evaluation.multi_label_figures import multi_label_figures
 
     rng = np.random.default_rng(3)
     targets = rng.random((41, 5)) < 0.3
@@ -248,7 +248,7 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     assert wrong  # some rows where the labels are wrong: missed and false say something
     # model/thresholds.json: each class's F1-best threshold on these 37 samples of the weights model/ holds, the
     # run's threshold for "water" (no positive)
-    from utils.evaluation.tasks import best_f1_threshold
+    from utils.evaluation.multi_label_figures import best_f1_threshold
 
     def f1_best(p):
         return [best_f1_threshold(targets[:, c], p[:, c]) if targets[:, c].any() else results["threshold"]

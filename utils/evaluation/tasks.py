@@ -7,15 +7,16 @@ each sample once), never from per-rank means: mAP is a ranking over every sample
 per-rank figures gives. The per-rank files of --dump_rank_metrics keep the figures that are sums.
 """
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from utils.evaluation import tta
 from utils.evaluation.calibration import calibration_bins, expected_calibration_error
+from utils.evaluation.multi_label_figures import COUNTS, counts_at, multi_label_figures
 from utils.evaluation.metrics import figure_name, rank_sums, result_figures, summarize, topk_for, validation_row
 
 PER_CLASS_LOG_MAX = 100  # more classes than this: per-class AP goes to results.json, not to every row
+MULTI_SCALARS = ("threshold",)  # the multi-label figures beside the val_ ones that rows and results.json keep
 
 
 class SingleLabel:
@@ -26,6 +27,10 @@ class SingleLabel:
     TRACKED = {"top1": ("val_top1", "top-1"), "balanced_accuracy": ("val_balanced_accuracy", "balanced accuracy"),
                "macro_f1": ("val_macro_f1", "macro F1")}
     sum_keys = ("correct_top1", "correct_topk", "loss_sum")  # --dump_rank_metrics: what adds up over ranks
+    # Options for the other kind of labels, each refused with data of this kind (utils/config/labels.py), and why.
+    REFUSED = {"pos_weight": "weighs the positives of multi-label data; one-label-a-sample data has none to weigh",
+               "multi_label_loss": "is for multi-label data (samples with lists of labels)",
+               "threshold": "is for multi-label data (samples with lists of labels)"}
 
     def __init__(self, metrics, num_classes, tta_kind=None, track="top1"):
         self.metrics, self.classes, self.k, self.tta = metrics, num_classes, topk_for(num_classes), tta_kind
@@ -114,6 +119,16 @@ class MultiLabel:
     multi_label = True
     TRACKED = {"map": ("val_map", "mAP"), "macro_f1": ("val_f1_macro", "macro F1")}
     sum_keys = ("loss_sum", "true_positives", "false_positives", "false_negatives", "exact_matches")
+    REFUSED = {"bce_loss": "multi-label data trains with binary cross-entropy per class already",
+               "bce_target_thresh": "binarises --bce_loss's one-hot targets; multi-label targets are 0/1 already",
+               "metrics": "scores one predicted class a sample; multi-label runs report mAP, per-class AP, precision, "
+                          "recall and F1 at --threshold",
+               "class_weights": "weighs one label a sample; multi-label data weighs each class's positives with "
+                                "--pos_weight auto",
+               "logit_adjust": "adds the log-prior of one class a sample to softmax logits; multi-label data has a "
+                               "sigmoid a class",
+               "calibrate": "fits one temperature to a softmax's logits; multi-label data has a sigmoid a class, each "
+                            "its own"}
 
     def __init__(self, num_classes, threshold=0.5, tta_kind=None, track="map"):
         self.classes, self.threshold, self.tta = num_classes, threshold, tta_kind
@@ -211,62 +226,6 @@ class MultiLabel:
                 "exact_matches": figures["exact_matches"]}
 
 
-COUNTS = ("true_positives", "false_positives", "false_negatives", "true_negatives")
-MULTI_SCALARS = ("threshold",)
-
-
-def counts_at(probs, targets, threshold):
-    """Per-class true/false positives/negatives of the predictions `probs >= threshold`, and the exact matches."""
-    predicted = probs >= threshold
-    return {"true_positives": (predicted & targets).sum(axis=0), "false_positives": (predicted & ~targets).sum(axis=0),
-            "false_negatives": (~predicted & targets).sum(axis=0),
-            "true_negatives": (~predicted & ~targets).sum(axis=0),
-            "exact_matches": int((predicted == targets).all(axis=1).sum())}
-
-
-def _ratio(num, den):
-    return float(num) / float(den) if den else 0.0
-
-
-def multi_label_figures(probs, targets, losses, threshold):
-    """The figures of (N, C) probabilities and boolean targets, and N per-sample losses (see MultiLabel)."""
-    from sklearn.metrics import average_precision_score
-
-    n, classes = targets.shape
-    positives = targets.sum(axis=0)
-    per_class_ap = [float(average_precision_score(targets[:, c], probs[:, c])) if positives[c] else None
-                    for c in range(classes)]
-    scored = [ap for ap in per_class_ap if ap is not None]
-    tuned = [best_f1_threshold(targets[:, c], probs[:, c]) if positives[c] else None for c in range(classes)]
-    counts = counts_at(probs, targets, threshold)
-    tp, fp, fn = counts["true_positives"], counts["false_positives"], counts["false_negatives"]
-    precision = [_ratio(t, t + f) for t, f in zip(tp, fp)]
-    recall = [_ratio(t, t + f) for t, f in zip(tp, fn)]
-    f1 = [_ratio(2 * t, 2 * t + p + q) for t, p, q in zip(tp, fp, fn)]
-    loss_sum = float(losses.sum())
-    return {"val_map": float(np.mean(scored)) if scored else 0.0, "val_map_classes": len(scored),
-            "val_map_classes_without_positives": classes - len(scored),
-            "val_f1_micro": _ratio(2 * tp.sum(), 2 * tp.sum() + fp.sum() + fn.sum()),
-            "val_f1_macro": float(np.mean(f1)), "val_precision_micro": _ratio(tp.sum(), tp.sum() + fp.sum()),
-            "val_precision_macro": float(np.mean(precision)), "val_recall_micro": _ratio(tp.sum(), tp.sum() + fn.sum()),
-            "val_recall_macro": float(np.mean(recall)), "val_exact_match": _ratio(counts["exact_matches"], n),
-            "val_loss": loss_sum / max(n, 1), "val_samples": n, "threshold": threshold,
-            "loss_sum": loss_sum, "exact_matches": counts["exact_matches"],
-            "per_class_ap": per_class_ap, "class_support": positives.astype(int).tolist(),
-            "val_tuned_thresholds": tuned,
-            **{key: counts[key].astype(int).tolist() for key in COUNTS}}
-
-
-def best_f1_threshold(targets, probs):
-    """The probability threshold at which one class's F1 on these samples is highest (scikit-learn's
-    precision-recall curve; the lowest such threshold on a tie)."""
-    from sklearn.metrics import precision_recall_curve
-
-    precision, recall, thresholds = precision_recall_curve(targets, probs)
-    f1 = 2 * precision[:-1] * recall[:-1] / np.maximum(precision[:-1] + recall[:-1], 1e-12)
-    return float(thresholds[int(np.argmax(f1))])
-
-
 def tuned_thresholds(figures, threshold, ema):
     """Per-class thresholds of the weights the model folder holds (the EMA's with --model_ema), each class without
     positives in validation at the run's `threshold`; None for single-label figures."""
@@ -277,7 +236,7 @@ def tuned_thresholds(figures, threshold, ema):
 def task_for(multi_label, num_classes, metrics=None, threshold=0.5, tta_kind=None, track=None):
     """The run's task: MultiLabel when the data's samples carry several labels (the source says), else SingleLabel.
     (`metrics`: the evaluate modules that score single-label figures; predict.py needs none. `track`:
-    --track_metric, checked against the kind by utils/training/losses.check_labels; None: top1, or map.)"""
+    --track_metric, checked against the kind by utils/config/labels.py; None: top1, or map.)"""
     if multi_label:
         return MultiLabel(num_classes, threshold, tta_kind, track or "map")
     return SingleLabel(metrics, num_classes, tta_kind, track or "top1")

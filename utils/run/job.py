@@ -24,6 +24,7 @@ from utils.data.loading.statistics import with_statistics
 from utils.data.transforms.batch import BatchInput
 from utils.data.transforms.input import crop_note
 from utils.data.sources.video_files import test_views
+from utils.config.labels import label_kind
 from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
@@ -37,7 +38,7 @@ from utils.training import checkpoints
 from utils.training.checkpoints import Position, resume_position
 from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
-from utils.training.losses import Objective, label_kind
+from utils.training.losses import Objective
 from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
 

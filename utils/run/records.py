@@ -69,7 +69,8 @@ def report_results(job, results, figures, train_samples):
     results["tracked_metric"] = job.task.tracked
     if accelerator.is_main_process:
         if "temperature" in results:  # --calibrate: predict.py, ONNX and a teacher divide the logits by it
-            write_record(out, trained_run(job.args, job.settings, class_names, False, results["temperature"]))
+            write_record(out, trained_run(job.args, job.settings, class_names, job.task.multi_label,
+                                            results["temperature"]))
         pictures = report.write(out, results, figures, errors)
         failures, confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses)
         trackers.log_pictures(accelerator, results["global_step"], pictures + failures)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from utils.core.errors import ConfigError, requirement
+from utils.core.errors import ConfigError
 from utils.models.libraries import check_model_name
 
 # --distill, --distill_alpha, --distill_temperature: their defaults (utils/config/training_options.py), which a run
@@ -230,49 +230,3 @@ def check_options(args, need):
         check_model_name(args.teacher)
     except ValueError as e:
         raise ConfigError(f"teacher: {e}") from None
-
-
-# Options whose meaning is one label a sample: set with multi-label data, each is refused in one line.
-SINGLE_LABEL_ONLY = {"bce_loss": "multi-label data trains with binary cross-entropy per class already",
-                     "bce_target_thresh": "binarises --bce_loss's one-hot targets; multi-label targets are 0/1 already",
-                     "metrics": "scores one predicted class a sample; multi-label runs report mAP, per-class AP, "
-                                "precision, recall and F1 at --threshold"}
-SINGLE_LABEL_ONLY.update(
-    class_weights="weighs one label a sample; multi-label data weighs each class's positives with --pos_weight auto",
-    logit_adjust="adds the log-prior of one class a sample to softmax logits; multi-label data has a sigmoid a class",
-    calibrate="fits one temperature to a softmax's logits; multi-label data has a sigmoid a class, each its own")
-MULTI_LABEL_ONLY = {"pos_weight": "weighs the positives of multi-label data; one-label-a-sample data has none to weigh",
-                    "multi_label_loss": "is for multi-label data (samples with lists of labels)",
-                    "threshold": "is for multi-label data (samples with lists of labels)"}
-
-
-def label_kind(args, defaults, source, train):
-    """Whether the data's samples carry several labels (its source says), once the data is loaded; an option for
-    the other kind of labels is refused (check_labels)."""
-    multi_label = source.multi_hot_width(train) is not None
-    check_labels(args, defaults, multi_label)
-    return multi_label
-
-
-def check_labels(args, defaults, multi_label):
-    """Once the data says whether its samples carry several labels: an option for the other kind, set away from
-    its default, is refused in one line (ConfigError), never trained on without a word."""
-    need = requirement(args)
-    if multi_label:
-        need(not args.bce_loss, "bce_loss", SINGLE_LABEL_ONLY["bce_loss"])
-        for key in ("bce_target_thresh", "metrics"):
-            need(getattr(args, key) == defaults[key], key, SINGLE_LABEL_ONLY[key])
-        need(0 < args.threshold < 1, "threshold", "must be in (0, 1)")
-        need(args.pos_weight is None or args.multi_label_loss == "bce", "pos_weight", "weighs the positives of the "
-             "BCE; --multi_label_loss asl has its own asymmetry and no weights: drop one of the two")
-        for key in ("class_weights", "logit_adjust", "calibrate"):
-            need(getattr(args, key) == defaults[key], key, SINGLE_LABEL_ONLY[key])
-        need(args.focal_gamma is None or args.multi_label_loss == "bce", "focal_gamma", "focuses the BCE; "
-             "--multi_label_loss asl is focal already (gamma_neg 4, gamma_pos 1): drop one of the two")
-        need(args.track_metric in (None, "map", "macro_f1"), "track_metric", f"{args.track_metric} scores one label a "
-             f"sample; multi-label data tracks map or macro_f1")
-        return
-    for key, why in MULTI_LABEL_ONLY.items():
-        need(getattr(args, key) == defaults[key], key, why)
-    need(args.track_metric != "map", "track_metric", "map ranks each class's sigmoid scores of multi-label data; "
-         "one label a sample tracks top1, balanced_accuracy or macro_f1")
