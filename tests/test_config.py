@@ -215,3 +215,33 @@ def tv_video(frames):
     from torchvision import tv_tensors
 
     return tv_tensors.Video(frames)
+
+
+# Each typed option field and the option it is read from (utils/config/settings.py), where the names differ; every
+# other field carries its option's own name. A field read from the wrong option would train another run silently.
+RENAMED = {("model", "name"): "model", ("model", "ema"): "model_ema", ("model", "ema_decay"): "model_ema_decay",
+           ("model", "ema_warmup"): "model_ema_warmup", ("model", "ema_steps"): "model_ema_steps",
+           ("optimizer", "name"): "optimizer", ("optimizer", "eps"): "opt_eps", ("optimizer", "betas"): "opt_betas",
+           ("optimizer", "kwargs"): "opt_kwargs", ("schedule", "kind"): "lr_schedule",
+           ("schedule", "milestones"): "lr_milestones", ("schedule", "gamma"): "lr_gamma"}
+
+
+def test_every_typed_option_is_read_from_its_own_option():
+    """Each option's value a distinct marker: every field of every typed object (Settings' model, optimizer, schedule,
+    losses, balance, trackers) holds its own option's marker, lists as tuples."""
+    import argparse
+    import dataclasses
+
+    from utils.config.options import parser_defaults
+    from utils.config.settings import typed_options
+
+    markers = {key: f"<{key}>" for key in parser_defaults()}
+    listed = {"opt_betas", "opt_kwargs", "lr_milestones", "wandb_tags"}  # kept as tuples
+    args = argparse.Namespace(**{key: [value] if key in listed else value for key, value in markers.items()})
+    typed = typed_options(args)
+    assert sorted(typed) == ["balance", "losses", "model", "optimizer", "schedule", "trackers"]
+    for kind, options in typed.items():
+        for field in dataclasses.fields(options):
+            option = RENAMED.get((kind, field.name), field.name)
+            expected = (markers[option],) if option in listed else markers[option]
+            assert getattr(options, field.name) == expected, (kind, field.name)
