@@ -5,6 +5,7 @@ A folder of 14, 6 and 2 training images (7 validation: odd, so 2 processes pad) 
 each, balanced draws and the logit-adjusted loss; its figures equal scikit-learn's over the validation images scored
 here, its plain logits are what validation scores, and a SIGKILL mid-epoch resumes to the same bits."""
 
+import math
 import numpy as np
 import pytest
 import torch
@@ -142,6 +143,25 @@ def test_each_loss_is_its_definition():
     mixed = 0.7 * F.one_hot(labels, 4).float() + 0.3 * F.one_hot(labels.roll(1), 4).float()
     expected = F.cross_entropy(logits, mixed, reduction="none") * (mixed @ torch.tensor(weights))
     assert torch.allclose(weighted(logits, mixed), expected)
+
+
+def test_a_class_without_training_samples_has_no_weight_nor_prior_and_the_others_have_theirs():
+    """--class_weights and --logit_adjust refuse a class without training samples (a weight or log-prior of 0 samples
+    would be infinite); otherwise the prior is each class's share of the training split."""
+    from types import SimpleNamespace
+
+    from utils.config.options import parse
+    from utils.core.errors import ConfigError
+    from utils.training.balance import read_balance
+
+    source = SimpleNamespace(labels_ahead=True, labels=lambda train: [0, 0, 1, 0])
+    for argv, option in ((["--class_weights", "balanced"], "class_weights"), (["--logit_adjust", "1"], "logit_adjust")):
+        with pytest.raises(ConfigError, match=f"^{option}: class 'c' has no training samples"):
+            read_balance(parse(argv)[1].balance, source, None, ["a", "b", "c"], False, log=lambda _: None)
+    balance = read_balance(parse(["--logit_adjust", "1"])[1].balance, source, None, ["a", "b"], False,
+                           log=lambda _: None)
+    assert balance.counts == [3, 1] and balance.log_prior == pytest.approx([math.log(3 / 4), math.log(1 / 4)])
+    assert balance.class_weights is None and balance.sample_weights is None
 
 
 def test_balanced_accuracy_and_the_worst_recall_are_scikit_learns():

@@ -159,3 +159,27 @@ def test_asymmetric_loss_is_timms_per_sample_and_multi_label_distillation_is_the
     assert torch.allclose(distillation_loss("soft", logits, teacher, t, multi_label=True), soft, atol=1e-6)
     hard = F.binary_cross_entropy_with_logits(logits, (teacher > 0).float(), reduction="none").sum(dim=1)
     assert torch.allclose(distillation_loss("hard", logits, teacher, t, multi_label=True), hard)
+
+
+def test_the_options_pick_the_loss_of_one_label_a_sample():
+    """--focal_gamma alone, --logit_adjust with the split's prior, --class_weights, else label-smoothed cross-entropy:
+    the loss the options name is the one the objective averages."""
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    logits, labels = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])
+    ce = F.cross_entropy(logits, labels, reduction="none")
+    p_t = logits.softmax(dim=1).gather(1, labels[:, None]).squeeze(1)
+    balance = SimpleNamespace(log_prior=torch.tensor([0.4, 0.3, 0.2, 0.1]).log().tolist(), class_weights=None)
+
+    def objective(*argv):
+        return Objective(loss_options(parse_args(["--label_smoothing", "0", *argv])), balance=balance)(
+            logits, labels, None)
+
+    assert torch.allclose(objective("--focal_gamma", "2"), ((1 - p_t) ** 2 * ce).mean())
+    prior = torch.tensor(balance.log_prior)
+    assert torch.allclose(objective("--logit_adjust", "1"), F.cross_entropy(logits + prior, labels))
+    assert torch.allclose(objective(), ce.mean())
+    weights = SimpleNamespace(log_prior=None, class_weights=[0.5, 1.0, 2.0, 4.0])
+    weighted = Objective(loss_options(parse_args(["--label_smoothing", "0"])), balance=weights)(logits, labels, None)
+    assert torch.allclose(weighted, (ce * torch.tensor(weights.class_weights)[labels]).mean())

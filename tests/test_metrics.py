@@ -10,7 +10,7 @@ from ranks import run_ranks
 from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
 from utils.evaluation.class_figures import class_scores, confusion_matrix as our_confusion_matrix, topk_accuracy
-from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, MetricError, load_metrics, parse_metric_spec, rank_sums,
+from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, figure_name, MetricError, load_metrics, parse_metric_spec, rank_sums,
                                       result_figures, summarize, sums, topk_for, validation_row)
 
 
@@ -43,6 +43,14 @@ def test_class_scores_and_confusion_match_scikit_learn(seed):
     assert scores["precision"][7] == 0.0 and scores["recall"][8] is None and scores["precision"][8] is None
     matrix = our_confusion_matrix(preds, refs, 9)
     assert matrix == confusion_matrix(refs, preds, labels=range(9)).tolist()
+
+
+def test_a_figure_is_named_for_its_scope_and_for_the_ema_in_one_place():
+    assert figure_name("val_balanced_accuracy", ema=True) == "val_ema_balanced_accuracy"
+    assert figure_name("val_worst_recall", "video") == "video_worst_recall"
+    assert figure_name("video_top1", ema=True) == "video_ema_top1" and figure_name("clip_top1", ema=True) == \
+        "clip_ema_top1"
+    assert figure_name("val_f1_macro", "video", ema=True) == "video_ema_f1_macro"
 
 
 def test_topk_is_never_faked():

@@ -249,6 +249,8 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
 
     root, results = video_run
     print({k: results[k] for k in ("val_top1", "val_loss", "video_top1", "video_loss")})
+    assert (results["test_clips"], results["test_crops"], results["test_clips_scored"]) == (3, 2, 15)
+    assert {"video_ema_top1", "video_ema_loss", "clip_ema_top1"} <= set(results)  # the EMA's multi-view test too
     assert results["val_loss"] < 2 and results["video_loss"] < 2  # probabilities far from 0 and 1: a fair test
     files = sorted((videos / "va").glob("*/*.mp4"))
     rows = predict.main([str(root / "run"), str(videos / "va"), "--top_k", "2", "--num_workers", "1"])
