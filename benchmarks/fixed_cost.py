@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import HERE, write_digits_folder  # noqa: E402
+from startup import checkouts, write_digits_folder  # noqa: E402
 
 EPOCHS, SIZE, BATCH, LR, WD = 8, 32, 64, 0.1, 5e-4
 
@@ -87,22 +87,14 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         write_digits_folder(tmp / "digits")
-        roots = {"this checkout": HERE}
-        if args.ref is not None:
-            subprocess.run(["git", "worktree", "add", "--detach", str(tmp / "ref"), args.ref], cwd=HERE, check=True,
-                           capture_output=True)
-            roots = {args.ref: tmp / "ref", **roots}
-        runs = {name: [] for name in [*roots, *(["timm train.py"] if args.timm else [])]}
-        try:
+        with checkouts(tmp, args.ref) as roots:
+            runs = {name: [] for name in [*roots, *(["timm train.py"] if args.timm else [])]}
             for run in range(args.runs):
                 for side, (name, root) in enumerate(roots.items()):
                     runs[name].append(ours(root, tmp / "digits", tmp / f"out_{side}_{run}", args.workers))
                 if args.timm:
                     runs["timm train.py"].append(timm_run(Path(args.timm).resolve(), tmp / "digits",
                                                           tmp / f"timm_{run}", args.workers))
-        finally:
-            if args.ref is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "ref")], cwd=HERE, check=False)
     for name, figures in runs.items():
         parts = [f"wall {summary([f['wall'] for f in figures])}"]
         if "start" in figures[0]:

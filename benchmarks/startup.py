@@ -11,6 +11,7 @@ raw resnet18 loop of the day beside them (benchmarks/overhead.py), the machine's
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -34,6 +35,21 @@ def write_digits_folder(root):
             folder = root / name / str(row["label"])
             folder.mkdir(parents=True, exist_ok=True)
             row["image"].save(folder / f"{i}.png")
+
+
+@contextlib.contextmanager
+def checkouts(tmp, ref=None):
+    """{name: root} of this checkout and, with `ref`, that commit's (a git worktree in `tmp`, removed afterwards), the
+    commit first: the scripts each benchmark alternates."""
+    if ref is None:
+        yield {"this checkout": HERE}
+        return
+    subprocess.run(["git", "worktree", "add", "--detach", str(tmp / "ref"), ref], cwd=HERE, check=True,
+                   capture_output=True)
+    try:
+        yield {ref: tmp / "ref", "this checkout": HERE}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "ref")], cwd=HERE, check=False)
 
 
 def first_times(stamped):
@@ -70,21 +86,13 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         write_digits_folder(tmp / "digits")
-        roots = {"this checkout": HERE}
-        if args.ref is not None:
-            subprocess.run(["git", "worktree", "add", "--detach", str(tmp / "ref"), args.ref], cwd=HERE, check=True,
-                           capture_output=True)
-            roots = {args.ref: tmp / "ref", **roots}
-        try:
+        with checkouts(tmp, args.ref) as roots:
             times = {(name, mode): [] for name in roots for mode in args.modes}
             for run in range(args.runs):
                 for side, (name, root) in enumerate(roots.items()):
                     for mode in args.modes:
                         out = tmp / f"out_{side}_{mode}_{run}"
                         times[name, mode].append(timed_run(root, mode, tmp / "digits", out))
-        finally:
-            if args.ref is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "ref")], cwd=HERE, check=False)
     for (name, mode), runs in times.items():
         print(f"{name:>14} {mode:>6}: first data line {summary([d for d, _ in runs])}, "
               f"first step {summary([s for _, s in runs])}")
