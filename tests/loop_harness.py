@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
-from utils.config.settings import loss_options, optimizer_options, schedule_options
+from utils.config.settings import batch_options, loss_options, optimizer_options, schedule_options
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
 from utils.data.sources.catalog import resolve_input
@@ -63,7 +63,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                objective=Objective(loss_options(args)), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_score=[], inputs=BatchInput.for_training(args, 3, accelerator.process_index,
+               best_score=[], inputs=BatchInput.for_training(batch_options(args), 3, accelerator.process_index,
                                                              resolve_input(args).mean_std),
                task=SingleLabel(None, 3))
 

@@ -231,7 +231,7 @@ RENAMED = {("model", "name"): "model", ("model", "ema"): "model_ema", ("model", 
 
 def test_every_typed_option_is_read_from_its_own_option():
     """Each option's value a distinct marker: every field of every typed object (Settings' model, optimizer, schedule,
-    losses, balance, trackers) holds its own option's marker, lists as tuples."""
+    batch, losses, balance, trackers) holds its own option's marker, lists as tuples."""
     import argparse
     import dataclasses
 
@@ -242,7 +242,7 @@ def test_every_typed_option_is_read_from_its_own_option():
     listed = {"opt_betas", "opt_kwargs", "lr_milestones", "wandb_tags"}  # kept as tuples
     args = argparse.Namespace(**{key: [value] if key in listed else value for key, value in markers.items()})
     typed = typed_options(args)
-    assert sorted(typed) == ["balance", "losses", "model", "optimizer", "schedule", "trackers"]
+    assert sorted(typed) == ["balance", "batch", "losses", "model", "optimizer", "schedule", "trackers"]
     for kind, options in typed.items():
         for field in dataclasses.fields(options):
             option = RENAMED.get((kind, field.name), field.name)

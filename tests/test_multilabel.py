@@ -494,17 +494,15 @@ def test_streamed_shards_with_a_list_column_train_on_two_processes(tmp_path):
 def test_mixup_and_cutmix_mix_multi_hot_targets_as_they_mix_the_images():
     """A batch of multi-hot targets through the training input's MixUp (then CutMix): each target is the mix of
     its own and its neighbour's (torchvision's roll) in the proportion the pixels were mixed."""
-    from types import SimpleNamespace
-
-    from utils.data.transforms.batch import BatchInput
+    from utils.data.transforms.batch import BatchInput, BatchOptions
 
     rng = np.random.default_rng(5)
     pixels = torch.tensor(rng.integers(0, 256, (6, 3, 8, 8)), dtype=torch.uint8)
     targets = torch.tensor(rng.random((6, 4)) < 0.5, dtype=torch.float32)
     for mixup, cutmix in ((0.4, 0.0), (0.0, 1.0)):
-        args = SimpleNamespace(random_erase=0, mixup_alpha=mixup, cutmix_alpha=cutmix, mix_prob=1.0,
+        options = BatchOptions(random_erase=0, mixup_alpha=mixup, cutmix_alpha=cutmix, mix_prob=1.0,
                                channels_last=False, seed=0)
-        inputs = BatchInput.for_training(args, 4, 0, ((0.5,) * 3, (0.25,) * 3))
+        inputs = BatchInput.for_training(options, 4, 0, ((0.5,) * 3, (0.25,) * 3))
         x = inputs(pixels)
         mixed, mixed_targets = inputs.augment(x, targets, epoch=0, batch=1)
         if cutmix:  # the share of each image's pixels (all three channels) left as they were

@@ -12,8 +12,10 @@ from utils.training import balance, early_stop, losses, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 # The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video,
-# crops and progressive resizing, MixUp/CutMix and erasing, decoding on the device, repeated augmentation.
-DATA = (catalog, streamed, video_files, inputs, batch, decoding_on_device, sampling)
+# crops and progressive resizing; then MixUp/CutMix and erasing (batch.py's, of BatchOptions); decoding on the device,
+# repeated augmentation.
+DATA = (catalog, streamed, video_files, inputs)
+LOADING = (decoding_on_device, sampling)
 
 
 def check_args(args, source, defaults, typed):
@@ -26,6 +28,9 @@ def check_args(args, source, defaults, typed):
     for key, why in source.unused.items():  # applied or refused: never trained on without a word
         need(getattr(args, key) == defaults[key], key, why)
     for module in DATA:
+        module.check_options(args, need, source)
+    batch.check_options(typed["batch"], need)
+    for module in LOADING:
         module.check_options(args, need, source)
     schedule.check_options(typed["optimizer"], typed["schedule"], need)
     _steps(args, need)

@@ -5,6 +5,7 @@ came from; and those of a resumed checkpoint made before an option existed (as_c
 from dataclasses import dataclass, replace
 
 from utils.data.sources.protocol import DataSource
+from utils.data.transforms.batch import BatchOptions
 from utils.data.transforms.input import Input
 from utils.models.libraries import ModelOptions
 from utils.reporting.trackers import TrackerOptions
@@ -24,6 +25,7 @@ class Settings:
     model: ModelOptions  # what the options ask of the model (utils/models/libraries.py),
     optimizer: OptimizerOptions  # of the optimizer and
     schedule: ScheduleOptions  # of the LR schedule (utils/training/schedule.py),
+    batch: BatchOptions  # of a training batch on the device (utils/data/transforms/batch.py),
     losses: LossOptions  # of the loss (utils/training/losses.py),
     balance: BalanceOptions  # of the class balance (utils/training/balance.py),
     trackers: TrackerOptions  # and of the dashboards (utils/reporting/trackers.py)
@@ -32,13 +34,19 @@ class Settings:
 def typed_options(args):
     """{subsystem: its options, typed}: what check_args checks and Settings hands down."""
     return {"model": model_options(args), "optimizer": optimizer_options(args), "schedule": schedule_options(args),
-            "losses": loss_options(args),
+            "losses": loss_options(args), "batch": batch_options(args),
             "balance": BalanceOptions(sampler=args.sampler, sampler_power=args.sampler_power,
                                       class_weights=args.class_weights, logit_adjust=args.logit_adjust,
                                       pos_weight=args.pos_weight),
             "trackers": TrackerOptions(report_to=args.report_to, project_name=args.project_name, run_name=args.run_name,
                                        wandb_entity=args.wandb_entity, wandb_run_id=args.wandb_run_id,
                                        wandb_tags=None if args.wandb_tags is None else tuple(args.wandb_tags))}
+
+
+def batch_options(args):
+    """A training batch's options on the device, typed (utils/data/transforms/batch.py)."""
+    return BatchOptions(mixup_alpha=args.mixup_alpha, cutmix_alpha=args.cutmix_alpha, mix_prob=args.mix_prob,
+                        random_erase=args.random_erase, channels_last=args.channels_last, seed=args.seed)
 
 
 def loss_options(args):

@@ -159,9 +159,14 @@ def new_model(args, class_names, pretrained, inp):
                        pretrained=pretrained, class_names=class_names, in_chans=inp.channels)
 
 
-def new_ema(model, chosen, device):
-    """--model_ema's averaged copy of `model` as ModelOptions `chosen` ask; None without it."""
-    return build_ema(model, device, chosen.ema_decay, chosen.ema_warmup) if chosen.ema else None
+def new_ema(model, chosen, accelerator):
+    """--model_ema's averaged copy of `model` as ModelOptions `chosen` ask, registered with Accelerate (save_state and
+    load_state keep it); None without it."""
+    if not chosen.ema:
+        return None
+    ema = build_ema(model, accelerator.device, chosen.ema_decay, chosen.ema_warmup)
+    accelerator.register_for_checkpointing(ema)
+    return ema
 
 
 def check_fsdp(args, accelerator):
@@ -203,14 +208,13 @@ def build_job(args, settings, accelerator, out):
     notes = tuple(lr_notes(settings.optimizer, accelerator.num_processes))  # where the LR in force came from
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
-    ema = new_ema(model, settings.model, accelerator.device)  # from the initial weights, on every rank alike
+    ema = new_ema(model, settings.model, accelerator)  # from the initial weights, on every rank alike
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    if ema is not None:
-        accelerator.register_for_checkpointing(ema)  # saved and restored by save_state / load_state
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
-    inputs = BatchInput.for_training(args, len(class_names), accelerator.process_index, inp.mean_std, inp.pixel_max)
+    inputs = BatchInput.for_training(settings.batch, len(class_names), accelerator.process_index, inp.mean_std,
+                                      inp.pixel_max)
     test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)

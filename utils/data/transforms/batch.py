@@ -9,26 +9,40 @@ a generator seeded by (seed, epoch, batch, rank): ranks draw differently, and a 
 exactly what the uninterrupted one did, whatever the workers or the device.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from utils.core.errors import at_least
 from utils.core.seeding import batch_rng
 
 
-def mixing(args, num_classes):
+@dataclass(frozen=True)
+class BatchOptions:
+    """What the options ask of a training batch on the device, read from them once (utils/config/settings.py); each
+    field is its option's value."""
+
+    mixup_alpha: float
+    cutmix_alpha: float
+    mix_prob: float
+    random_erase: float
+    channels_last: bool
+    seed: int  # the run's: with the epoch, batch and rank, what every draw here is seeded by
+
+
+def mixing(options, num_classes):
     """torchvision's MixUp and/or CutMix, one of the two chosen at random for each batch when both
     alphas are set (as its references do), applied to a batch with probability --mix_prob; or None."""
     mixes = []
-    if args.mixup_alpha:
-        mixes.append(v2.MixUp(alpha=args.mixup_alpha, num_classes=num_classes))
-    if args.cutmix_alpha:
-        mixes.append(v2.CutMix(alpha=args.cutmix_alpha, num_classes=num_classes))
+    if options.mixup_alpha:
+        mixes.append(v2.MixUp(alpha=options.mixup_alpha, num_classes=num_classes))
+    if options.cutmix_alpha:
+        mixes.append(v2.CutMix(alpha=options.cutmix_alpha, num_classes=num_classes))
     if not mixes:
         return None
     mix = mixes[0] if len(mixes) == 1 else v2.RandomChoice(mixes)
-    return mix if args.mix_prob == 1 else v2.RandomApply([mix], p=args.mix_prob)
+    return mix if options.mix_prob == 1 else v2.RandomApply([mix], p=options.mix_prob)
 
 
 class BatchInput:
@@ -43,11 +57,11 @@ class BatchInput:
         self.pixel_max = pixel_max
 
     @classmethod
-    def for_training(cls, args, num_classes, rank, stats, pixel_max=None):
-        """The training run's: --channels_last, --random_erase and MixUp/CutMix, drawn per (seed, epoch, batch,
-        rank)."""
-        erase = v2.RandomErasing(p=args.random_erase) if args.random_erase else None
-        return cls(stats, args.channels_last, erase, mixing(args, num_classes), args.seed, rank, pixel_max)
+    def for_training(cls, options, num_classes, rank, stats, pixel_max=None):
+        """The training run's (BatchOptions `options`): --channels_last, --random_erase and MixUp/CutMix, drawn per
+        (seed, epoch, batch, rank)."""
+        erase = v2.RandomErasing(p=options.random_erase) if options.random_erase else None
+        return cls(stats, options.channels_last, erase, mixing(options, num_classes), options.seed, rank, pixel_max)
 
     def __call__(self, pixels):
         """uint8 (N, C, H, W) or (N, C, T, H, W) -> normalised float32 (eval, and the first step of training); so
@@ -90,8 +104,9 @@ class BatchInput:
         return self._formatted(pixels), labels
 
 
-def check_options(args, need, source):
-    """MixUp/CutMix and random erasing."""
-    at_least(args, need, ("mixup_alpha", "cutmix_alpha"), 0)
-    need(0 <= args.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
-    need(0 <= args.random_erase <= 1, "random_erase", "must be in [0, 1]")
+def check_options(options, need):
+    """MixUp/CutMix and random erasing (BatchOptions `options`)."""
+    for key, value in (("mixup_alpha", options.mixup_alpha), ("cutmix_alpha", options.cutmix_alpha)):
+        need(value >= 0, key, "must be >= 0")
+    need(0 <= options.mix_prob <= 1, "mix_prob", "must be in [0, 1]")
+    need(0 <= options.random_erase <= 1, "random_erase", "must be in [0, 1]")
