@@ -56,10 +56,17 @@ def ours(root, folder, out, workers):
            str(BATCH), "--lr", str(LR), "--weight_decay", str(WD), "--num_workers", str(workers), "--output_dir",
            str(out)]
     stamped, wall = stamped_run(cmd, root)
-    ready = next(t for t, line in stamped if " steps/epoch -> " in line)
-    last_val = [t for t, line in stamped if line.startswith("epoch ") and " val: " in line][-1]
+    ready, last_val = marks(stamped)
     top1 = json.loads((out / "results.json").read_text())["val_top1"]
     return {"wall": wall, "start": ready, "end": wall - last_val, "top1": top1}
+
+
+def marks(stamped):
+    """(seconds to the line build_job prints last, seconds to the last validation's line) of (seconds, line) pairs;
+    None where the line never came."""
+    ready = next((t for t, line in stamped if " steps/epoch -> " in line), None)
+    validations = [t for t, line in stamped if line.startswith("epoch ") and " val: " in line]
+    return ready, validations[-1] if validations else None
 
 
 def timm_run(script, folder, out, workers):

@@ -228,3 +228,16 @@ def test_startup_benchmark_finds_the_first_data_line_and_the_first_step():
                (7.5, "epoch 0.04 step 1 loss 2.3345 lr 0.01391 img/s 4.1"), (9.0, "epoch 0.09 step 2 loss 2.3")]
     assert startup.first_times(stamped) == (4.0, 7.5)
     assert startup.first_times([(1.0, "epoch 0.1 step 10 loss 1.0")]) == (None, None)
+
+
+def test_fixed_cost_benchmark_finds_where_training_starts_and_where_the_last_validation_ends():
+    """benchmarks/fixed_cost.py times whole runs (not run here); the two lines it splits a run's wall at are checked on
+    lines as the script prints them: build_job's last, and the last epoch's validation (not a step's line)."""
+    fixed = benchmark_module("fixed_cost.py")
+    stamped = [(2.9, "classes: 0, 1, 2"), (3.3, "resnet18 on imagefolder:/d/train: 1437 train / 360 val images, 10 "
+               "classes, 1 process(es) on cpu (2 threads, 1 workers each), 23 steps/epoch -> /tmp/run"),
+               (4.6, "epoch 0.43 step 10 loss 2.4266 lr 0.08214 img/s 525.2"), (6.0, "epoch 0 val: top-1 0.2333 top-5 "
+               "0.7917 loss 2.5698 (360 images)"), (9.5, "epoch 1 val: top-1 0.8 loss 0.9 (360 images)"),
+               (9.6, "checkpoint: /tmp/run/checkpoints/epoch_1"), (11.0, "done: val top-1 0.8 on 360 images")]
+    assert fixed.marks(stamped) == (3.3, 9.5)
+    assert fixed.marks([(1.0, "epoch 0.1 step 10 loss 1.0")]) == (None, None)
