@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE / "benchmarks")]
+from long_tail import run  # noqa: E402  (one run of the script in this process)
 
 SETS = {"tiles": ["--max_train_samples", "1200", "--max_val_samples", "301", "--epochs", "10"],
         "spectral": ["--mean", "auto", "--std", "auto", "--epochs", "6"],
@@ -41,20 +42,6 @@ def write_set(name, folder):
     path = folder / name
     load().save_to_disk(str(path))
     return path
-
-
-def run(argv):
-    """One run of the script in this process; Accelerate's singletons reset after it (as tests/conftest.py does)."""
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    import train_classification
-
-    try:
-        return train_classification.main(argv)
-    finally:
-        AcceleratorState._reset_state(True)
-        GradientState._reset_state()
-        PartialState._reset_state()
 
 
 def table(figures):

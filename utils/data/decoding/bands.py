@@ -12,7 +12,6 @@ import io
 import logging
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
