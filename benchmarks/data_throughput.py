@@ -107,7 +107,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     from utils.data.loading.loaders import build_dataloaders
     from utils.data.sources.catalog import build_datasets, resolve_input
     from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
-    from utils.config.settings import batch_options
+    from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
     from utils.data.transforms.images import Fixed
     from utils.run.job import build_accelerator
@@ -115,7 +115,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
                        "--num_workers", str(workers), "--val_fraction", "0.1"])
     train, val, _, _ = build_datasets(args)
-    prepare = BatchInput.for_training(batch_options(args), 10, 0, resolve_input(args).mean_std)
+    prepare = BatchInput.for_training(typed_options(args)["batch"], 10, 0, resolve_input(args).mean_std)
     if float_in_workers:  # the former pipeline: float32 normalised in the workers, nothing left to do after
         rows = train.dataset
         transform, size = rows.preset(0)
@@ -157,7 +157,7 @@ class Epochs:
 def stream_loader(shards, batch_size, workers):
     from utils.config.options import parse_args
     from utils.data.sources.catalog import build_datasets, resolve_input, source_for
-    from utils.config.settings import batch_options
+    from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
     from utils.run.job import build_accelerator
 
@@ -165,7 +165,7 @@ def stream_loader(shards, batch_size, workers):
                        str(batch_size), "--num_workers", str(workers)])
     train, val, names, _ = build_datasets(args)
     loader, _ = source_for(args).loaders(build_accelerator(args), train, val, batch_size, workers)
-    return Epochs(loader), BatchInput.for_training(batch_options(args), len(names), 0, resolve_input(args).mean_std)
+    return Epochs(loader), BatchInput.for_training(typed_options(args)["batch"], len(names), 0, resolve_input(args).mean_std)
 
 
 def stream_read_rate(shards, repeats=3):

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
-from utils.config.settings import batch_options, loss_options, optimizer_options, schedule_options
+from utils.config.settings import typed_options
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
 from utils.data.sources.catalog import resolve_input
@@ -52,18 +52,18 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
     train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
     torch.manual_seed(0)
     model = model or torch.nn.Linear(4, 3)
-    optimizer = build_optimizer(model, optimizer_options(args))
+    optimizer = build_optimizer(model, typed_options(args)["optimizer"])
     steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
-    scheduler = build_lr_scheduler(optimizer, schedule_options(args), steps_per_epoch)
+    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     out.mkdir(parents=True, exist_ok=True)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch,
                         args.epochs * steps_per_epoch)
     return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-               objective=Objective(loss_options(args)), train_loader=train_loader, val_loader=None,
+               objective=Objective(typed_options(args)["losses"]), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_score=[], inputs=BatchInput.for_training(batch_options(args), 3, accelerator.process_index,
+               best_score=[], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, accelerator.process_index,
                                                              resolve_input(args).mean_std),
                task=SingleLabel(None, 3))
 

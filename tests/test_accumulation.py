@@ -6,7 +6,7 @@ from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
 from utils.config.options import parse_args
-from utils.config.settings import batch_options, loss_options, schedule_options
+from utils.config.settings import typed_options
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
 from utils.data.sources.catalog import resolve_input
@@ -44,12 +44,12 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     reference = torch.nn.Linear(4, 3)
     reference.load_state_dict(model.state_dict())
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    scheduler = build_lr_scheduler(optimizer, schedule_options(args), steps_per_epoch=3)
+    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch=3)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
-    job = Job(args, accelerator, model, optimizer, scheduler, Objective(loss_options(args)),
+    job = Job(args, accelerator, model, optimizer, scheduler, Objective(typed_options(args)["losses"]),
               train_loader, None, 3, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
-              StopRequest(), [], [], inputs=BatchInput.for_training(batch_options(args), 3, 0, resolve_input(args).mean_std))
+              StopRequest(), [], [], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, 0, resolve_input(args).mean_std))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

@@ -8,7 +8,7 @@ import torchvision
 from conftest import TINY, main_fails, parse_fails, read_jsonl, run_main
 
 from utils.config.options import parse_args
-from utils.config.settings import optimizer_options, schedule_options
+from utils.config.settings import typed_options
 from utils.models.libraries import layer_ids
 from utils.training.schedule import build_lr_scheduler, build_optimizer
 
@@ -72,7 +72,7 @@ def test_each_layers_lr_is_scaled_within_the_weight_decay_groups_and_through_the
     model = model.to_empty(device="cpu")
     args = parse_args(["--layer_decay", "0.5", "--lr", "0.4", "--weight_decay", "0.05", "--epochs", "4"])
     ids = layer_ids(model, "vit_b_16")
-    optimizer = build_optimizer(model, optimizer_options(args), layers=ids)
+    optimizer = build_optimizer(model, typed_options(args)["optimizer"], layers=ids)
     group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     params = dict(model.named_parameters())
     for name in ("class_token", "encoder.layers.encoder_layer_5.mlp.0.weight", "encoder.ln.bias", "heads.head.weight"):
@@ -84,7 +84,7 @@ def test_each_layers_lr_is_scaled_within_the_weight_decay_groups_and_through_the
     assert group_of[id(params["encoder.layers.encoder_layer_5.mlp.0.bias"])]["weight_decay"] == 0
     assert group_of[id(params["heads.head.weight"])]["weight_decay"] == 0.05
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(params)
-    scheduler = build_lr_scheduler(optimizer, schedule_options(args), steps_per_epoch=5)
+    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch=5)
     for _ in range(7):  # into the cosine decay: every layer keeps its ratio to the head
         optimizer.step()
         scheduler.step()

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from conftest import TINY, parse_fails, read_json, read_jsonl, run_main
 
 from utils.config.options import parse_args
-from utils.config.settings import loss_options
+from utils.config.settings import typed_options
 from utils.training.losses import Objective, distillation_loss
 
 
@@ -17,13 +17,18 @@ def logits_and_labels():
     return torch.randn(6, 5, generator=g) * 3, torch.tensor([0, 1, 2, 3, 4, 0])
 
 
+
+def losses_of(argv):
+    """The loss's typed options of a command line."""
+    return typed_options(parse_args(argv))["losses"]
+
 def test_bce_one_hot_targets_are_smoothed_as_timm_does_and_its_loss_is_the_mean_over_samples_and_classes():
     logits, labels = logits_and_labels()
-    objective = Objective(loss_options(parse_args(["--bce_loss", "--label_smoothing", "0.2"])))
+    objective = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.2"]))
     targets = torch.full((6, 5), 0.2 / 5).scatter_(1, labels.view(-1, 1), 1 - 0.2 + 0.2 / 5)
     expected = F.binary_cross_entropy_with_logits(logits, targets)  # mean over the 30 elements
     assert objective(logits, labels, None).item() == pytest.approx(expected.item(), rel=1e-6)
-    ce = Objective(loss_options(parse_args(["--label_smoothing", "0.2"])))(logits, labels, None)
+    ce = Objective(losses_of(["--label_smoothing", "0.2"]))(logits, labels, None)
     assert ce.item() == pytest.approx(F.cross_entropy(logits, labels, label_smoothing=0.2).item(), rel=1e-6)
     assert abs(ce.item() - expected.item()) > 0.1  # the two losses differ: the switch changes the computation
 
@@ -33,13 +38,13 @@ def test_mixed_targets_are_smoothed_then_thresholded():
     mixed = torch.zeros(6, 5)
     mixed[:, 0], mixed[:, 1] = 0.7, 0.3  # what MixUp makes of two labels
     smoothed = mixed * 0.9 + 0.1 / 5  # as timm's Mixup smooths before its BCE
-    plain = Objective(loss_options(parse_args(["--bce_loss", "--label_smoothing", "0.1"])))(logits, mixed, None)
+    plain = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.1"]))(logits, mixed, None)
     assert plain.item() == pytest.approx(F.binary_cross_entropy_with_logits(logits, smoothed).item(), rel=1e-6)
     # 0.3 * 0.9 + 0.02 = 0.29 > 0.25: both mixed classes become 1, the others (0.02) 0
     binary = torch.zeros(6, 5)
     binary[:, :2] = 1
-    thresholded = Objective(loss_options(parse_args(["--bce_loss", "--label_smoothing", "0.1", "--bce_target_thresh",
-                                                     "0.25"])))
+    thresholded = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.1", "--bce_target_thresh",
+                                                     "0.25"]))
     assert thresholded(logits, mixed, None).item() == pytest.approx(
         F.binary_cross_entropy_with_logits(logits, binary).item(), rel=1e-6)
 
@@ -86,7 +91,7 @@ def test_the_objective_weighs_the_task_and_the_teacher_and_gives_each_head_its_o
     args = parse_args(["--teacher", "resnet18", "--teacher_pretrained", "--distill", kind, "--distill_alpha", "0.3", "--distill_temperature", "2",
                        "--label_smoothing", "0"])
     teacher, pixels = FixedTeacher(teacher_logits), torch.randn(6, 3, 4, 4)
-    objective = Objective(loss_options(args), teacher)
+    objective = Objective(typed_options(args)["losses"], teacher)
     task, distill = F.cross_entropy(logits, labels), distillation_loss(kind, logits, teacher_logits, 2.0).mean()
     assert objective(logits, labels, pixels).item() == pytest.approx((0.7 * task + 0.3 * distill).item(), rel=1e-6)
     assert teacher.seen[0] is pixels  # the teacher sees the student's very input
@@ -173,7 +178,7 @@ def test_the_options_pick_the_loss_of_one_label_a_sample():
     balance = SimpleNamespace(log_prior=torch.tensor([0.4, 0.3, 0.2, 0.1]).log().tolist(), class_weights=None)
 
     def objective(*argv):
-        return Objective(loss_options(parse_args(["--label_smoothing", "0", *argv])), balance=balance)(
+        return Objective(losses_of(["--label_smoothing", "0", *argv]), balance=balance)(
             logits, labels, None)
 
     assert torch.allclose(objective("--focal_gamma", "2"), ((1 - p_t) ** 2 * ce).mean())
@@ -181,5 +186,5 @@ def test_the_options_pick_the_loss_of_one_label_a_sample():
     assert torch.allclose(objective("--logit_adjust", "1"), F.cross_entropy(logits + prior, labels))
     assert torch.allclose(objective(), ce.mean())
     weights = SimpleNamespace(log_prior=None, class_weights=[0.5, 1.0, 2.0, 4.0])
-    weighted = Objective(loss_options(parse_args(["--label_smoothing", "0"])), balance=weights)(logits, labels, None)
+    weighted = Objective(losses_of(["--label_smoothing", "0"]), balance=weights)(logits, labels, None)
     assert torch.allclose(weighted, (ce * torch.tensor(weights.class_weights)[labels]).mean())

@@ -15,7 +15,7 @@ from conftest import read_jsonl
 from loop_harness import Points, assert_bitwise_equal, make_job, run_epoch, snapshot, train_until
 
 from utils.config.options import parse_args
-from utils.config.settings import schedule_options
+from utils.config.settings import typed_options
 from utils.run.job import build_accelerator
 from utils.training.schedule import build_lr_scheduler
 
@@ -36,7 +36,7 @@ def fp16_accelerator(args):
 def schedule(args, steps_per_epoch, steps):
     """The LR after each of `steps` scheduler steps, from the project's schedule on a throwaway optimizer."""
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr)
-    scheduler = build_lr_scheduler(optimizer, schedule_options(args), steps_per_epoch)
+    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch)
     lrs = []
     for _ in range(steps):
         optimizer.step()

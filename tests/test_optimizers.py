@@ -7,7 +7,7 @@ from conftest import assert_same_weights, parse_fails, read_json, resume_job, re
 from ranks import ranks_killed, ranks_ok
 
 from utils.config.options import parse_args
-from utils.config.settings import optimizer_options
+from utils.config.settings import typed_options
 from utils.training.schedule import build_optimizer
 
 
@@ -18,7 +18,7 @@ def test_an_optimizer_by_name_keeps_our_groups_lr_and_its_own_keywords(name, kin
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
     args = parse_args(["--optimizer", name, "--lr", "0.4", "--lr_scale_batch", "128", "--batch_size", "32",
                        "--weight_decay", "0.05", "--opt_betas", "0.8", "0.95"])
-    optimizer = build_optimizer(model, optimizer_options(args), num_processes=2)  # global batch 64: lr 0.2
+    optimizer = build_optimizer(model, typed_options(args)["optimizer"], num_processes=2)  # global batch 64: lr 0.2
     assert type(optimizer).__name__ == kind and (name == "adamw") == (type(optimizer).__module__.startswith("torch"))
     weights, norms, biases = optimizer.param_groups
     assert [g["weight_decay"] for g in (weights, norms, biases)] == [0.05, 0.0, 0.0]
@@ -30,7 +30,7 @@ def test_an_optimizer_by_name_keeps_our_groups_lr_and_its_own_keywords(name, kin
 
 
 def test_the_default_optimizer_is_torchs_sgd_with_nesterov_momentum():
-    optimizer = build_optimizer(torch.nn.Linear(2, 2), optimizer_options(parse_args([])))
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), typed_options(parse_args([]))["optimizer"])
     assert type(optimizer) is torch.optim.SGD and optimizer.defaults["nesterov"] and optimizer.defaults["momentum"] == 0.9
 
 

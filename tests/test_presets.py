@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from utils.config.options import parse_args
-from utils.config.settings import batch_options
+from utils.config.settings import typed_options
 from utils.data.transforms import images as presets
 from utils.data.sources.catalog import resolve_input
 from utils.data.decoding.images import decode_rgb
@@ -126,7 +126,8 @@ def test_eval_matches_an_explicit_resize_and_centre_crop():
     assert not torch.equal(out, explicit(224)[1])  # the comparison tells crop_pct apart
     # The normalisation that follows on the device gives what v2.ToDtype + v2.Normalize give per image, bit for bit.
     at_224 = preset_args("--image_size", "224")
-    on_device = BatchInput.for_training(batch_options(at_224), 10, 0, resolve_input(at_224).mean_std)(out[None])[0]
+    on_device = BatchInput.for_training(typed_options(at_224)["batch"], 10, 0, resolve_input(at_224).mean_std)
+    on_device = on_device(out[None])[0]
     assert torch.equal(on_device, F.normalize(F.to_dtype(expected, torch.float32, scale=True), IMAGENET_MEAN,
                                               IMAGENET_STD))
 
@@ -173,7 +174,7 @@ def test_eval_pixels_are_value_over_255_normalised(extra, mean, std):
     image = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     image[:, 3, 5] = torch.tensor([200, 0, 255], dtype=torch.uint8)
     args = preset_args("--image_size", "16", "--crop_pct", "1", *extra)
-    out = BatchInput.for_training(batch_options(args), 10, 0, resolve_input(args).mean_std)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
+    out = BatchInput.for_training(typed_options(args)["batch"], 10, 0, resolve_input(args).mean_std)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
     expected = (image.double() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
     assert torch.allclose(out.double(), expected, atol=1e-5)
     assert out[:, 3, 5].tolist() == pytest.approx([(200 / 255 - mean[0]) / std[0], (0 - mean[1]) / std[1],

@@ -1,8 +1,9 @@
 """What a run needs beyond its options, derived from them once, while they are parsed (options.parse), into one
-frozen object: the data source, the model's input and the names for files and dashboards, and where the warmup
-came from; and those of a resumed checkpoint made before an option existed (as_checkpointed)."""
+frozen object: the data source, the model's input, the names for files and dashboards, where the warmup came from,
+and each subsystem's options typed; and those of a resumed checkpoint made before an option existed
+(as_checkpointed)."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from utils.data.sources.protocol import DataSource
 from utils.data.transforms.batch import BatchOptions
@@ -31,64 +32,29 @@ class Settings:
     trackers: TrackerOptions  # and of the dashboards (utils/reporting/trackers.py)
 
 
+# The typed fields read from an option of another name; every other field is read from the option of its own name.
+RENAMED = {ModelOptions: {"name": "model", "ema": "model_ema", "ema_decay": "model_ema_decay",
+                          "ema_warmup": "model_ema_warmup", "ema_steps": "model_ema_steps"},
+           OptimizerOptions: {"name": "optimizer", "eps": "opt_eps", "betas": "opt_betas", "kwargs": "opt_kwargs"},
+           ScheduleOptions: {"kind": "lr_schedule", "milestones": "lr_milestones", "gamma": "lr_gamma"}}
+TYPED = {"model": ModelOptions, "optimizer": OptimizerOptions, "schedule": ScheduleOptions, "batch": BatchOptions,
+         "losses": LossOptions, "balance": BalanceOptions, "trackers": TrackerOptions}
+
+
 def typed_options(args):
-    """{subsystem: its options, typed}: what check_args checks and Settings hands down."""
-    return {"model": model_options(args), "optimizer": optimizer_options(args), "schedule": schedule_options(args),
-            "losses": loss_options(args), "batch": batch_options(args),
-            "balance": BalanceOptions(sampler=args.sampler, sampler_power=args.sampler_power,
-                                      class_weights=args.class_weights, logit_adjust=args.logit_adjust,
-                                      pos_weight=args.pos_weight),
-            "trackers": TrackerOptions(report_to=args.report_to, project_name=args.project_name, run_name=args.run_name,
-                                       wandb_entity=args.wandb_entity, wandb_run_id=args.wandb_run_id,
-                                       wandb_tags=None if args.wandb_tags is None else tuple(args.wandb_tags))}
+    """{subsystem: its options, typed} (TYPED): what check_args checks and Settings hands down; each field its
+    option's value (RENAMED names the others), a list as a tuple (the objects are frozen)."""
+    def value(option):
+        found = getattr(args, option)
+        return tuple(found) if isinstance(found, list) else found
 
-
-def batch_options(args):
-    """A training batch's options on the device, typed (utils/data/transforms/batch.py)."""
-    return BatchOptions(mixup_alpha=args.mixup_alpha, cutmix_alpha=args.cutmix_alpha, mix_prob=args.mix_prob,
-                        random_erase=args.random_erase, channels_last=args.channels_last, seed=args.seed)
-
-
-def loss_options(args):
-    """The loss's options, typed (utils/training/losses.py)."""
-    return LossOptions(label_smoothing=args.label_smoothing, bce_loss=args.bce_loss,
-                       bce_target_thresh=args.bce_target_thresh, logit_adjust=args.logit_adjust,
-                       focal_gamma=args.focal_gamma, multi_label_loss=args.multi_label_loss, distill=args.distill,
-                       distill_alpha=args.distill_alpha, distill_temperature=args.distill_temperature)
-
-
-def model_options(args):
-    """The model's options, typed (utils/models/libraries.py)."""
-    return ModelOptions(name=args.model, pretrained=args.pretrained, weights=args.weights, init_from=args.init_from,
-                        freeze_backbone=args.freeze_backbone, drop_path=args.drop_path, dropout=args.dropout,
-                        zero_init_residual=args.zero_init_residual, temporal_shift=args.temporal_shift,
-                        grad_checkpointing=args.grad_checkpointing, sync_bn=args.sync_bn,
-                        channels_last=args.channels_last, ema=args.model_ema, ema_decay=args.model_ema_decay,
-                        ema_warmup=args.model_ema_warmup, ema_steps=args.model_ema_steps)
-
-
-def optimizer_options(args):
-    """The optimizer's options, typed (utils/training/schedule.py)."""
-    return OptimizerOptions(name=args.optimizer, lr=args.lr, lr_scale_batch=args.lr_scale_batch,
-                            batch_size=args.batch_size, grad_accum_steps=args.grad_accum_steps,
-                            momentum=args.momentum, nesterov=args.nesterov, weight_decay=args.weight_decay,
-                            norm_weight_decay=args.norm_weight_decay, bias_weight_decay=args.bias_weight_decay,
-                            layer_decay=args.layer_decay, eps=args.opt_eps,
-                            betas=None if args.opt_betas is None else tuple(args.opt_betas),
-                            kwargs=tuple(args.opt_kwargs or ()))
-
-
-def schedule_options(args):
-    """The LR schedule's options, typed (utils/training/schedule.py)."""
-    return ScheduleOptions(epochs=args.epochs, warmup_epochs=args.warmup_epochs,
-                           warmup_start_factor=args.warmup_start_factor, kind=args.lr_schedule, min_lr=args.min_lr,
-                           milestones=None if args.lr_milestones is None else tuple(args.lr_milestones),
-                           gamma=args.lr_gamma)
+    return {name: kind(**{field.name: value(RENAMED.get(kind, {}).get(field.name, field.name))
+                          for field in fields(kind)}) for name, kind in TYPED.items()}
 
 
 def settle(args, source, inp, typed):
     """The Settings of the run `args` describes: its data `source`, model input `inp` and the typed options of its
-    subsystems (`typed`: model, optimizer, schedule), picked and resolved once."""
+    subsystems (`typed`: typed_options'), picked and resolved once."""
     warmup = warmup_epochs(typed["schedule"])
     shortened = args.warmup_epochs is None and warmup < DEFAULT_WARMUP_EPOCHS
     return Settings(source=source, input=inp, **typed, source_name=source.name(args),

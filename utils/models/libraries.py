@@ -25,7 +25,7 @@ from utils.models.weights import load_weights, read_state_dict
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """What the options ask of the model, read from them once (utils/config/settings.py: model_options) and
+    """What the options ask of the model, read from them once (utils/config/settings.py: typed_options) and
     handed down; every field is the option's value."""
 
     name: str  # --model, with its library's prefix

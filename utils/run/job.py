@@ -35,7 +35,7 @@ from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
-from utils.training.checkpoints import Position, resume_position
+from utils.training.checkpoints import resume_position
 from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
 from utils.training.losses import Objective
@@ -110,7 +110,7 @@ class Job:
             state = accelerator.get_state_dict(self.model)  # collective; the full dict on the main process
             if not accelerator.is_main_process:
                 return None
-            model = new_model(self.args, self.class_names, False, self.settings.input)
+            model = new_model(self.settings.model, self.class_names, False, self.settings.input)
             model.load_state_dict(state)
             return model
         if not accelerator.is_main_process:
@@ -151,12 +151,12 @@ def build_accelerator(args):
     )
 
 
-def new_model(args, class_names, pretrained, inp):
-    """The model the options name, for our classes and Input `inp` (clips or images, channels), on the CPU."""
-    shift = args.clip_len * args.num_segments if args.temporal_shift else None  # TSM over the clip's frames
-    return build_model(args.model, num_classes=len(class_names), video=inp.video, temporal_shift=shift,
-                       zero_init_residual=args.zero_init_residual, drop_path=args.drop_path, dropout=args.dropout,
-                       pretrained=pretrained, class_names=class_names, in_chans=inp.channels)
+def new_model(chosen, class_names, pretrained, inp):
+    """ModelOptions `chosen`'s model for our classes and Input `inp` (clips or images, channels), on the CPU."""
+    shift = inp.frames if chosen.temporal_shift else None  # TSM over the clip's frames
+    return build_model(chosen.name, num_classes=len(class_names), video=inp.video, temporal_shift=shift,
+                       zero_init_residual=chosen.zero_init_residual, drop_path=chosen.drop_path,
+                       dropout=chosen.dropout, pretrained=pretrained, class_names=class_names, in_chans=inp.channels)
 
 
 def new_ema(model, chosen, accelerator):
@@ -240,7 +240,7 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay)."""
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     chosen = settings.model
-    model = new_model(args, class_names, chosen.pretrained, settings.input)
+    model = new_model(chosen, class_names, chosen.pretrained, settings.input)
     initialise(model, chosen, accelerator.print)
     if chosen.grad_checkpointing:
         accelerator.print(enable_grad_checkpointing(model, chosen.name))
