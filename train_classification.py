@@ -55,7 +55,7 @@ from typing import NamedTuple
 import torch
 from accelerate.utils import set_seed
 
-from utils.config.options import parse, resume_keys
+from utils.config.options import parse, resume_values
 from utils.config.settings import as_checkpointed
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
@@ -71,7 +71,8 @@ from utils.reporting.model_folder import push_model_folder
 from utils.run.job import build_accelerator, build_job, check_fsdp, resume
 from utils.run.records import export_weights, log_validation_media, report_results, start_records
 from utils.training import checkpoints
-from utils.training.run_folder import lock_run_folder, output_dir_for, resume_folder
+from utils.training.run_folder import output_dir_for, resume_folder
+from utils.training.run_lock import lock_run_folder
 
 PROG = "train_classification.py"
 
@@ -91,9 +92,9 @@ def main(argv=None):
         fail(problem)
     lock = job = None
     try:
-        out = output_dir_for(args, accelerator, settings.source_name)
+        out = output_dir_for(settings.folder, accelerator, settings.source_name)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
-        resume_from = resume_folder(args, accelerator, out, resume_keys())
+        resume_from = resume_folder(settings.folder, accelerator, out, resume_values(args))
         settings = as_checkpointed(settings, args, resume_from, accelerator.print)  # a checkpoint's own train crop
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
@@ -420,7 +421,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validati
     (options, data), and whether the epoch's validation is still to come (an interrupt at its end)."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
-             "options": {k: getattr(job.args, k) for k in resume_keys()}, "data": job.data,
+             "options": resume_values(job.args), "data": job.data,
              "validation_pending": validation_pending, "val_score": val_score, "tracker_run_id": job.tracker_run_id,
              "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity}
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"

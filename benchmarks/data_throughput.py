@@ -105,7 +105,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
 
     from utils.config.options import parse_args
     from utils.data.loading.loaders import build_dataloaders
-    from utils.data.sources.catalog import build_datasets, resolve_input
+    from utils.config.settings import datasets_for, input_for
     from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
     from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
@@ -114,8 +114,8 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
 
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
                        "--num_workers", str(workers), "--val_fraction", "0.1"])
-    train, val, _, _ = build_datasets(args)
-    prepare = BatchInput.for_training(typed_options(args)["batch"], 10, 0, resolve_input(args).mean_std)
+    train, val, _, _ = datasets_for(args)
+    prepare = BatchInput.for_training(typed_options(args)["batch"], 10, 0, input_for(args).mean_std)
     if float_in_workers:  # the former pipeline: float32 normalised in the workers, nothing left to do after
         rows = train.dataset
         transform, size = rows.preset(0)
@@ -156,25 +156,26 @@ class Epochs:
 
 def stream_loader(shards, batch_size, workers):
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets, resolve_input, source_for
+    from utils.config.settings import datasets_for, input_for
+    from utils.data.sources.catalog import source_for
     from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
     from utils.run.job import build_accelerator
 
     args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
                        str(batch_size), "--num_workers", str(workers)])
-    train, val, names, _ = build_datasets(args)
-    loader, _ = source_for(args).loaders(build_accelerator(args), train, val, batch_size, workers)
-    return Epochs(loader), BatchInput.for_training(typed_options(args)["batch"], len(names), 0, resolve_input(args).mean_std)
+    train, val, names, _ = datasets_for(args)
+    loader, _ = source_for(typed_options(args)["data"]).loaders(build_accelerator(args), train, val, batch_size, workers)
+    return Epochs(loader), BatchInput.for_training(typed_options(args)["batch"], len(names), 0, input_for(args).mean_std)
 
 
 def stream_read_rate(shards, repeats=3):
     """Rows a second of one process's pass over the shards (epoch 1), read as a streaming worker reads them and
     not decoded: `datasets` and parquet alone. The best of `repeats` passes."""
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
 
-    rows = build_datasets(parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224"]))[0]
+    rows = datasets_for(parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224"]))[0]
     best = 0.0
     for _ in range(repeats):
         start = time.perf_counter()

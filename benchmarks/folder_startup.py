@@ -7,7 +7,7 @@ and the memory that holds, before the first step.
 
 A generated folder holds the same 16x16 JPEG under every name (ImageNet's layout: n00000000/ ... with
 `<class>_<i>.JPEG`), in a temporary folder that is removed afterwards unless --keep. Each measurement
-runs in a fresh Python process: the script's own data path (utils/data/sources/catalog.build_datasets with
+runs in a fresh Python process: the script's own data path (utils/config/settings.datasets_for with
 --train_dir/--val_dir, then the training data's signature) is timed, after the same path has run once
 on a 6-file folder (imports loaded); the process's peak memory after that small build is the baseline,
 and the peak after the large one, minus it, is what the listing and its tables hold at their peak.
@@ -29,13 +29,13 @@ import resource, sys, time
 sys.path.insert(0, {root!r})
 from utils.config.options import parse_args
 from utils.data.sources.catalog import source_for
-from utils.data.sources.catalog import build_datasets
+from utils.config.settings import datasets_for
 
 def build(root):
     args = parse_args(["--train_dir", root + "/train", "--val_dir", root + "/val", "--image_size", "16"], prog="p")
     start = time.perf_counter()
-    train, val, names, _ = build_datasets(args)
-    source_for(args).signature(train, len(names))
+    train, val, names, _ = datasets_for(args)
+    source_for(typed_options(args)["data"]).signature(train, len(names))
     return len(train), len(val), len(names), time.perf_counter() - start
 
 build({tiny!r})  # every module the data path imports, loaded: the baseline

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from utils.config.options import parse_args  # noqa: E402
 from utils.core.preemption import worker_init_fn  # noqa: E402
 from utils.core.threads import cores_per_process  # noqa: E402
-from utils.data.sources.catalog import build_datasets  # noqa: E402
+from utils.config.settings import datasets_for  # noqa: E402
 from utils.data.datasets.clips import PathFrames  # noqa: E402
 from utils.data.decoding.video import write_video
 
@@ -107,8 +107,8 @@ def main(argv=None):
         print(f"generated {args.videos} videos of {args.seconds} s, 320x240, 25 fps, H.264 in "
               f"{time.perf_counter() - t0:.1f} s")
         options = parse_args(["--train_dir", f"{tmp}/train", "--val_dir", f"{tmp}/val"])
-        ours, _, _, _ = build_datasets(options)
-        naive, _, _, _ = build_datasets(options)
+        ours, _, _, _ = datasets_for(options)
+        naive, _, _, _ = datasets_for(options)
         naive.dataset.frames = NaiveFrames(naive.dataset.frames.paths)
         rates = {"seek": [], "naive": []}
         for _ in range(args.repeats):

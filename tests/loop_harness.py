@@ -14,7 +14,7 @@ from train_classification import train_one_epoch
 from utils.config.settings import typed_options
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
-from utils.data.sources.catalog import resolve_input
+from utils.config.settings import input_for
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
@@ -64,7 +64,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
                steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
                best_score=[], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, accelerator.process_index,
-                                                             resolve_input(args).mean_std),
+                                                             input_for(args).mean_std),
                task=SingleLabel(None, 3))
 
 

@@ -9,7 +9,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from utils.config.options import parse_args
-from utils.data.sources.catalog import build_datasets
+from utils.config.settings import datasets_for
 
 # torchvision 0.29 deprecates its decoders; utils/data/decoding/images.py still uses them on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
@@ -35,7 +35,7 @@ def folders(tmp_path_factory):
 def datasets_of(folders, seed=3):
     args = parse_args(["--train_dir", str(folders / "train"), "--val_dir", str(folders / "val"),
                        "--image_size", "16", "--seed", str(seed)])
-    train, val, names, _ = build_datasets(args)
+    train, val, names, _ = datasets_for(args)
     assert names == ["a", "b"] and len(train) == 8
     return train, val
 
@@ -136,7 +136,7 @@ def progressive(folders, *extra):
 
 def test_progressive_resizing_reaches_persistent_workers_epoch_by_epoch(folders):
     # 8 px up to epoch 1, 16 at epoch 2 (the middle of the ramp), 24 from epoch 3; val stays at 16
-    train, val, _, notes = build_datasets(parse_args(progressive(folders)))
+    train, val, _, notes = datasets_for(parse_args(progressive(folders)))
     assert notes[-1] == "progressive resizing: train crops 8 px in epochs 0-1, 16 px in epoch 2, 24 px in epochs 3-17"
     expected = {}
     for epoch in range(5):
@@ -155,7 +155,7 @@ def test_an_undecodable_image_keeps_the_epochs_size(folders, tmp_path):
 
     shutil.copytree(folders, tmp_path / "data")
     (tmp_path / "data" / "train" / "a" / "0.png").write_bytes(b"not a png")
-    train, _, _, _ = build_datasets(parse_args(progressive(tmp_path / "data", "--skip_bad_images")))
+    train, _, _, _ = datasets_for(parse_args(progressive(tmp_path / "data", "--skip_bad_images")))
     train.set_epoch(3)
     batch = read(loader(train, 0))  # one collated tensor: the placeholder has the epoch's side too
     assert batch.shape == (8, 3, 24, 24) and not batch[0].any()

@@ -195,13 +195,13 @@ def test_an_option_the_data_reads_is_applied(tmp_path):
     the presets built from it."""
     from torchvision.transforms import v2
 
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.transforms.video import video_eval, video_test, video_train
 
     for data in (["--dataset", "digits"], ["--dataset", "moving_digits"]):
-        inp = resolve_input(parse_args([*data, "--mean", "0.5", "0.4", "0.3", "--std", "0.2", "0.2", "0.1"]))
+        inp = input_for(parse_args([*data, "--mean", "0.5", "0.4", "0.3", "--std", "0.2", "0.2", "0.1"]))
         assert inp.mean_std == ((0.5, 0.4, 0.3), (0.2, 0.2, 0.1)), data
-    inp = resolve_input(parse_args([*video_lists(tmp_path), "--interpolation", "bicubic"]))
+    inp = input_for(parse_args([*video_lists(tmp_path), "--interpolation", "bicubic"]))
     assert inp.interpolation == "bicubic"
     frames = torch.randint(0, 256, (2, 3, 40, 50), dtype=torch.uint8)
     for preset in (video_eval(inp), video_train(inp)):
@@ -231,7 +231,7 @@ RENAMED = {("model", "name"): "model", ("model", "ema"): "model_ema", ("model", 
 
 def test_every_typed_option_is_read_from_its_own_option():
     """Each option's value a distinct marker: every field of every typed object (Settings' model, optimizer, schedule,
-    batch, losses, balance, trackers) holds its own option's marker, lists as tuples."""
+    batch, losses, balance, trackers, data, input and run folder options) holds its own option's marker, lists as tuples."""
     import argparse
     import dataclasses
 
@@ -239,10 +239,12 @@ def test_every_typed_option_is_read_from_its_own_option():
     from utils.config.settings import typed_options
 
     markers = {key: f"<{key}>" for key in parser_defaults()}
-    listed = {"opt_betas", "opt_kwargs", "lr_milestones", "wandb_tags"}  # kept as tuples
+    listed = {"opt_betas", "opt_kwargs", "lr_milestones", "wandb_tags", "mean", "std", "bands", "progressive_resize",
+              "train_crop_scale", "train_crop_ratio"}  # kept as tuples
     args = argparse.Namespace(**{key: [value] if key in listed else value for key, value in markers.items()})
     typed = typed_options(args)
-    assert sorted(typed) == ["balance", "batch", "losses", "model", "optimizer", "schedule", "trackers"]
+    assert sorted(typed) == ["balance", "batch", "data", "folder", "input_options", "losses", "model", "optimizer",
+                             "schedule", "trackers"]
     for kind, options in typed.items():
         for field in dataclasses.fields(options):
             option = RENAMED.get((kind, field.name), field.name)

@@ -85,7 +85,7 @@ def test_a_file_moved_to_another_class_is_other_training_data_for_a_resume(tmp_p
     """The same count of images in the same classes, one of them relabelled: a resume must refuse it (the
     labels in order are part of the data's signature, not only the counts)."""
     from utils.data.sources.catalog import source_for
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
     from utils.training.run_folder import FolderError, check_data
 
     make_folder(tmp_path / "tr", {"cat": 3, "dog": 3})
@@ -93,7 +93,7 @@ def test_a_file_moved_to_another_class_is_other_training_data_for_a_resume(tmp_p
     argv = ["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va")]
     def signature():  # what the run records, from its source (utils/data/sources/protocol.py)
         args = parse_args(argv)
-        return source_for(args).signature(build_datasets(args)[0], 2)
+        return source_for(args).signature(datasets_for(args)[0], 2)
 
     before = signature()
     (tmp_path / "tr" / "cat" / "2.png").rename(tmp_path / "tr" / "dog" / "moved.png")  # still 6 images
@@ -143,12 +143,12 @@ def test_save_to_disk_round_trip_and_column_detection(saved_dataset):
 
 def test_the_digits_take_seeded_subsets_too():
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
 
-    train, val, names, _ = build_datasets(parse_args(["--max_train_samples", "100", "--max_val_samples", "30"]))
-    whole, whole_val, _, _ = build_datasets(parse_args([]))
+    train, val, names, _ = datasets_for(parse_args(["--max_train_samples", "100", "--max_val_samples", "30"]))
+    whole, whole_val, _, _ = datasets_for(parse_args([]))
     assert (len(train), len(val), len(whole), len(whole_val), len(names)) == (100, 30, 1437, 360, 10)
-    again, _, _, _ = build_datasets(parse_args(["--max_train_samples", "100"]))
+    again, _, _, _ = datasets_for(parse_args(["--max_train_samples", "100"]))
     assert again.dataset.rows["label"][:] == train.dataset.rows["label"][:]  # seeded: the same 100
 
 

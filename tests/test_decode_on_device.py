@@ -14,6 +14,7 @@ from conftest import (TINY, assert_same_weights, main_fails, parse_fails, read_j
 from PIL import Image
 from ranks import ranks_killed, ranks_ok
 
+from utils.config.settings import typed_options
 from utils.core.seeding import sample_rng
 from utils.data.decoding.on_device import Deferred, DeviceDecoder, JPEG, PIXELS
 from utils.data.decoding.images import decode_rgb
@@ -35,11 +36,11 @@ def decoded_jpegs(monkeypatch):
 @pytest.mark.parametrize("no_hflip", [False, True])
 def test_a_workers_draws_and_the_devices_pixels_are_the_train_presets_own(no_hflip):
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.transforms.images import eval_preset, train_preset
 
     args = parse_args(["--train_dir", "x", "--image_size", "24", *(["--no_hflip"] if no_hflip else [])])
-    inp = resolve_input(args)
+    inp = input_for(args)
     decoder = DeviceDecoder(inp.interpolation, torch.device("cpu"))
     rng = np.random.default_rng(1)
     for key, (height, width) in enumerate([(37, 53), (64, 40), (24, 24), (90, 31)]):
@@ -113,10 +114,10 @@ def test_a_jpeg_the_device_cannot_decode_is_named_or_skipped(tmp_path, capsys):
 
 def test_non_jpeg_files_and_jpegs_that_exif_turns_come_decoded_from_the_workers():
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.transforms.images import train_preset
 
-    inp = resolve_input(parse_args(["--train_dir", "x", "--image_size", "16"]))
+    inp = input_for(parse_args(["--train_dir", "x", "--image_size", "16"]))
     picture = Image.fromarray(np.random.default_rng(2).integers(0, 255, (20, 30, 3), dtype=np.uint8))
     turned = picture.getexif()
     turned[0x0112] = 6
@@ -155,7 +156,7 @@ def test_a_stream_of_jpeg_shards_gives_the_same_batches_decoded_on_the_device(tm
 
     from utils.config.options import parse_args
     from utils.core.preemption import worker_init_fn
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.streaming.loader import StreamLoader
     from utils.data.sources.streamed import Streamed
 
@@ -173,8 +174,8 @@ def test_a_stream_of_jpeg_shards_gives_the_same_batches_decoded_on_the_device(tm
     for on_device in (False, True):
         args = parse_args(["--dataset", str(tmp_path), "--streaming", "--image_size", "16", "--batch_size", "4",
                            "--num_workers", "1", *(["--decode_on_device"] if on_device else [])])
-        inp = resolve_input(args)
-        rows, _, _, _ = Streamed().datasets(args, inp)  # as the run builds it
+        inp = input_for(args)
+        rows, _, _, _ = Streamed().datasets(typed_options(args)["data"], inp)  # as the run builds it
         decode = DeviceDecoder(inp.interpolation, torch.device("cpu")) if on_device else None
         loader = StreamLoader(rows, 4, 1, rows.micro_batches, torch.device("cpu"), worker_init_fn(), decode)
         epochs[on_device] = list(loader.batches(1))

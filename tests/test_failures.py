@@ -91,7 +91,7 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
     """The reference weights scored on 1 and 2 processes (7 validation images: the second pads): the same 4 samples,
     files and losses, highest first; they are the 4 highest losses of the saved weights recomputed here one image at a
     time; calibration.png and most_confused.csv are written, val_ece is in results.json and metrics.jsonl."""
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
     from utils.config.options import parse_args
     from utils.data.transforms.batch import BatchInput
     from utils.run.trained import load_run
@@ -105,7 +105,7 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
     assert [r["file"] for r in a] == [r["file"] for r in b] and len(a) == 4
     assert all(float(x["loss"]) == pytest.approx(float(y["loss"]), abs=1e-5) for x, y in zip(a, b))
     run, model = load_run(reference[1])
-    _, val, names, _ = build_datasets(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
+    _, val, names, _ = datasets_for(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
                                                   "--image_size", "32"]))
     normalise = BatchInput(run.input.mean_std)
     with torch.no_grad():
@@ -195,7 +195,7 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
     import predict
 
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
     from utils.data.transforms.batch import BatchInput
     from utils.evaluation.calibration import fit_temperature
     from utils.run.trained import Tempered, load_run
@@ -207,7 +207,7 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
     assert t > 1.05
     assert read_json(out / "run.json")["temperature"] == t == read_json(out / "model" / "config.json")["input"][
         "temperature"]
-    _, val, names, _ = build_datasets(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
+    _, val, names, _ = datasets_for(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
                                                   "--image_size", "32"]))
     run, tempered = load_run(out, ema=True)
     assert isinstance(tempered, Tempered) and tempered.temperature == t

@@ -31,12 +31,12 @@ def tail(tmp_path_factory):
 def val_predictions(out, folder):
     """Each validation image's predicted class and label, scored here in one batch from the run's saved weights."""
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
     from utils.data.transforms.batch import BatchInput
     from utils.run.trained import load_run
 
     run, model = load_run(out)
-    _, val, _, _ = build_datasets(parse_args(["--train_dir", str(folder / "tr"), "--val_dir", str(folder / "va"),
+    _, val, _, _ = datasets_for(parse_args(["--train_dir", str(folder / "tr"), "--val_dir", str(folder / "va"),
                                               "--image_size", "32"]))
     items = [val[i] for i in range(len(val))]
     with torch.no_grad():

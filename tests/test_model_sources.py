@@ -10,7 +10,7 @@ from conftest import ROOT, TINY, environment, read_json
 from ranks import ranks_killed, ranks_ok
 
 from utils.config.options import parse, parse_args
-from utils.data.sources.catalog import resolve_input
+from utils.config.settings import input_for
 from utils.models.libraries import build_model, check_model_name, classifier_parameters, data_config, initialise
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -114,7 +114,7 @@ def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
     timm_cfg = data_config("timm/resnet50.a1_in1k")
 
     def looks(argv):  # the run's Input, as the run resolves it
-        inp = resolve_input(parse_args(argv))
+        inp = input_for(parse_args(argv))
         return inp, (inp.image_size, inp.crop_pct, inp.interpolation)
 
     inp, sizes = looks([*folders, "--model", "timm/resnet50.a1_in1k"])

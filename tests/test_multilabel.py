@@ -147,7 +147,7 @@ def val_outputs(out, data, weights=None):
     split's order."""
     from safetensors.torch import load_file
 
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
     from utils.config.options import parse_args
     from utils.data.transforms.batch import BatchInput
     from utils.run.trained import load_run
@@ -155,7 +155,7 @@ def val_outputs(out, data, weights=None):
     run, model = load_run(out)
     if weights is not None:
         model.load_state_dict(load_file(weights))
-    _, val, names, _ = build_datasets(parse_args(["--dataset", str(data), "--image_size", "32"]))
+    _, val, names, _ = datasets_for(parse_args(["--dataset", str(data), "--image_size", "32"]))
     items = [val[i] for i in range(len(val))]
     pixels = torch.stack([item["pixel_values"] for item in items])
     with torch.no_grad():
@@ -485,9 +485,9 @@ def test_streamed_shards_with_a_list_column_train_on_two_processes(tmp_path):
     assert results["val_samples"] == 11 and "val_map" in results
     # the stream crops as multi-label data does, at any size (at 128 px one label a sample would crop 8-100 %)
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
 
-    train = build_datasets(parse_args(["--dataset", str(tmp_path), "--streaming", "--image_size", "128"]))[0]
+    train = datasets_for(parse_args(["--dataset", str(tmp_path), "--streaming", "--image_size", "128"]))[0]
     assert tuple(train.preset(0)[0].transforms[0].scale) == (0.85, 1.0)
 
 
@@ -518,12 +518,12 @@ def test_a_csv_without_validation_carves_its_fraction_by_label_set_and_class_nam
     """--val_fraction of the training CSV, stratified by label set (8 sets of 4 rows: 1 of each to validation),
     said at start-up; --class_names sets the class order (and may name a class no row has)."""
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
 
     (tmp_path / "names.txt").write_text("road\ncloud\nfield\nsnow\n")
     args = parse_args(["--train_csv", str(csv_files / "train.csv"), "--val_fraction", "0.25", "--image_size", "16",
                        "--class_names", str(tmp_path / "names.txt")])
-    train, val, names, notes = build_datasets(args)
+    train, val, names, notes = datasets_for(args)
     assert names == ["road", "cloud", "field", "snow"] and (len(train), len(val)) == (24, 8)
     label_sets = sorted(tuple(sorted(row)) for row in val.dataset.labels)
     assert label_sets == sorted(tuple(sorted(names.index(n) for n in tags(i))) for i in range(8))  # one of each
@@ -537,10 +537,10 @@ def test_multi_label_data_is_cropped_keeping_most_of_each_image(tagged, csv_file
     multi-label data (a list column, CSV files of names) crops 85-100 % by default at any size, says so and records
     it; the same files' folder as one label a sample, of 128 px, keeps ImageNet's 8-100 %; --train_crop_scale wins."""
     from utils.config.options import parse_args
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
 
     def train_crop(*argv):
-        train = build_datasets(parse_args([*map(str, argv), "--image_size", "128"]))[0]
+        train = datasets_for(parse_args([*map(str, argv), "--image_size", "128"]))[0]
         crop = train.dataset.preset(0)[0].transforms[0]
         return tuple(crop.scale), tuple(crop.ratio)
 

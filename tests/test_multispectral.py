@@ -134,13 +134,12 @@ def test_statistics_are_the_whole_splits_on_one_process(bands, tmp_path):
 
     from utils.config.options import parse
     from utils.data.loading.statistics import channel_statistics
-    from utils.data.sources.catalog import build_datasets
 
     args, settings = parse([str(a) for a in job(bands, "tif", tmp_path / "o", 0, "--mean", "auto", "--bands", "5",
                                                    "2", "3", "--pixel_max", "40000")])
     inp = settings.input
     assert inp.mean_std == "auto" and inp.channels == 3 and inp.bands == (5, 2, 3) and inp.pixel_max == 40000
-    train, _, _, _ = build_datasets(args, inp=inp, source=settings.source)
+    train, _, _, _ = settings.source.datasets(settings.data, inp)
     mean, std = channel_statistics(Accelerator(cpu=True), train, inp)
     expected_mean, expected_std = numpy_statistics(bands / "tif" / "tr", (5, 2, 3))
     scale = 65535 / 40000
@@ -350,7 +349,6 @@ def test_a_save_to_disk_folder_of_tiff_bytes_keeps_its_bands(tmp_path):
 
     from utils.config.options import parse
     from utils.data.decoding.bands import read_array
-    from utils.data.sources.catalog import build_datasets
     from utils.data.sources.spectral_digits import load_spectral_digits
 
     splits = load_spectral_digits()
@@ -358,7 +356,7 @@ def test_a_save_to_disk_folder_of_tiff_bytes_keeps_its_bands(tmp_path):
     small.save_to_disk(tmp_path / "ds")
     args, settings = parse(["--dataset", str(tmp_path / "ds"), "--image_size", "32", "--bands", "4", "1"])
     assert (settings.input.channels, settings.input.file_format, settings.input.mean_std) == (2, (6, "uint16"), "auto")
-    train, _, _, _ = build_datasets(args, inp=settings.input, source=settings.source)
+    train, _, _, _ = settings.source.datasets(settings.data, settings.input)
     first = small["train"].cast_column("image", datasets.Image(decode=False))[0]["image"]["bytes"]
     item = train[0]  # a random crop, resized: between the extremes of the raw values
     raw = read_array(first)[..., [4, 1]].astype(np.float32)

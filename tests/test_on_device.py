@@ -6,7 +6,7 @@ import torch
 from utils.config.settings import typed_options
 
 from utils.config.options import parse_args
-from utils.data.sources.catalog import resolve_input
+from utils.config.settings import input_for
 from utils.data.transforms.batch import BatchInput
 
 CLASSES = 10
@@ -14,7 +14,7 @@ CLASSES = 10
 
 def inputs(*extra, rank=0):
     args = parse_args(["--train_dir", "x", "--image_size", "16", *map(str, extra)])
-    return BatchInput.for_training(typed_options(args)["batch"], CLASSES, rank, resolve_input(args).mean_std)
+    return BatchInput.for_training(typed_options(args)["batch"], CLASSES, rank, input_for(args).mean_std)
 
 
 def batch(n=8, seed=0):

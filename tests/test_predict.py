@@ -111,7 +111,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     from conftest import make_folder
 
     from utils.config.options import parse
-    from utils.data.sources.catalog import build_datasets
+    from utils.config.settings import datasets_for
     from utils.data.sources.image_files import load_splits
     from utils.inference import eval_dataset
     from utils.run.trained import trained_run
@@ -120,7 +120,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
         make_folder(tmp_path / split, {"cat": 3, "dog": 3}, size=(40, 30), noise=60)
     args, settings = parse(["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va"), "--image_size",
                             "16", "--crop_pct", "0.8"])
-    _, val, _, _ = build_datasets(args)
+    _, val, _, _ = datasets_for(args)
     paths = [image["path"] for image in load_splits(args)[1].data.column("image").to_pylist()]
     files, _ = eval_dataset(trained_run(args, settings, ["cat", "dog"]), paths)
     assert len(files) == len(val) == 6

@@ -18,7 +18,7 @@ from conftest import (ROOT, TINY, assert_same_weights, command, environment, rea
                       resumed_from)
 from ranks import ranks_ok, run_ranks
 
-from utils.training.run_folder import RunLock
+from utils.training.run_lock import RunLock
 
 pytestmark = pytest.mark.slow
 

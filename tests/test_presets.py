@@ -6,7 +6,7 @@ import torch
 from utils.config.options import parse_args
 from utils.config.settings import typed_options
 from utils.data.transforms import images as presets
-from utils.data.sources.catalog import resolve_input
+from utils.config.settings import input_for
 from utils.data.decoding.images import decode_rgb
 from utils.data.transforms.batch import BatchInput
 
@@ -16,11 +16,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding 
 
 def train_preset(args):
     """The train preset of the run `args` describes (its Input resolved as the run resolves it)."""
-    return presets.train_preset(resolve_input(args))
+    return presets.train_preset(input_for(args))
 
 
 def eval_preset(args):
-    return presets.eval_preset(resolve_input(args))
+    return presets.eval_preset(input_for(args))
 
 
 @pytest.mark.parametrize("extra", [[], ["--no_hflip"], ["--auto_augment", "imagenet"], ["--rand_augment", "9"]])
@@ -126,7 +126,7 @@ def test_eval_matches_an_explicit_resize_and_centre_crop():
     assert not torch.equal(out, explicit(224)[1])  # the comparison tells crop_pct apart
     # The normalisation that follows on the device gives what v2.ToDtype + v2.Normalize give per image, bit for bit.
     at_224 = preset_args("--image_size", "224")
-    on_device = BatchInput.for_training(typed_options(at_224)["batch"], 10, 0, resolve_input(at_224).mean_std)
+    on_device = BatchInput.for_training(typed_options(at_224)["batch"], 10, 0, input_for(at_224).mean_std)
     on_device = on_device(out[None])[0]
     assert torch.equal(on_device, F.normalize(F.to_dtype(expected, torch.float32, scale=True), IMAGENET_MEAN,
                                               IMAGENET_STD))
@@ -174,7 +174,7 @@ def test_eval_pixels_are_value_over_255_normalised(extra, mean, std):
     image = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     image[:, 3, 5] = torch.tensor([200, 0, 255], dtype=torch.uint8)
     args = preset_args("--image_size", "16", "--crop_pct", "1", *extra)
-    out = BatchInput.for_training(typed_options(args)["batch"], 10, 0, resolve_input(args).mean_std)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
+    out = BatchInput.for_training(typed_options(args)["batch"], 10, 0, input_for(args).mean_std)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
     expected = (image.double() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
     assert torch.allclose(out.double(), expected, atol=1e-5)
     assert out[:, 3, 5].tolist() == pytest.approx([(200 / 255 - mean[0]) / std[0], (0 - mean[1]) / std[1],
@@ -234,7 +234,7 @@ def test_progressive_resizing_follows_ffcvs_ramp():
     assert progressive_size(preset_args("--progressive_resize", "128", "160", "0", "2"), 1) == 128
     assert progressive_size(preset_args("--progressive_resize", "192", "256", "0", "4"), 1) == 192
     args = preset_args("--progressive_resize", "160", "192", "11", "13")  # FFCV's 16-epoch ResNet-50
-    assert [resolve_input(args).train_crop(e) for e in range(16)] == [160] * 12 + [192] * 4
+    assert [input_for(args).train_crop(e) for e in range(16)] == [160] * 12 + [192] * 4
     for bad in (["--progressive_resize", "160", "190", "1", "3"], ["--progressive_resize", "192", "160", "1", "3"],
                 ["--progressive_resize", "160", "192", "3", "1"], ["--progressive_resize", "16", "32", "0", "1",
                                                                    "--train_crop_size", "16"]):
@@ -269,7 +269,7 @@ def test_the_train_crop_keeps_the_share_of_the_area_its_data_needs(extra, multi_
     """The random crop's area share (drawn as RandomResizedCrop draws it, the workers' and --decode_on_device's
     alike) stays within --train_crop_scale, else the default for the data's size and kind of labels."""
     args = preset_args(*extra)
-    inp = resolve_input(args)
+    inp = input_for(args)
     high = args.train_crop_scale[1] if args.train_crop_scale else 1.0
     areas, _ = crop_areas(presets.train_preset(inp, multi_label=multi_label), 200)
     assert areas.min() >= low - 0.02 and areas.max() <= high + 0.01  # the crop's sides are whole pixels
@@ -278,9 +278,9 @@ def test_the_train_crop_keeps_the_share_of_the_area_its_data_needs(extra, multi_
 
 
 def test_the_train_crop_ratio_is_drawn_within_its_option():
-    default = crop_areas(presets.train_preset(resolve_input(preset_args("--image_size", "224"))), 200)[1]
+    default = crop_areas(presets.train_preset(input_for(preset_args("--image_size", "224"))), 200)[1]
     assert default.min() >= 3 / 4 - 0.02 and default.max() <= 4 / 3 + 0.02 and default.max() > 1.2
-    _, ratios = crop_areas(presets.train_preset(resolve_input(preset_args("--image_size", "224", "--train_crop_scale",
+    _, ratios = crop_areas(presets.train_preset(input_for(preset_args("--image_size", "224", "--train_crop_scale",
                                                                          "0.3", "0.6", "--train_crop_ratio", "1.5",
                                                                          "2"))), 200)
     assert ratios.min() >= 1.5 - 0.05 and ratios.max() <= 2 + 0.05

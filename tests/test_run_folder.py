@@ -15,8 +15,9 @@ import pytest
 from conftest import ROOT, TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
 from ranks import ranks_killed, ranks_ok, run_ranks
 
-from utils.training import checkpoints, run_folder
-from utils.training.run_folder import FolderError, RunLock
+from utils.training import checkpoints, run_folder, run_lock
+from utils.training.run_folder import FolderError
+from utils.training.run_lock import RunLock
 
 
 def test_a_second_run_in_a_live_runs_folder_is_refused_and_the_lock_dies_with_its_run(
@@ -47,7 +48,7 @@ import fcntl, os, signal, sys, time
 sys.path.insert(0, {root!r})
 out, take, hold = {out!r}, {take!r}, {hold!r}
 if take == "ours":  # this script's own lock
-    from utils.training.run_folder import RunLock
+    from utils.training.run_lock import RunLock
     held = RunLock(out).acquire()  # held till the kill, as a run holds it
 else:  # a lock taken as the script did before its workers let go of it (and as any other program might)
     os.makedirs(out, exist_ok=True)
@@ -104,7 +105,7 @@ def alive(pid):
 
 @pytest.mark.slow  # starts processes
 def test_a_child_forked_while_the_lock_was_held_does_not_hold_the_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_folder, "LEFTOVER_WAIT_S", 0.0)  # no waiting for leftovers may hide a lock they hold
+    monkeypatch.setattr(run_lock, "LEFTOVER_WAIT_S", 0.0)  # no waiting for leftovers may hide a lock they hold
     out = tmp_path / "run"
     child = killed_run(out, "ours", hold=30)
     try:
@@ -124,7 +125,7 @@ def test_leftovers_of_an_ended_run_are_waited_for_and_never_called_a_live_run(tm
     with RunLock(out).acquire():
         assert not running(child)  # ... which takes the folder once it has gone
     # Leftovers that outlive the wait: one line that names the ended run as ended, never as live.
-    monkeypatch.setattr(run_folder, "LEFTOVER_WAIT_S", 0.5)
+    monkeypatch.setattr(run_lock, "LEFTOVER_WAIT_S", 0.5)
     out = tmp_path / "again"
     child, zombie = killed_run(out, "inherited", hold=30, reaped=False)  # the run's pid exists: it is not running
     try:
@@ -197,19 +198,19 @@ def test_every_option_declares_whether_a_resumed_run_must_keep_it():
 
 
 def test_a_changed_value_of_any_resume_key_is_refused_naming_it():
-    from utils.config.options import parse_args, resume_keys
+    from utils.config.options import parse_args, resume_keys, resume_values
     from utils.training.run_folder import FolderError, _check_options
 
     args, keys = parse_args([]), resume_keys()
-    state = {"options": {key: getattr(args, key) for key in keys}, "world_size": 1}
-    _check_options(args, state, 1, keys)  # the same values: accepted
+    state = {"options": resume_values(args), "world_size": 1}
+    _check_options(resume_values(args), state, 1)  # the same values: accepted
     for key in keys:
         changed = parse_args([])
         setattr(changed, key, ("another value", getattr(args, key)))
         with pytest.raises(FolderError, match=rf"other values of: {key} \("):
-            _check_options(changed, state, 1, keys)
+            _check_options(resume_values(changed), state, 1)
     with pytest.raises(FolderError, match=r"other values of: world size \(1 -> 2\)"):
-        _check_options(args, state, 2, keys)
+        _check_options(resume_values(args), state, 2)
 
 
 FILES = ("--train_dir", "{d}/tr", "--val_dir", "{d}/va")  # .npy files of 4 uint16 bands: --bands, --pixel_max apply
@@ -241,7 +242,7 @@ def test_the_long_tail_band_and_crop_options_are_resume_keys(key, before, after,
 
     import numpy as np
 
-    from utils.config.options import parse_args, resume_keys
+    from utils.config.options import parse_args, resume_values
     from utils.training.run_folder import FolderError, _check_options
 
     for split in ("tr", "va"):
@@ -251,23 +252,22 @@ def test_the_long_tail_band_and_crop_options_are_resume_keys(key, before, after,
     def argv(options):  # FILES in this test's folder
         return [a.format(d=tmp_path) for a in options]
 
-    keys = resume_keys()
     recorded, same, changed = parse_args(argv(before)), parse_args(argv(before)), parse_args(argv(after))
     assert getattr(recorded, key) != getattr(changed, key)  # the two commands differ in this option
-    state = json.loads(json.dumps({"options": {k: getattr(recorded, k) for k in keys}, "world_size": 1}))
-    _check_options(same, state, 1, keys)
+    state = json.loads(json.dumps({"options": resume_values(recorded), "world_size": 1}))
+    _check_options(resume_values(same), state, 1)
     with pytest.raises(FolderError, match=rf"other values of: {key} \("):
-        _check_options(changed, state, 1, keys)
+        _check_options(resume_values(changed), state, 1)
 
 
 def test_a_checkpoint_written_before_an_option_became_a_resume_key_still_resumes():
     """Checkpoints written before the augmentation switches were resume keys recorded none of them."""
-    from utils.config.options import parse_args, resume_keys
+    from utils.config.options import parse_args, resume_values
     from utils.training.run_folder import _check_options
 
-    old = {"options": {key: getattr(parse_args([]), key) for key in resume_keys() if key not in AUGMENTATION},
+    old = {"options": {key: value for key, value in resume_values(parse_args([])).items() if key not in AUGMENTATION},
            "world_size": 1}
-    _check_options(parse_args(["--mixup_alpha", "0.2", "--no_hflip"]), old, 1, resume_keys())
+    _check_options(resume_values(parse_args(["--mixup_alpha", "0.2", "--no_hflip"])), old, 1)
 
 
 class FakeAccelerator:

@@ -8,9 +8,10 @@ import pytest
 from conftest import make_folder
 
 from utils.config.options import parse_args
-from utils.data.sources.catalog import EMBEDDED, resolve_input, source_for
+from utils.config.settings import input_for
+from utils.data.sources.catalog import EMBEDDED, source_for
 from utils.data.sources.digits import DIGITS_MEAN, DIGITS_STD
-from utils.data.sources.catalog import build_datasets
+from utils.config.settings import datasets_for
 from utils.data.sources.protocol import DataSource, IMAGENET_MEAN
 from utils.data.sources.moving_digits import MOVING_DIGITS_MEAN
 from utils.data.sources.video_files import KINETICS_MEAN
@@ -37,16 +38,16 @@ def test_the_options_name_one_source_and_its_input_defaults_follow(videos, tmp_p
     ]
     for argv, cls, kind, video, size, mean, name in cases:
         args = parse_args(argv)
-        source, inp = source_for(args), resolve_input(args)
+        source, inp = source_for(args), input_for(args)
         assert (type(source).__name__, source.kind, source.video, inp.video) == (cls, kind, video, video), argv
         assert (inp.image_size, inp.mean_std and inp.mean_std[0][0], source.name(args)) == (size, mean, name), argv
         assert is_video_model(args.model) == video  # the default model follows the modality
     # --image_size wins over every source's own side, --mean/--std over every source's statistics (its own too)
-    assert resolve_input(parse_args(["--dataset", "moving_digits", "--image_size", "16"])).image_size == 16
+    assert input_for(parse_args(["--dataset", "moving_digits", "--image_size", "16"])).image_size == 16
     mine = ["--mean", "0.5", "0.5", "0.5", "--std", "0.2", "0.2", "0.2"]
-    assert resolve_input(parse_args(["--train_dir", str(tmp_path / "img"), *mine])).mean_std[0] == (0.5,) * 3
-    assert resolve_input(parse_args(mine)).mean_std == ((0.5,) * 3, (0.2,) * 3)
-    assert resolve_input(parse_args([])).mean_std == (DIGITS_MEAN, DIGITS_STD)
+    assert input_for(parse_args(["--train_dir", str(tmp_path / "img"), *mine])).mean_std[0] == (0.5,) * 3
+    assert input_for(parse_args(mine)).mean_std == ((0.5,) * 3, (0.2,) * 3)
+    assert input_for(parse_args([])).mean_std == (DIGITS_MEAN, DIGITS_STD)
 
 
 def test_every_source_answers_the_protocol_with_datasets_of_its_own():
@@ -64,7 +65,7 @@ def test_every_source_answers_the_protocol_with_datasets_of_its_own():
 def test_a_sources_signature_is_its_size_classes_and_labels_in_order(argv, samples, labels_hashed):
     args = parse_args(argv)
     source = source_for(args)
-    train, val, names, _ = build_datasets(args)
+    train, val, names, _ = datasets_for(args)
     signature = source.signature(train, len(names))
     assert source.sample_count(train) == len(train) == signature["train_samples"] == samples
     assert signature["classes"] == len(names) == (args.num_classes if "synthetic" in argv else 10)

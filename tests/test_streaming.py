@@ -53,11 +53,11 @@ def loader_for(args, rank, world):
     """This rank's StreamLoader, as the script builds it (CPU)."""
 
     from utils.core.preemption import worker_init_fn
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.streaming.loader import StreamLoader
     from utils.data.sources.streamed import build_stream
 
-    rows, _, _, _ = build_stream(args, rank, world, resolve_input(args))
+    rows, _, _, _ = build_stream(args, rank, world, input_for(args))
     return StreamLoader(rows, args.batch_size, args.num_workers, rows.micro_batches, torch.device("cpu"),
                         worker_init_fn())
 
@@ -102,11 +102,11 @@ def test_the_shard_order_and_the_block_order_each_change_with_the_epoch(parquet_
     """Two shuffles, each seeded by the epoch on its own: the order of the shards in an epoch's pass, and the
     order within a block of samples read in a row (one process, no workers: nothing else moves them)."""
 
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.sources.streamed import build_stream
 
     args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0")
-    rows, _, _, _ = build_stream(args, 0, 1, resolve_input(args))
+    rows, _, _, _ = build_stream(args, 0, 1, input_for(args))
 
     def shard_order(epoch):
         ids = [row["label"] for row in rows.share(epoch)]
@@ -158,13 +158,13 @@ def test_the_shard_order_is_the_one_datasets_shuffle_gives(parquet_shards):
     """The pass is `datasets`' set_epoch shard order, our seed as its epoch (0, --seed 0's first epoch, through
     shuffle()): the samples, in order, of the shuffle(seed) the earlier reader used, on each of 2 processes
     (whole shards each) and on one of 3 (every shard, one sample in 3)."""
-    from utils.data.sources.catalog import resolve_input
+    from utils.config.settings import input_for
     from utils.data.sources.streamed import build_stream
 
     for seed, epoch in ((0, 0), (0, 1), (5, 2)):
         args = stream_args(parquet_shards, "--label_column", "id", "--num_workers", "0", "--seed", seed)
         for world, rank in ((2, 0), (2, 1), (3, 2)):
-            rows, _, _, _ = build_stream(args, rank, world, resolve_input(args))
+            rows, _, _, _ = build_stream(args, rank, world, input_for(args))
             ids = [row["label"] for row in rows.share(epoch)]
             assert len(ids) == TRAIN_SHARDS * ROWS_PER_SHARD // world
             assert ids == [row["label"] for row in _shuffled_pass(rows, epoch)], (seed, epoch, world, rank)

@@ -8,8 +8,8 @@ from torchvision import tv_tensors
 
 from utils.config.options import parse_args
 from utils.core.seeding import EpochSeeded
-from utils.data.sources.catalog import resolve_input
-from utils.data.sources.catalog import build_datasets
+from utils.config.settings import input_for
+from utils.config.settings import datasets_for
 from utils.data.errors import DataError
 from utils.data.datasets.clips import ArrayFrames, VideoClips, frame_indices
 from utils.data.decoding.video import read_video_file
@@ -135,7 +135,7 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--image_size", "16",
                        "--clip_len", "4", "--frame_interval", "2"])
     assert args.model == "r2plus1d_18"  # the default for video data
-    train, val, names, _ = build_datasets(args)
+    train, val, names, _ = datasets_for(args)
     assert names == ["left", "right"] and len(train) == 8 and len(val) == 5
     item = val[0]
     assert item["pixel_values"].shape == (3, 4, 16, 16) and item["valid"] and item["labels"] == 0
@@ -150,14 +150,14 @@ def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_list", str(tmp_path / "list.txt"), "--val_list", str(tmp_path / "list.txt"),
                        "--class_names", str(tmp_path / "names.txt"), "--image_size", "16", "--clip_len", "3",
                        "--frame_interval", "2", "--model", "r3d_18"])
-    train, val, names, _ = build_datasets(args)
+    train, val, names, _ = datasets_for(args)
     assert names == ["left", "right"] and val.labels == [1, 0]
     grey = val[0]["pixel_values"][0, :, 8, 8]  # the frame folder's centre clip: frames 2, 4, 6
     assert (grey.float() / 8).round().tolist() == [2, 4, 6]
 
 
 def test_three_test_crops_are_left_centre_right_and_one_crop_is_the_val_view():
-    inp = resolve_input(parse_args(["--dataset", "moving_digits", "--image_size", "8"]))  # resized to 8, no crop
+    inp = input_for(parse_args(["--dataset", "moving_digits", "--image_size", "8"]))  # resized to 8, no crop
     # A 2-frame clip, 8 high and 16 wide, whose pixel values are their column numbers.
     frames = tv_tensors.Video(torch.arange(16, dtype=torch.uint8).expand(2, 3, 8, 16).clone())
     views = video_test(inp, 3)(frames)  # (crops, T, C, H, W)

@@ -34,13 +34,13 @@ def test_torchcodec_reads_pyavs_counts_and_frames(tmp_path, suffix, codec):
 
 @pytest.mark.skipif(PROBLEM is not None, reason=f"torchcodec's video decoder does not load here: {PROBLEM}")
 def test_the_same_training_and_validation_clips_through_either_decoder(videos):
-    from utils.data.sources.catalog import resolve_input, source_for
+    from utils.config.settings import datasets_for
 
     items = {}
     for decoder in ("pyav", "torchcodec"):
         args = parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--image_size", "16",
                            "--clip_len", "4", "--video_decoder", decoder])
-        train, val, _, _ = source_for(args).datasets(args, resolve_input(args))
+        train, val, _, _ = datasets_for(args)
         train.set_epoch(2)
         items[decoder] = [train[i]["pixel_values"] for i in range(len(train))] + \
                          [val[i]["pixel_values"] for i in range(len(val))]
@@ -65,7 +65,7 @@ def test_clips_decoded_on_the_device_are_the_workers_clips(videos, tmp_path, no_
     draws (its generator left where the preset leaves it); the main process's decoder (here the CPU) gives the
     workers' pixels bit for bit, train (epoch 2) and validation; a folder of frames comes decoded from the worker;
     a file the main process cannot decode is marked invalid with its path."""
-    from utils.data.sources.catalog import resolve_input, source_for
+    from utils.config.settings import datasets_for
     from utils.data.decoding.on_device import DeviceDecoder, PIXELS, VIDEO
 
     frames_dir = tmp_path / "frames"  # a video as a folder of frame images, listed beside the files
@@ -81,7 +81,7 @@ def test_clips_decoded_on_the_device_are_the_workers_clips(videos, tmp_path, no_
         args = parse_args(["--train_list", str(tmp_path / "tr.txt"), "--val_list", str(tmp_path / "va.txt"),
                            "--image_size", "16", "--clip_len", "4", "--video_decoder", "torchcodec",
                            *(["--decode_on_device"] if on_device else []), *(["--no_hflip"] if no_hflip else [])])
-        train, val, _, _ = source_for(args).datasets(args, resolve_input(args))
+        train, val, _, _ = datasets_for(args)
         train.set_epoch(2)
         items[on_device] = [train[i] for i in range(len(train))] + [val[i] for i in range(len(val))]
         clips = train.dataset

@@ -8,38 +8,41 @@ from utils.data.sources import catalog, streamed, video_files
 from utils.data.transforms import batch, input as inputs
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
-from utils.training import balance, early_stop, losses, schedule
+from utils.training import balance, losses, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
-# The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video,
-# crops and progressive resizing; then MixUp/CutMix and erasing (batch.py's, of BatchOptions); decoding on the device,
-# repeated augmentation.
-DATA = (catalog, streamed, video_files, inputs)
-LOADING = (decoding_on_device, sampling)
 
 
 def check_args(args, source, defaults, typed):
     """Reject impossible combinations before anything is built: an option the run's data `source` does not read
-    (one whose value is not its default in `defaults`), the data's own checks (each module's check_options), the
-    optimizer and schedule, the run's own bookkeeping, then the model (it may import its library) and the input it can
-    take; `typed`: the options of the model, optimizer and schedule, typed (utils/config/settings.py).
-    Returns that input, the run's Input, resolved here once."""
+    (one whose value is not its default in `defaults`), the data's and its input's own checks (each module's
+    check_options, of their typed options), the optimizer and schedule, the run's own bookkeeping, then the model (it
+    may import its library) and the input it can take; `typed`: the options of each subsystem, typed
+    (utils/config/settings.py). Returns that input, the run's Input, resolved here once."""
     need = requirement(args)
     for key, why in source.unused.items():  # applied or refused: never trained on without a word
         need(getattr(args, key) == defaults[key], key, why)
-    for module in DATA:
-        module.check_options(args, need, source)
+    data, asked = typed["data"], typed["input_options"]
+    # The data's checks, each in the module whose code it protects: the source and its sizes, streaming, video;
+    # the input's crops, clips and progressive resizing; MixUp/CutMix and erasing (batch.py's); decoding on the device,
+    # repeated augmentation.
+    catalog.check_options(data, need)
+    streamed.check_options(data, need)
+    video_files.check_options(data, need, source)
+    need(not (data.streaming and args.sync_bn), "sync_bn", "not with --streaming: a process past the end of its "
+         "shards takes padding steps, without SyncBatchNorm's collective, and the others would wait for it")
+    fmt = source.pixel_format(data)  # what the first training file holds: read once, here
+    inputs.check_options(asked, need, source, fmt)
     batch.check_options(typed["batch"], need)
-    for module in LOADING:
-        module.check_options(args, need, source)
+    decoding_on_device.check_options(asked, need)
+    sampling.check_options(data, need)
     schedule.check_options(typed["optimizer"], typed["schedule"], need)
     _steps(args, need)
-    early_stop.check_options(args, need)
-    losses.check_options(args, need)
-    balance.check_options(args, need)
+    losses.check_options(typed["losses"], need)
+    balance.check_options(typed["balance"], data, need)
     _run(args, need)
     libraries.check_options(typed["model"], need, source.video)
-    return _model_input(args, source)
+    return _model_input(args, source, asked, fmt)
 
 
 def _steps(args, need):
@@ -54,6 +57,8 @@ def _steps(args, need):
 def _run(args, need):
     """Validation, logging, checkpoints, resuming and the end of the run."""
     at_least(args, need, ("val_every", "log_every"), 1)
+    need(args.early_stop is None or args.early_stop >= 1, "early_stop", "must be >= 1 (validations without gain)")
+    need(args.early_stop_min_delta >= 0, "early_stop_min_delta", "must be >= 0")
     at_least(args, need, ("save_every",), 0)
     need(args.checkpoint_every_steps is None or args.checkpoint_every_steps >= 1, "checkpoint_every_steps",
          "must be >= 1")
@@ -75,10 +80,11 @@ def _run(args, need):
             raise ConfigError(str(e)) from None
 
 
-def _model_input(args, source):
-    """The run's Input, resolved, and the input sizes and clip length the model can take."""
+def _model_input(args, source, asked, fmt):
+    """The run's Input, resolved from InputOptions `asked` (`fmt`: the data's pixel format), and the input sizes and
+    clip length the model can take."""
     try:
-        inp = inputs.resolve_input(args, source)
+        inp = inputs.resolve_input(asked, source, fmt)
         libraries.check_image_size(args.model, min(inp.train_crop_size, inp.val_crop_size), inp.frames)
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""

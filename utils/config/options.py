@@ -11,8 +11,9 @@ from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
 from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options,
                                            add_run_options, add_schedule_options)
-from utils.config.settings import settle, typed_options
+from utils.config.settings import read_options, settle, typed_options
 from utils.data.sources.catalog import source_for
+from utils.data.sources.protocol import DataOptions
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -75,6 +76,12 @@ def get_args_parser(prog="train_classification.py"):
     return parser
 
 
+def resume_values(args):
+    """{option: value} of the options `args` whose value a resumed run must share (resume_keys): what a checkpoint
+    records and a resumed run is compared with."""
+    return {key: getattr(args, key) for key in resume_keys()}
+
+
 def parse(argv=None, prog="train_classification.py"):
     """(the options, their Settings): `argv` (default sys.argv[1:]) parsed over the recipes' defaults, the data
     source picked and the model's input resolved once, all checked together; exit 2 with one line on bad input."""
@@ -88,7 +95,7 @@ def parse(argv=None, prog="train_classification.py"):
             parser.set_defaults(**load_recipe(data_recipe, parser))
         parser.set_defaults(**recipe)
         args = parser.parse_args(argv)
-        source = source_for(args)  # the one place a run picks its data source
+        source = source_for(read_options(args, DataOptions))  # the one place a run picks its data source
         if args.model is None:
             args.model = "r2plus1d_18" if source.video else "resnet18"
         typed = typed_options(args)

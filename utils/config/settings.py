@@ -5,14 +5,16 @@ and each subsystem's options typed; and those of a resumed checkpoint made befor
 
 from dataclasses import dataclass, fields, replace
 
-from utils.data.sources.protocol import DataSource
+from utils.data.sources.catalog import source_for
+from utils.data.sources.protocol import DataOptions, DataSource
 from utils.data.transforms.batch import BatchOptions
-from utils.data.transforms.input import Input
+from utils.data.transforms.input import Input, InputOptions, resolve_input
 from utils.models.libraries import ModelOptions
 from utils.reporting.trackers import TrackerOptions
 from utils.training import checkpoints
 from utils.training.balance import BalanceOptions
 from utils.training.losses import LossOptions
+from utils.training.run_folder import FolderOptions
 from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, OptimizerOptions, ScheduleOptions, warmup_epochs
 
 
@@ -29,7 +31,10 @@ class Settings:
     batch: BatchOptions  # of a training batch on the device (utils/data/transforms/batch.py),
     losses: LossOptions  # of the loss (utils/training/losses.py),
     balance: BalanceOptions  # of the class balance (utils/training/balance.py),
-    trackers: TrackerOptions  # and of the dashboards (utils/reporting/trackers.py)
+    trackers: TrackerOptions  # of the dashboards (utils/reporting/trackers.py),
+    data: DataOptions  # of the data (utils/data/sources/protocol.py),
+    input_options: InputOptions  # of the model's input, which `input` resolves (utils/data/transforms/input.py),
+    folder: FolderOptions  # and of the run folder (utils/training/run_folder.py)
 
 
 # The typed fields read from an option of another name; every other field is read from the option of its own name.
@@ -38,18 +43,38 @@ RENAMED = {ModelOptions: {"name": "model", "ema": "model_ema", "ema_decay": "mod
            OptimizerOptions: {"name": "optimizer", "eps": "opt_eps", "betas": "opt_betas", "kwargs": "opt_kwargs"},
            ScheduleOptions: {"kind": "lr_schedule", "milestones": "lr_milestones", "gamma": "lr_gamma"}}
 TYPED = {"model": ModelOptions, "optimizer": OptimizerOptions, "schedule": ScheduleOptions, "batch": BatchOptions,
-         "losses": LossOptions, "balance": BalanceOptions, "trackers": TrackerOptions}
+         "losses": LossOptions, "balance": BalanceOptions, "trackers": TrackerOptions, "data": DataOptions,
+         "input_options": InputOptions, "folder": FolderOptions}
 
 
-def typed_options(args):
-    """{subsystem: its options, typed} (TYPED): what check_args checks and Settings hands down; each field its
-    option's value (RENAMED names the others), a list as a tuple (the objects are frozen)."""
+def read_options(args, kind):
+    """The `kind` (one of TYPED) of the options `args`: each field its option's value (RENAMED names the others), a
+    list as a tuple (the objects are frozen)."""
     def value(option):
         found = getattr(args, option)
         return tuple(found) if isinstance(found, list) else found
 
-    return {name: kind(**{field.name: value(RENAMED.get(kind, {}).get(field.name, field.name))
-                          for field in fields(kind)}) for name, kind in TYPED.items()}
+    return kind(**{field.name: value(RENAMED.get(kind, {}).get(field.name, field.name)) for field in fields(kind)})
+
+
+def typed_options(args):
+    """{subsystem: its options, typed} (TYPED): what check_args checks and Settings hands down."""
+    return {name: read_options(args, kind) for name, kind in TYPED.items()}
+
+
+def input_for(args):
+    """The Input of the run the options `args` describe, resolved as the run resolves it: for tools and tests."""
+    data = read_options(args, DataOptions)
+    source = source_for(data)
+    return resolve_input(read_options(args, InputOptions), source, source.pixel_format(data))
+
+
+def datasets_for(args, rank=0, world=1):
+    """(train, val, class names, notes) of the data the options `args` name, built as the run builds them (rank of
+    world: a stream's share), for tools and tests. The train set's augmentation is seeded per sample: call its
+    set_epoch before each epoch."""
+    data = read_options(args, DataOptions)
+    return source_for(data).datasets(data, input_for(args), rank, world)
 
 
 def settle(args, source, inp, typed):
@@ -57,7 +82,7 @@ def settle(args, source, inp, typed):
     subsystems (`typed`: typed_options'), picked and resolved once."""
     warmup = warmup_epochs(typed["schedule"])
     shortened = args.warmup_epochs is None and warmup < DEFAULT_WARMUP_EPOCHS
-    return Settings(source=source, input=inp, **typed, source_name=source.name(args),
+    return Settings(source=source, input=inp, **typed, source_name=source.name(typed["data"]),
                     sample_unit="clips" if source.video else "images",
                     warmup_notes=(f"warmup: {warmup:g} epochs (the default {DEFAULT_WARMUP_EPOCHS:g}, shortened to a "
                                   f"fifth of --epochs {args.epochs})",) if shortened else ())

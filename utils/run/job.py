@@ -22,7 +22,7 @@ from utils.data.loading.loaders import build_test_loader, stop_workers
 from utils.data.loading.sampling import epoch_draws
 from utils.data.loading.statistics import with_statistics
 from utils.data.transforms.batch import BatchInput
-from utils.data.transforms.input import crop_note
+from utils.data.transforms.crops import crop_note
 from utils.data.sources.video_files import test_views
 from utils.config.labels import label_kind
 from utils.config.options import parser_defaults
@@ -195,9 +195,10 @@ def build_job(args, settings, accelerator, out):
     inp, source = settings.input, settings.source
     balance = read_balance(settings.balance, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
+    draws = epoch_draws(settings.data, accelerator)  # --sampler balanced's epoch with --steps_per_epoch
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                               ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
-                                              weights=balance.sample_weights, draws=epoch_draws(args, accelerator))
+                                              weights=balance.sample_weights, draws=draws)
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
     teacher = build_teacher(args, class_names, inp, accelerator, multi_label)
     if teacher is not None and distillation_head(model, inp.video):
@@ -215,16 +216,15 @@ def build_job(args, settings, accelerator, out):
                         unit="clip" if inp.video else "img")
     inputs = BatchInput.for_training(settings.batch, len(class_names), accelerator.process_index, inp.mean_std,
                                       inp.pixel_max)
-    test_loader = (build_test_loader(accelerator, test_views(args, inp, val_ds), args.batch_size, num_workers)
+    test_loader = (build_test_loader(accelerator, test_views(settings.data, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
     task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
               objective=Objective(settings.losses, teacher, multi_label, balance), train_loader=train_loader,
-              val_loader=val_loader, task=task,
-              steps_per_epoch=steps_per_epoch, class_names=class_names, out=out, logger=logger,
-              bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[], best_score=[],
-              patience=Patience(args.early_stop, args.early_stop_min_delta,
-                                figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}"),
+              val_loader=val_loader, task=task, steps_per_epoch=steps_per_epoch, class_names=class_names, out=out,
+              logger=logger, bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
+              best_score=[], patience=Patience(args.early_stop, args.early_stop_min_delta,
+                                               figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}"),
               data=source.signature(train_ds, len(class_names)), test_loader=test_loader, ema=ema,
               inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
@@ -262,8 +262,8 @@ def load_datasets(args, settings, accelerator, out, num_workers):
     random train crop of image files as their kind of labels has it); and whether samples carry several labels."""
     inp = settings.input
     with accelerator.main_process_first():
-        train_ds, val_ds, class_names, notes = settings.source.datasets(args, inp, rank=accelerator.process_index,
-                                                                        world=accelerator.num_processes)
+        train_ds, val_ds, class_names, notes = settings.source.datasets(settings.data, inp, accelerator.process_index,
+                                                                        accelerator.num_processes)
     for note in [f"data: {note}" for note in notes] + list(inp.notes):
         accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
@@ -272,7 +272,7 @@ def load_datasets(args, settings, accelerator, out, num_workers):
                               args.skip_bad_images)
     multi_label = label_kind(args, parser_defaults(), settings.source, train_ds)  # lists of labels: multi-hot, sigmoid
     if "train_crop_scale" not in settings.source.unused:  # image files: the train crop their kind of labels needs
-        accelerator.print(crop_note(args, inp, multi_label))
+        accelerator.print(crop_note(settings.input_options, inp, multi_label))
         inp = inp.with_crop_box(multi_label)
     return train_ds, val_ds, class_names, replace(settings, input=inp), multi_label
 
@@ -291,7 +291,7 @@ def resume(job, folder):
         raise FolderError(f"resume: {folder}'s optimizer state does not fit this run's parameter groups "
                           f"({str(e).splitlines()[0]}); resume with the options it was made with, or start a new "
                           f"run from its weights with --init_from <checkpoint>") from None
-    abandon_newer(accelerator, args, job.out, folder)  # once it is known to fit
+    abandon_newer(accelerator, job.settings.folder, job.out, folder)  # once it is known to fit
     position = resume_position(state)
     job.patience.load(state.get("early_stop"))
     if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood

@@ -145,18 +145,19 @@ def pos_weights(positives, samples):
     return [float((samples - p) / p) if p else 1.0 for p in positives]
 
 
-def check_options(args, need):
-    """Sampling and weighing by class."""
-    need(args.sampler_power > 0, "sampler_power", "must be > 0")
-    need(args.sampler == "balanced" or args.sampler_power == 1.0, "sampler_power", "applies to --sampler balanced")
-    need(args.sampler != "balanced" or not args.streaming, "sampler", "balanced draws samples with replacement, which "
+def check_options(options, data, need):
+    """Sampling and weighing by class (`options`: BalanceOptions), and the data's (DataOptions) imbalance."""
+    balanced = options.sampler == "balanced"
+    need(options.sampler_power > 0, "sampler_power", "must be > 0")
+    need(balanced or options.sampler_power == 1.0, "sampler_power", "applies to --sampler balanced")
+    need(not balanced or not data.streaming, "sampler", "balanced draws samples with replacement, which "
          "a stream read in order cannot give; --class_weights or --logit_adjust balance a stream's loss instead")
-    need(args.steps_per_epoch is None or args.streaming or args.sampler == "balanced", "steps_per_epoch",
+    need(data.steps_per_epoch is None or data.streaming or balanced, "steps_per_epoch",
          "sets the epoch of --streaming data or of --sampler balanced (a shuffled epoch is one pass over the data)")
-    if args.class_weights:
+    if options.class_weights:
         try:
-            parse_class_weights(args.class_weights)
+            parse_class_weights(options.class_weights)
         except ValueError as e:
             raise ConfigError(f"class_weights: {e}") from None
-    need(args.imbalance is None or args.imbalance >= 1, "imbalance", "must be >= 1 (the head class's count over the "
+    need(data.imbalance is None or data.imbalance >= 1, "imbalance", "must be >= 1 (the head class's count over the "
          "tail's)")

@@ -48,7 +48,3 @@ class Patience:
         return (f"early stop: no {self.figure} better than {self.best:.4f} by more than {self.min_delta:g} for "
                 f"{self.waited} validations; training ended after epoch {self.stopped_epoch}")
 
-
-def check_options(args, need):
-    need(args.early_stop is None or args.early_stop >= 1, "early_stop", "must be >= 1 (validations without gain)")
-    need(args.early_stop_min_delta >= 0, "early_stop_min_delta", "must be >= 0")

@@ -31,6 +31,8 @@ class LossOptions:
     logit_adjust: float
     focal_gamma: float
     multi_label_loss: str  # bce or asl
+    teacher: str  # --teacher: a run folder or a model name (utils/run/teacher.py builds it), None: no distillation
+    teacher_pretrained: bool
     distill: str  # with a --teacher: soft or hard,
     distill_alpha: float  # the weight of the distillation term,
     distill_temperature: float  # and its temperature
@@ -199,34 +201,35 @@ class Objective:
         return (1 - self.alpha) * loss + self.alpha * distill
 
 
-def check_options(args, need):
-    """The loss and distillation."""
-    need(args.bce_target_thresh is None or 0 <= args.bce_target_thresh < 1, "bce_target_thresh", "must be in [0, 1)")
-    need(args.bce_target_thresh is None or args.bce_loss, "bce_target_thresh", "applies to --bce_loss only")
-    need(not args.bce_loss or importlib.util.find_spec("timm") is not None, "bce_loss", "is timm's "
+def check_options(options, need):
+    """The loss and distillation LossOptions `options` ask for."""
+    thresh, bce = options.bce_target_thresh, options.bce_loss
+    need(thresh is None or 0 <= thresh < 1, "bce_target_thresh", "must be in [0, 1)")
+    need(thresh is None or bce, "bce_target_thresh", "applies to --bce_loss only")
+    need(not bce or importlib.util.find_spec("timm") is not None, "bce_loss", "is timm's "
          "BinaryCrossEntropy, and timm is not installed: pip install -r requirements-models.txt (or pip install timm)")
-    need(args.logit_adjust is None or args.logit_adjust > 0, "logit_adjust", "must be > 0 (1: Menon et al.'s)")
-    need(args.logit_adjust is None or not args.bce_loss, "logit_adjust", "adds the log-prior to softmax cross-entropy's "
+    need(options.logit_adjust is None or options.logit_adjust > 0, "logit_adjust", "must be > 0 (1: Menon et al.'s)")
+    need(options.logit_adjust is None or not bce, "logit_adjust", "adds the log-prior to softmax cross-entropy's "
          "logits; --bce_loss is one sigmoid per class: drop one of the two")
-    need(args.focal_gamma is None or args.focal_gamma > 0, "focal_gamma", "must be > 0 (2: Lin et al.'s)")
-    need(args.focal_gamma is None or not args.bce_loss, "focal_gamma", "focuses cross-entropy and multi-label BCE; "
+    need(options.focal_gamma is None or options.focal_gamma > 0, "focal_gamma", "must be > 0 (2: Lin et al.'s)")
+    need(options.focal_gamma is None or not bce, "focal_gamma", "focuses cross-entropy and multi-label BCE; "
          "timm's --bce_loss has no focal term: drop one of the two")
-    if args.teacher is None:
-        changed = [f"--{key}" for key, value in DISTILL_DEFAULTS.items() if getattr(args, key) != value]
+    teacher, pretrained = options.teacher, options.teacher_pretrained
+    if teacher is None:
+        changed = [f"--{key}" for key, value in DISTILL_DEFAULTS.items() if getattr(options, key) != value]
         need(not changed, changed[0][2:] if changed else "", f"{', '.join(changed)}: set for a distillation, "
              f"which needs --teacher")
-        need(not args.teacher_pretrained, "teacher_pretrained", "needs --teacher")
+        need(not pretrained, "teacher_pretrained", "needs --teacher")
         return
-    need(0 < args.distill_alpha <= 1, "distill_alpha", "must be in (0, 1] with --teacher (the weight of the "
+    need(0 < options.distill_alpha <= 1, "distill_alpha", "must be in (0, 1] with --teacher (the weight of the "
          "distillation term)")
-    need(args.distill_temperature > 0, "distill_temperature", "must be > 0")
-    if os.path.isdir(args.teacher):  # a run folder, read when the run is built
-        need(not args.teacher_pretrained, "teacher_pretrained", "for a --teacher model name; a run folder brings its "
-             "own weights")
+    need(options.distill_temperature > 0, "distill_temperature", "must be > 0")
+    if os.path.isdir(teacher):  # a run folder, read when the run is built
+        need(not pretrained, "teacher_pretrained", "for a --teacher model name; a run folder brings its own weights")
         return
-    need(args.teacher_pretrained, "teacher", f"{args.teacher} is not a folder; a model name needs --teacher_pretrained "
+    need(pretrained, "teacher", f"{teacher} is not a folder; a model name needs --teacher_pretrained "
          f"(random weights teach nothing), or give a run folder of this script")
     try:
-        check_model_name(args.teacher)
+        check_model_name(teacher)
     except ValueError as e:
         raise ConfigError(f"teacher: {e}") from None

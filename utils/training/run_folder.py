@@ -1,20 +1,16 @@
-"""The run folder: where a run's files go, one live run per folder, and which checkpoint it continues from.
+"""The run folder: where a run's files go and which checkpoint it continues from (one live run per folder:
+run_lock.py).
 
 Decisions are the main process's, broadcast to the others: with node-local storage each node would
 otherwise find its own `latest` (or none) and the replicas would diverge. Every rank then checks
 that it can read the chosen checkpoint: a run folder must be on storage that every node shares.
 """
 
-import contextlib
-import fcntl
-import os
 import re
-import time
-import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import psutil
 from accelerate.utils import broadcast_object_list, gather_object
 
 from utils.core.errors import UserError
@@ -24,6 +20,17 @@ from utils.training import checkpoints
 
 class FolderError(UserError):
     """A --resume or --output_dir that cannot be used as asked."""
+
+
+@dataclass(frozen=True)
+class FolderOptions:
+    """What the options ask of the run folder, read from them once (utils/config/settings.py): each field is its
+    option's value."""
+
+    output_dir: str
+    resume: str  # a checkpoint folder, latest, or None
+    eval_only: bool  # an evaluation scores a checkpoint in a folder of its own, whatever its schedule
+    model: str  # a new folder's name holds it
 
 
 def _decided(accelerator, decide):
@@ -43,135 +50,23 @@ def _decided(accelerator, decide):
     return value
 
 
-def output_dir_for(args, accelerator, data_name):
+def output_dir_for(options, accelerator, data_name):
     """The run folder: --output_dir, the resumed checkpoint's run, or runs/<time>-<data_name>-<model>."""
     def check_resume():  # on the main process: a rank that cannot read it is named later (resume_folder)
-        if not checkpoints.is_complete(args.resume):
-            raise FolderError(f"resume: {args.resume} is not a complete checkpoint folder "
+        if not checkpoints.is_complete(options.resume):
+            raise FolderError(f"resume: {options.resume} is not a complete checkpoint folder "
                               f"(no {checkpoints.STATE_FILE} in it)")
-    if args.resume not in (None, "latest"):
+    if options.resume not in (None, "latest"):
         _decided(accelerator, check_resume)
-    if args.output_dir is not None:
-        return Path(args.output_dir)
-    if args.resume not in (None, "latest") and not args.eval_only:  # an evaluation gets a folder of its own
-        return Path(args.resume).resolve().parent.parent
+    if options.output_dir is not None:
+        return Path(options.output_dir)
+    if options.resume not in (None, "latest") and not options.eval_only:  # an evaluation gets a folder of its own
+        return Path(options.resume).resolve().parent.parent
 
     def new_name():  # holds a timestamp: one name for every rank
-        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (data_name, args.model))
+        dataset, model = (re.sub(r"[^\w.-]+", "_", name).strip("_") for name in (data_name, options.model))
         return str(first_free(f"runs/{datetime.now():%Y%m%d-%H%M%S}-{dataset}-{model}"))  # names, paths: no slashes
     return Path(_decided(accelerator, new_name))
-
-
-# The lock files this process holds. A child forked while one is held (a DataLoader worker) gets a copy of its
-# descriptor, and an flock belongs to the open file, not to a process: the child would hold the folder for as long
-# as it lives, past its parent's death (a SIGKILLed run's workers live on for up to 5 s, until their watchdog looks).
-# The child closes its copies at once, so the lock dies with the process that took it.
-_HELD = set()
-
-
-def _let_go_in_child():
-    for file in _HELD:
-        file.close()  # this process's descriptor only: the parent's lock stands
-    _HELD.clear()
-
-
-os.register_at_fork(after_in_child=_let_go_in_child)
-
-# How long a new run waits for processes that outlive a dead run holding its lock (children that kept the
-# descriptor: DataLoader workers leave within 5 s of their parent's death).
-LEFTOVER_WAIT_S = 15.0
-
-
-def _pid_alive(pid):
-    """Whether process `pid` of this machine still runs (a zombie, killed and not yet reaped, does not)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _holder(text):
-    """(pid, host) of the run that wrote the lock file's first line ("pid N on HOST"); (None, None) if unreadable."""
-    found = re.match(r"pid (\d+) on (\S+)", text)
-    return (int(found[1]), found[2]) if found else (None, None)
-
-
-class RunLock:
-    """One live run per folder: an exclusive lock on <out>/.lock, held by the main process until it exits.
-
-    flock locks die with the last descriptor of their open file, SIGKILL included: the main process's own, since a
-    forked child lets go of its copy at once (_let_go_in_child), so a killed run never leaves the folder locked.
-    (On network filesystems without flock support, the lock is advisory at best.)"""
-
-    def __init__(self, out):
-        self.out, self.file, self.created, self.token = Path(out), None, [], None
-
-    def acquire(self):
-        lock = self.out / ".lock"
-        self.created = [p for p in (self.out, lock) if not p.exists()]  # what a failed run removes again
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.file = open(lock, "a+")
-        deadline, waiting = time.monotonic() + LEFTOVER_WAIT_S, False
-        while not self._try_lock():
-            self.file.seek(0)
-            line = self.file.readline().strip()
-            pid, host = _holder(line)
-            ended = pid is not None and host == os.uname().nodename and not _pid_alive(pid)
-            if ended and time.monotonic() < deadline:  # its leftover processes are on their way out
-                if not waiting:
-                    print(f"output_dir: {self.out} is still locked by processes that the ended run pid {pid} left "
-                          f"behind (its DataLoader workers?): waiting up to {LEFTOVER_WAIT_S:.0f} s for them to exit",
-                          flush=True)
-                waiting = True
-                time.sleep(0.2)
-                continue
-            self.file.close()
-            self.file = None
-            if ended:
-                raise FolderError(f"output_dir: {self.out} is still locked by processes that the ended run pid {pid} "
-                                  f"left behind (after {LEFTOVER_WAIT_S:.0f} s); `fuser -v {lock}` names them: stop "
-                                  f"them, then rerun") from None
-            raise FolderError(f"output_dir: {self.out} is in use by a live run ({line or 'another process'}); wait "
-                              f"for it to end (or stop it) before starting another run there") from None
-        self.file.seek(0)
-        self.file.truncate()
-        # The token is new with every run: a rank that reads it here sees this folder, not a copy of it.
-        self.token = uuid.uuid4().hex
-        self.file.write(f"pid {os.getpid()} on {os.uname().nodename}\nrun {self.token}\n")
-        self.file.flush()
-        os.fsync(self.file.fileno())  # on network storage, visible to other nodes now
-        _HELD.add(self.file)
-        return self
-
-    def _try_lock(self):
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def release(self, failed=False):
-        """Unlock. After a failure, remove the lock file and the folder if this run created them and
-        wrote nothing else: bad input leaves no trace."""
-        if self.file is None or self.file.closed:  # closed: a forked child's copy (_let_go_in_child)
-            return
-        _HELD.discard(self.file)
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        if failed:
-            for path in reversed(self.created):  # the file, then the folder if it is empty now
-                if path.is_dir():
-                    with contextlib.suppress(OSError):
-                        path.rmdir()
-                else:
-                    path.unlink(missing_ok=True)
-        self.file.close()
-        self.file = None
 
 
 def _sees(path, text=None):
@@ -183,36 +78,11 @@ def _sees(path, text=None):
         return False
 
 
-def lock_run_folder(accelerator, out):
-    """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line.
-
-    Then every rank reads the lock file for the token the main process has just written there: a rank
-    that does not find it has another folder under that path (a node-local disk), where the run would
-    be split silently (its checkpoint shards and RNG states written where the main process never looks).
-    """
-    held = []
-
-    def lock():
-        held.append(RunLock(out).acquire())
-        return held[0].token
-
-    token = _decided(accelerator, lock)
-    blind = [rank for rank, seen in enumerate(gather_object([_sees(out / ".lock", token)])) if not seen]
-    if blind:
-        if held:
-            held[0].release(failed=True)
-        raise FolderError(f"output_dir: process(es) {', '.join(map(str, blind))} do not see the run folder {out} as "
-                          f"the main process does: every node must see it at the same path (shared storage); give "
-                          f"--output_dir a path on storage that every node mounts")
-    return held[0] if held else None
-
-
-def _check_options(args, state, world_size, keys):
-    """`keys`: the options a resumed run must keep (config.options.resume_keys); one a checkpoint did not
-    record (written before the option was a resume key) is not compared."""
+def _check_options(kept, state, world_size):
+    """`kept`: {option: value} of the options a resumed run must keep (config.options.resume_values); one a
+    checkpoint did not record (written before the option was a resume key) is not compared."""
     recorded = state.get("options") or state["schedule"]  # "schedule": checkpoints of earlier versions
-    changed = [f"{k} ({recorded[k]} -> {getattr(args, k)})" for k in keys
-               if k in recorded and recorded[k] != getattr(args, k)]
+    changed = [f"{k} ({recorded[k]} -> {value})" for k, value in kept.items() if k in recorded and recorded[k] != value]
     if state["world_size"] != world_size:
         changed.append(f"world size ({state['world_size']} -> {world_size})")
     if changed:
@@ -251,10 +121,10 @@ def check_teacher(state, identity):
                       f"--init_from <checkpoint>")
 
 
-def abandon_newer(accelerator, args, out, resume_from):
+def abandon_newer(accelerator, options, out, resume_from):
     """Resuming from an older checkpoint of this run, once every check has passed: the newer history
     moves aside (utils/checkpoints.set_aside_newer), so that `latest` and pruning see only the new one."""
-    if resume_from is None or args.eval_only or resume_from.resolve().parent.parent != out.resolve():
+    if resume_from is None or options.eval_only or resume_from.resolve().parent.parent != out.resolve():
         return
     if accelerator.is_main_process:
         moved = checkpoints.set_aside_newer(out, resume_from)
@@ -264,31 +134,32 @@ def abandon_newer(accelerator, args, out, resume_from):
     accelerator.wait_for_everyone()
 
 
-def _choose(args, out, world_size, keys):
+def _choose(options, out, world_size, kept):
     """The main process's choice of checkpoint; moves a newer, abandoned history out of the way."""
     folder = None
     checkpoints.recover(out)
-    if args.resume == "latest":
+    if options.resume == "latest":
         folder = checkpoints.latest(out)
         if folder is None:
             print(f"resume: no complete checkpoint under {out}: starting afresh", flush=True)
-    elif args.resume is not None:
-        folder = Path(args.resume)  # complete: output_dir_for checked
-    if folder is not None and not args.eval_only:  # scoring weights needs no matching schedule
-        _check_options(args, checkpoints.read_state(folder), world_size, keys)
+    elif options.resume is not None:
+        folder = Path(options.resume)  # complete: output_dir_for checked
+    if folder is not None and not options.eval_only:  # scoring weights needs no matching schedule
+        _check_options(kept, checkpoints.read_state(folder), world_size)
     same_run = folder is not None and folder.resolve().parent.parent == out.resolve()
-    if (out / "config.yaml").exists() and not same_run and args.resume != "latest":
+    if (out / "config.yaml").exists() and not same_run and options.resume != "latest":
         raise FolderError(f"output_dir: {out} already holds a run; pick another folder or --resume its checkpoint")
     return None if folder is None else str(folder)
 
 
-def resume_folder(args, accelerator, out, keys):
-    """The checkpoint to continue from (None: a fresh start), decided once and readable on every rank.
+def resume_folder(options, accelerator, out, kept):
+    """The checkpoint to continue from (None: a fresh start), decided once and readable on every rank; `options`:
+    FolderOptions.
 
-    Refuses one that cannot continue exactly (`keys`: the options it must share, resume_keys()), and a
-    folder that holds another run.
+    Refuses one that cannot continue exactly (`kept`: {option: value} of those it must share, resume_values()), and
+    a folder that holds another run.
     """
-    chosen = _decided(accelerator, lambda: _choose(args, out, accelerator.num_processes, keys))
+    chosen = _decided(accelerator, lambda: _choose(options, out, accelerator.num_processes, kept))
     if chosen is None:
         return None
     folder = Path(chosen)

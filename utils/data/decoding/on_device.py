@@ -244,12 +244,10 @@ class DeviceDecoder:
         return v2.functional.horizontal_flip(image) if flip else image
 
 
-def check_options(args, need, source):
-    """What --decode_on_device can take: image files with presets without whole-pixel policies; video files
-    decoded by torchcodec. (Data without files refuses it: its source's `unused`.)"""
-    if not args.decode_on_device:
+def check_options(asked, need):
+    """What --decode_on_device can take of the input InputOptions `asked` describe: presets without whole-pixel
+    policies. (Data without files refuses it: its source's `unused`; video files need torchcodec: video_files.py's.)"""
+    if not asked.decode_on_device:
         return
-    need(not source.video or args.video_decoder == "torchcodec", "decode_on_device", "decodes videos with "
-         "torchcodec (NVDEC on CUDA): add --video_decoder torchcodec")
-    need(not args.auto_augment and args.rand_augment is None, "decode_on_device", "with --auto_augment or "
+    need(not asked.auto_augment and asked.rand_augment is None, "decode_on_device", "with --auto_augment or "
          "--rand_augment: their policies need whole pixels in the workers; drop one of them")

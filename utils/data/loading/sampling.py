@@ -73,14 +73,14 @@ def keys(index, n):
     return index + occurrence * n
 
 
-def epoch_draws(args, accelerator):
+def epoch_draws(data, accelerator):
     """The samples of a --sampler balanced epoch that --steps_per_epoch sets (None: the split's size). (A stream's
     epoch is its source's.)"""
-    if args.steps_per_epoch is None or args.streaming:
+    if data.steps_per_epoch is None or data.streaming:
         return None
-    return args.steps_per_epoch * args.grad_accum_steps * args.batch_size * accelerator.num_processes
+    return data.steps_per_epoch * data.grad_accum_steps * data.batch_size * accelerator.num_processes
 
 
-def check_options(args, need, source):
+def check_options(data, need):
     """Repeated augmentation."""
-    need(args.ra_reps >= 1, "ra_reps", "must be >= 1")
+    need(data.ra_reps >= 1, "ra_reps", "must be >= 1")

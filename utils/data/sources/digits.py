@@ -58,15 +58,15 @@ class Digits(DataSource):
                                "train_crop_scale", "train_crop_ratio"),
                               OWN_RECIPE)}
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         splits = load_digits_dataset()
-        train, note = long_tailed(splits["train"], args.imbalance)
-        train = subset(train, args.max_train_samples)
-        val = subset(splits["validation"], args.max_val_samples)
+        train, note = long_tailed(splits["train"], data.imbalance)
+        train = subset(train, data.max_train_samples)
+        val = subset(splits["validation"], data.max_val_samples)
         size = inp.val_crop_size
-        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=args.seed),
+        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=data.seed),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True),
-                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, args.epochs))
+                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, data.epochs))
 
     def file_transform(self, inp):
         """Its eval resize, on PIL images as its validation's: lossless files of its images give the same pixels."""

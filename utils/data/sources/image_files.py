@@ -51,11 +51,11 @@ def _load_folders(train_dir, val_dir):
     return datasets.DatasetDict(splits)
 
 
-def _load_csv(args):
+def _load_csv(data):
     """Train (and val) Datasets of the files --train_csv (--val_csv) list, labels a List(ClassLabel)."""
     import datasets
 
-    train, val, names = label_csv_splits(args)
+    train, val, names = label_csv_splits(data)
     features = datasets.Features(image=datasets.Image(), label=datasets.List(datasets.ClassLabel(names=names)))
     splits = {"train": train} if val is None else {"train": train, "validation": val}
     return datasets.DatasetDict({split: datasets.Dataset.from_dict({"image": paths, "label": labels},
@@ -63,66 +63,66 @@ def _load_csv(args):
                                  for split, (paths, labels) in splits.items()})
 
 
-def _load(args):
-    """A DatasetDict (or Dataset) for the source that `args` names."""
+def _load(data):
+    """A DatasetDict (or Dataset) for the source that `data` names."""
     import datasets
 
-    if args.train_csv:
-        return _load_csv(args)
-    if args.train_dir or args.data_dir:
-        if args.data_dir:
-            root = Path(args.data_dir)
+    if data.train_csv:
+        return _load_csv(data)
+    if data.train_dir or data.data_dir:
+        if data.data_dir:
+            root = Path(data.data_dir)
             if not root.is_dir():
                 _fail(f"data_dir: {root} is not a readable folder")
             val = next((root / s for s in ("val", "validation", "valid") if (root / s).is_dir()), None)
             if not (root / "train").is_dir():
                 _fail(f"data_dir: {root} has no train/ folder (expected {root}/train/<class>/<image>)")
             return _load_folders(root / "train", val)
-        return _load_folders(args.train_dir, args.val_dir)
-    if Path(args.dataset).exists():
+        return _load_folders(data.train_dir, data.val_dir)
+    if Path(data.dataset).exists():
         try:
-            return datasets.load_from_disk(args.dataset)
+            return datasets.load_from_disk(data.dataset)
         except FileNotFoundError as e:
-            _fail(f"dataset: {args.dataset} is not a folder written by save_to_disk ({str(e).splitlines()[0]})")
-    return load_hub(args.dataset, args.dataset_config)
+            _fail(f"dataset: {data.dataset} is not a folder written by save_to_disk ({str(e).splitlines()[0]})")
+    return load_hub(data.dataset, data.dataset_config)
 
 
-def load_splits(args):
+def load_splits(data):
     """(train, val, class_names, notes): `image`/`label` datasets, checked; notes say what was derived."""
     import datasets
 
-    loaded = _load(args)
+    loaded = _load(data)
     notes = []
     if isinstance(loaded, datasets.Dataset):
         loaded = datasets.DatasetDict(train=loaded)
-    if args.train_split not in loaded:
-        _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(loaded)}")
-    if not len(loaded[args.train_split]):
-        _fail(f"train_split: split {args.train_split!r} is empty")
-    train = normalise(loaded[args.train_split], args)
+    if data.train_split not in loaded:
+        _fail(f"train_split: no split {data.train_split!r}; splits are: {', '.join(loaded)}")
+    if not len(loaded[data.train_split]):
+        _fail(f"train_split: split {data.train_split!r} is empty")
+    train = normalise(loaded[data.train_split], data)
     names = class_labels(train.features["label"]).names
-    val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
-    if args.val_split and args.val_split not in loaded:
-        _fail(f"val_split: no split {args.val_split!r}; splits are: {', '.join(loaded)}")
+    val_split = data.val_split or next((s for s in VAL_SPLITS if s in loaded and s != data.train_split), None)
+    if data.val_split and data.val_split not in loaded:
+        _fail(f"val_split: no split {data.val_split!r}; splits are: {', '.join(loaded)}")
     _check_range(train, names)
     if val_split is None:
         if is_multi_label(train.features["label"]):
-            train, val, how = carve_multi_label(train, args.val_fraction)
+            train, val, how = carve_multi_label(train, data.val_fraction)
         else:
             try:
-                carved = train.train_test_split(test_size=args.val_fraction, stratify_by_column="label",
+                carved = train.train_test_split(test_size=data.val_fraction, stratify_by_column="label",
                                                 seed=SPLIT_SEED)
             except ValueError as e:  # a stratified carve needs an image of each class on both sides
-                _fail(f"val_fraction: cannot carve a stratified {args.val_fraction:.0%} of {len(train)} images in "
+                _fail(f"val_fraction: cannot carve a stratified {data.val_fraction:.0%} of {len(train)} images in "
                       f"{len(names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, or give a validation "
                       f"split (--val_dir)")
             train, val, how = carved["train"], carved["test"], "stratified"
-        notes.append(f"no validation split: carved {len(val)} images ({args.val_fraction:.0%}) from "
-                     f"{args.train_split!r}, {how}, seed {SPLIT_SEED}")
+        notes.append(f"no validation split: carved {len(val)} images ({data.val_fraction:.0%}) from "
+                     f"{data.train_split!r}, {how}, seed {SPLIT_SEED}")
     else:
         if not len(loaded[val_split]):
             _fail(f"val_split: the validation split {val_split!r} is empty")
-        val = normalise(loaded[val_split], args, class_names=names)
+        val = normalise(loaded[val_split], data, class_names=names)
         if isinstance(val.features["label"], datasets.ClassLabel) and val.features["label"].names != names:
             extra = sorted(set(val.features["label"].names) - set(names))
             if extra:
@@ -131,42 +131,42 @@ def load_splits(args):
             val = val.align_labels_with_mapping({name: i for i, name in enumerate(names)}, "label")
         notes.append(f"validation split: {val_split!r}")
     _check_range(val, names)
-    train, note = long_tailed(train, args.imbalance)
+    train, note = long_tailed(train, data.imbalance)
     notes += [note] if note else []
-    train, val = subset(train, args.max_train_samples), subset(val, args.max_val_samples)
+    train, val = subset(train, data.max_train_samples), subset(val, data.max_val_samples)
     return train, val, names, notes
 
 
-def first_file(args):
+def first_file(data):
     """The bytes and name of the first training file, before the data is built (None where it cannot be told now:
     a Hub dataset, a folder or CSV that the build will report on); for a save_to_disk column of arrays, its
     PixelFormat."""
-    if args.train_csv:
-        path = first_csv_file(args.train_csv, args.data_root, args.csv_path_column)
-    elif args.train_dir or args.data_dir:
-        path = first_media_file(args.train_dir or Path(args.data_dir) / "train")
-    elif Path(args.dataset).is_dir():  # save_to_disk: its first training row, undecoded
+    if data.train_csv:
+        path = first_csv_file(data.train_csv, data.data_root, data.csv_path_column)
+    elif data.train_dir or data.data_dir:
+        path = first_media_file(data.train_dir or Path(data.data_dir) / "train")
+    elif Path(data.dataset).is_dir():  # save_to_disk: its first training row, undecoded
         try:
             import datasets
 
-            loaded = datasets.load_from_disk(args.dataset)
-            split, _ = image_and_label(loaded[args.train_split] if isinstance(loaded, datasets.DatasetDict)
-                                       else loaded, args)
+            loaded = datasets.load_from_disk(data.dataset)
+            split, _ = image_and_label(loaded[data.train_split] if isinstance(loaded, datasets.DatasetDict)
+                                       else loaded, data)
             if array_format(split.features["image"]) is not None:
                 return array_format(split.features["image"])
             image = split.cast_column("image", datasets.Image(decode=False))[0]["image"]
         except (FileNotFoundError, KeyError, ValueError, IndexError, DataError):
             return None
-        return (read_bytes(image), image.get("path") or f"{args.dataset} row 0") if image else None
+        return (read_bytes(image), image.get("path") or f"{data.dataset} row 0") if image else None
     else:
         return None
     return (Path(path).read_bytes(), str(path)) if path is not None and Path(path).is_file() else None
 
 
-def first_format(args):
+def first_format(data):
     """What the first training file holds (a PixelFormat); None where it cannot be told now, or the file cannot be
     read: read as RGB then, and reported (or skipped with --skip_bad_images) when the run reads it."""
-    first = first_file(args)
+    first = first_file(data)
     try:
         return first if first is None or isinstance(first, PixelFormat) else probe(*first)
     except (OSError, ValueError, SyntaxError, RuntimeError):
@@ -183,25 +183,25 @@ class ImageFiles(DataSource):
     def __init__(self):
         self.formats = {}  # the first file's PixelFormat by where it is: read once however often it is asked
 
-    def pixel_format(self, args):
-        where = (args.train_csv, args.data_root, args.csv_path_column, args.train_dir, args.data_dir, args.dataset,
-                 args.train_split)
+    def pixel_format(self, data):
+        where = (data.train_csv, data.data_root, data.csv_path_column, data.train_dir, data.data_dir, data.dataset,
+                 data.train_split)
         if where not in self.formats:
-            self.formats[where] = first_format(args)
+            self.formats[where] = first_format(data)
         return self.formats[where]
 
-    def name(self, args):
-        folder = args.train_dir or args.data_dir
-        return f"csv:{args.train_csv}" if args.train_csv else f"imagefolder:{folder}" if folder else args.dataset
+    def name(self, data):
+        folder = data.train_dir or data.data_dir
+        return f"csv:{data.train_csv}" if data.train_csv else f"imagefolder:{folder}" if folder else data.dataset
 
-    def datasets(self, args, inp, rank=0, world=1):
-        train, val, names, notes = load_splits(args)
-        on_device = args.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
+    def datasets(self, data, inp, rank=0, world=1):
+        train, val, names, notes = load_splits(data)
+        on_device = data.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
         multi = len(names) if is_multi_label(train.features["label"]) else None  # multi-hot targets
         train_preset, val_preset = image_presets(inp, multi_label=multi is not None)
         decode = file_decoder(inp)  # None: 8-bit RGB, decode_rgb's
-        return (with_transform(train, train_preset, decoded=False, seed=args.seed, on_device=on_device,
+        return (with_transform(train, train_preset, decoded=False, seed=data.seed, on_device=on_device,
                                multi_label=multi, decode=decode),
                 with_transform(val, val_preset, decoded=False, on_device=on_device, multi_label=multi, decode=decode),
                 names,
-                notes + progressive_notes(inp, args.epochs))
+                notes + progressive_notes(inp, data.epochs))

@@ -84,16 +84,16 @@ def class_order(train_labels, names_file=None):
     return names
 
 
-def label_csv_splits(args):
+def label_csv_splits(data):
     """(train (paths, lists of class indices), val (the same) or None, class names) of --train_csv / --val_csv."""
-    train_paths, train_names = read_label_csv(args.train_csv, args.data_root, args.csv_path_column,
-                                              args.csv_labels_column)
-    classes = class_order(train_names, args.class_names)
+    train_paths, train_names = read_label_csv(data.train_csv, data.data_root, data.csv_path_column,
+                                              data.csv_labels_column)
+    classes = class_order(train_names, data.class_names)
     index = {name: i for i, name in enumerate(classes)}
     train = train_paths, [[index[n] for n in row] for row in train_names]
-    if args.val_csv is None:
+    if data.val_csv is None:
         return train, None, classes
-    val_paths, val_names = read_label_csv(args.val_csv, args.data_root, args.csv_path_column, args.csv_labels_column,
+    val_paths, val_names = read_label_csv(data.val_csv, data.data_root, data.csv_path_column, data.csv_labels_column,
                                           classes=classes)
     return train, (val_paths, [[index[n] for n in row] for row in val_names]), classes
 

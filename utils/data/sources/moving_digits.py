@@ -80,13 +80,13 @@ class MovingDigits(DataSource):
                           "motion that is the label)"}
     stats = (MOVING_DIGITS_MEAN, MOVING_DIGITS_STD)
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         splits = load()
         (train_clips, train_labels), (val_clips, val_labels) = splits["train"], splits["validation"]
         notes = [f"moving digits: {len(train_labels)} train / {len(val_labels)} val clips of {FRAMES} "
                  f"frames, {CANVAS}x{CANVAS}, labelled by direction of motion"]
         # Trained on the clips as generated: a flip, or a crop that moves the canvas, would change or hide the
         # direction that is the label.
-        return (*_clip_datasets(args, inp, (ArrayFrames(train_clips), train_labels, None),
+        return (*_clip_datasets(data, inp, (ArrayFrames(train_clips), train_labels, None),
                                 (ArrayFrames(val_clips), val_labels, None), train_preset=video_eval(inp)),
                 CLASS_NAMES, notes)

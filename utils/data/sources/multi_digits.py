@@ -66,13 +66,13 @@ class MultiDigits(Digits):
     kind, stats = "multi_digits", (TILES_MEAN, TILES_STD)
     unused = {**Digits.unused, **no_files("multi_digits"), **no_imbalance("multi_digits, several labels a sample")}
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         splits = load_multi_digits()
-        train = subset(splits["train"], args.max_train_samples)
-        val = subset(splits["validation"], args.max_val_samples)
+        train = subset(splits["train"], data.max_train_samples)
+        val = subset(splits["validation"], data.max_val_samples)
         names = train.features["label"].feature.names
         size = inp.val_crop_size
-        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=args.seed,
+        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=data.seed,
                                multi_label=len(names)),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True, multi_label=len(names)),
-                names, progressive_notes(inp, args.epochs))
+                names, progressive_notes(inp, data.epochs))

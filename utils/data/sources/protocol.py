@@ -2,7 +2,7 @@
 files (folders, the Hub, save_to_disk), streamed shards, video files (folders, list files).
 
 A source is one class, in its own module, instantiated once per run by utils/data/sources/catalog.py (the one
-place that tells which source the options name). The rest of the run asks it, never `args.dataset`:
+place that tells which source the options name). The rest of the run asks it, never `--dataset`:
 
     kind          digits, synthetic, moving_digits, images or video: its name in notes and in the run's
                   record (catalog.source_named gives it back, without its data, to a trained run's user)
@@ -16,12 +16,12 @@ place that tells which source the options name). The rest of the run asks it, ne
                   computed over its training split (utils/data/statistics.py)
     unused        {option: why} of the options it does not read: one that is set is refused in one line
                   (utils/config/checks.py), rather than trained without a word
-    name(args)    how results.json and the run folder name the data
-    datasets(args, inp, rank, world) -> (train, val, class names, notes), transforms attached for the
+    name(data)    how results.json and the run folder name the data (`data`: the run's DataOptions, below)
+    datasets(data, inp, rank, world) -> (train, val, class names, notes), transforms attached for the
                   run's Input `inp` (utils/data/transforms/input.py); rank of world matters to streams only
     loaders(accelerator, train, val, ...) -> (training loader, validation loader)
     file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
-    pixel_format(args)  what its first training file holds (channels, type), before the data is built; None: RGB
+    pixel_format(data)  what its first training file holds (channels, type), before the data is built; None: RGB
     sample_count(train) the training set's size (None for a stream of unknown size)
     multi_label(train)  the class count when its samples carry several labels each (multi-hot targets), else None
     labels(train)       every training sample's label (a class index, or a list of them), in order, over the whole
@@ -31,6 +31,7 @@ place that tells which source the options name). The rest of the run asks it, ne
 """
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,6 +57,51 @@ POLICIES = dict.fromkeys(("auto_augment", "rand_augment"), "is an image policy; 
 EMBEDDED_SUBSETS = dict.fromkeys(("max_train_samples", "max_val_samples"), "applies to the digits, folders, lists "
                                  "and Hub datasets; synthetic data is sized with --synthetic_train_samples/"
                                  "--synthetic_val_samples, the moving digits are used whole")
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """What the options ask of the data, read from them once (utils/config/settings.py): each field is its option's
+    value, lists as tuples. The sources, the loaders' sampling and the multi-view test read these, never the options."""
+
+    dataset: str  # --dataset: an embedded set's name, imagefolder, a save_to_disk folder or a Hub name
+    dataset_config: str
+    train_split: str
+    val_split: str
+    val_fraction: float
+    image_column: str
+    label_column: str
+    train_dir: str  # folders of <class>/<file>
+    val_dir: str
+    data_dir: str
+    train_list: str  # list files of videos
+    val_list: str
+    train_csv: str  # CSV files of several labels a file
+    val_csv: str
+    csv_path_column: str
+    csv_labels_column: str
+    data_root: str  # the folder the paths of list and CSV files are relative to
+    class_names: tuple  # the class order, when given
+    streaming: bool
+    steps_per_epoch: int
+    shuffle_buffer: int
+    max_train_samples: int
+    max_val_samples: int
+    imbalance: float  # --imbalance: the training split made long-tailed
+    num_classes: int  # the synthetic data's sizes
+    synthetic_train_samples: int
+    synthetic_val_samples: int
+    num_workers: int
+    decode_on_device: bool
+    video_decoder: str
+    test_clips: int  # video's multi-view test
+    test_crops: int
+    ra_reps: int
+    seed: int  # the run's: each sample's augmentation and the subsets are seeded by it
+    epochs: int  # a stream's length in epochs, progressive resizing's notes
+    batch_size: int  # a stream's epoch is counted in global batches of these
+    grad_accum_steps: int
+    eval_only: bool  # the run only scores: a stream of unknown size needs no --steps_per_epoch
 
 
 def no_imbalance(kind):
@@ -88,10 +134,10 @@ class DataSource:
     stats = (IMAGENET_MEAN, IMAGENET_STD)
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY}
 
-    def name(self, args):
-        return args.dataset
+    def name(self, data):
+        return data.dataset
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         raise NotImplementedError
 
     def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None,
@@ -105,7 +151,7 @@ class DataSource:
         """Its validation's transform of an image file decoded to (3, H, W) uint8: the eval resize and crop."""
         return eval_preset(inp)
 
-    def pixel_format(self, args):
+    def pixel_format(self, data):
         """What its first training file holds (a PixelFormat, utils/data/decoding/bands.py), where files keep their own
         channels and bits; None: 8-bit RGB."""
         return None

@@ -74,18 +74,18 @@ class SpectralDigits(DataSource):
                                "train_crop_scale", "train_crop_ratio"),
                               OWN_RECIPE)}
 
-    def pixel_format(self, args):
+    def pixel_format(self, data):
         return PixelFormat(BANDS, "uint16")
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         splits = load_spectral_digits()
-        train, note = long_tailed(splits["train"], args.imbalance)
-        train = subset(train, args.max_train_samples)
-        val = subset(splits["validation"], args.max_val_samples)
+        train, note = long_tailed(splits["train"], data.imbalance)
+        train = subset(train, data.max_train_samples)
+        val = subset(splits["validation"], data.max_val_samples)
         decode, size = file_decoder(inp), inp.val_crop_size
-        return (with_transform(train, ByEpoch(spectral_train, inp), decoded=False, seed=args.seed, decode=decode),
+        return (with_transform(train, ByEpoch(spectral_train, inp), decoded=False, seed=data.seed, decode=decode),
                 with_transform(val, Fixed(spectral_eval(size), size), decoded=False, decode=decode),
-                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, args.epochs))
+                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, data.epochs))
 
     def file_transform(self, inp):
         return spectral_eval(inp.val_crop_size)

@@ -31,13 +31,13 @@ def pick_column(ds, asked, candidates, role):
     return found
 
 
-def image_and_label(ds, args):
+def image_and_label(ds, data):
     """(ds with only its image and label columns, named `image` and `label`; the label's original name). A
     Dataset or a streamed IterableDataset alike."""
     import datasets
 
-    image_col = pick_column(ds, args.image_column, IMAGE_COLUMNS, "image")
-    label_col = pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
+    image_col = pick_column(ds, data.image_column, IMAGE_COLUMNS, "image")
+    label_col = pick_column(ds, data.label_column, LABEL_COLUMNS, "label")
     ds = ds.select_columns([image_col, label_col])
     if image_col != "image":
         ds = ds.rename_column(image_col, "image")
@@ -50,12 +50,12 @@ def image_and_label(ds, args):
     return ds, label_col
 
 
-def normalise(ds, args, class_names=None):
+def normalise(ds, data, class_names=None):
     """Rename the image and label columns to `image` and `label`, drop the others, labels as ClassLabel (or, for
     several labels a row, a list of them)."""
     import datasets
 
-    ds, label_col = image_and_label(ds, args)
+    ds, label_col = image_and_label(ds, data)
     if is_multi_label(ds.features["label"]):
         return multi_label_classes(ds, label_col, class_names)
     if isinstance(ds.features["label"], datasets.ClassLabel):

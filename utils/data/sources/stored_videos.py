@@ -50,12 +50,12 @@ def _video_column(ds, asked):
     return videos[0]
 
 
-def _split(ds, args, names=None):
+def _split(ds, data, names=None):
     """(StoredFrames, labels, names for messages, class names) of one split."""
     import datasets
 
-    video = _video_column(ds, args.image_column)
-    label = pick_column(ds, args.label_column, LABEL_COLUMNS, "label")
+    video = _video_column(ds, data.image_column)
+    label = pick_column(ds, data.label_column, LABEL_COLUMNS, "label")
     feature = ds.features[label]
     names = names or (feature.names if isinstance(feature, datasets.ClassLabel) else None)
     labels = [int(v) for v in ds[label][:]]
@@ -65,7 +65,7 @@ def _split(ds, args, names=None):
     rows = ds.cast_column(video, datasets.Video(decode=False)).select_columns([video])
     paths = rows.data.column(video).combine_chunks().field("path").to_pylist()  # the paths alone, not the bytes
     where = [path or f"{video}[{i}]" for i, path in enumerate(paths)]
-    return StoredFrames(rows, video, VIDEO_READERS[args.video_decoder]), labels, where, names
+    return StoredFrames(rows, video, VIDEO_READERS[data.video_decoder]), labels, where, names
 
 
 class StoredVideos(DataSource):
@@ -75,27 +75,27 @@ class StoredVideos(DataSource):
     kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
     unused = VIDEO_FILES_UNUSED
 
-    def name(self, args):
-        return f"videodataset:{args.dataset}"
+    def name(self, data):
+        return f"videodataset:{data.dataset}"
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         import datasets
 
-        loaded = datasets.load_from_disk(args.dataset) if Path(args.dataset).exists() else \
-            load_hub(args.dataset, args.dataset_config)
+        loaded = datasets.load_from_disk(data.dataset) if Path(data.dataset).exists() else \
+            load_hub(data.dataset, data.dataset_config)
         if isinstance(loaded, datasets.Dataset):
             loaded = datasets.DatasetDict(train=loaded)
-        if args.train_split not in loaded:
-            _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(loaded)}")
-        val_split = args.val_split or next((s for s in VAL_SPLITS if s in loaded and s != args.train_split), None)
+        if data.train_split not in loaded:
+            _fail(f"train_split: no split {data.train_split!r}; splits are: {', '.join(loaded)}")
+        val_split = data.val_split or next((s for s in VAL_SPLITS if s in loaded and s != data.train_split), None)
         if val_split not in loaded:
             _fail(f"val_split: a video dataset needs a validation split (not carved); splits are: {', '.join(loaded)}")
-        train_ds = subset(loaded[args.train_split], args.max_train_samples)
-        val_ds = subset(loaded[val_split], args.max_val_samples)
-        train_frames, train_labels, train_where, names = _split(train_ds, args)
-        val_frames, val_labels, val_where, _ = _split(val_ds, args, names)
-        train, val = _clip_datasets(args, inp, (train_frames, train_labels, train_where),
+        train_ds = subset(loaded[data.train_split], data.max_train_samples)
+        val_ds = subset(loaded[val_split], data.max_val_samples)
+        train_frames, train_labels, train_where, names = _split(train_ds, data)
+        val_frames, val_labels, val_where, _ = _split(val_ds, data, names)
+        train, val = _clip_datasets(data, inp, (train_frames, train_labels, train_where),
                                     (val_frames, val_labels, val_where))
-        decoder = {"pyav": "PyAV", "torchcodec": "torchcodec"}[args.video_decoder]
+        decoder = {"pyav": "PyAV", "torchcodec": "torchcodec"}[data.video_decoder]
         return train, val, names, [f"video dataset: {len(train_labels)} train / {len(val_labels)} val videos "
                                    f"(split {val_split!r}), decoded with {decoder}", *decoding_notes(train)]

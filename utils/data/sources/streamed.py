@@ -19,40 +19,40 @@ from utils.data.transforms.input import progressive_notes
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
 
-def _builder(args):
+def _builder(data):
     """The dataset's builder: its splits' files and metadata, nothing of the data read yet."""
     import datasets
 
-    source = Path(args.dataset)
+    source = Path(data.dataset)
     if (source / "dataset_dict.json").is_file() or (source / "dataset_info.json").is_file():
         _fail(f"dataset: {source} was written by save_to_disk, which --streaming does not read; write it as shards "
               f"(e.g. ds.to_parquet per shard) or train without --streaming")
     try:
-        return datasets.load_dataset_builder(args.dataset, args.dataset_config)
+        return datasets.load_dataset_builder(data.dataset, data.dataset_config)
     except (ConnectionError, OSError, ValueError) as e:
-        _unreadable(args, e)
+        _unreadable(data, e)
 
 
-def _open(args, split, streaming, data_files=None):
+def _open(data, split, streaming, data_files=None):
     import datasets
 
     files = {split: data_files} if data_files else None
     try:
-        return datasets.load_dataset(args.dataset, args.dataset_config, split=split, streaming=streaming,
+        return datasets.load_dataset(data.dataset, data.dataset_config, split=split, streaming=streaming,
                                      data_files=files)
     except (ConnectionError, OSError, ValueError) as e:
-        _unreadable(args, e, split)
+        _unreadable(data, e, split)
 
 
-def _unreadable(args, error, split=None):
+def _unreadable(data, error, split=None):
     """One line for a source that cannot be opened: a Hub dataset offline or gated, a folder without shards."""
     where = f" (split {split!r})" if split else ""
     hint = ("a local folder must hold data files (train-*.parquet, validation-*.parquet, .arrow or webdataset .tar, "
-            "or train/ and validation/ folders of them)" if Path(args.dataset).exists() else
+            "or train/ and validation/ folders of them)" if Path(data.dataset).exists() else
             "a Hub dataset is streamed from the Hub: it needs the network (and a login for a gated one); offline, "
             "write its shards to a local folder and pass that folder")
     reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-    raise DataError(f"dataset: cannot stream {args.dataset!r}{where}: {reason}; {hint}") from None
+    raise DataError(f"dataset: cannot stream {data.dataset!r}{where}: {reason}; {hint}") from None
 
 
 def _files(builder, split):
@@ -97,45 +97,45 @@ def split_rows(builder, split):
     return (sum(counts) if counts and None not in counts else None), files
 
 
-def _normalise_stream(stream, args):
+def _normalise_stream(stream, data):
     """The stream's image and label columns as `image` (undecoded) and `label`, the others dropped."""
     import datasets
 
     if stream.features is None:
-        _fail(f"dataset: the columns of {args.dataset!r} are not known before it is read; give the split's "
+        _fail(f"dataset: the columns of {data.dataset!r} are not known before it is read; give the split's "
               f"features in its dataset card (dataset_info) or write it as parquet shards")
-    stream, _ = image_and_label(stream, args)
+    stream, _ = image_and_label(stream, data)
     return stream.cast_column("image", datasets.Image(decode=False))
 
 
-def build_stream(args, rank, world, inp):
+def build_stream(data, rank, world, inp):
     """(train StreamRows, val Dataset, class names, notes): this process's share of the training stream (its
     transform the image train preset of Input `inp` for its kind of labels) and the validation split, read whole."""
     import datasets
 
-    builder = _builder(args)
+    builder = _builder(data)
     splits = [str(s) for s in builder.config.data_files or builder.info.splits or ()]
-    if splits and args.train_split not in splits:
-        _fail(f"train_split: no split {args.train_split!r}; splits are: {', '.join(splits)}")
-    val_split = args.val_split or next((s for s in VAL_SPLITS if s in splits and s != args.train_split), None)
+    if splits and data.train_split not in splits:
+        _fail(f"train_split: no split {data.train_split!r}; splits are: {', '.join(splits)}")
+    val_split = data.val_split or next((s for s in VAL_SPLITS if s in splits and s != data.train_split), None)
     if val_split is None or splits and val_split not in splits:
         _fail(f"val_split: --streaming needs a validation split, read whole (not carved from a stream); "
               f"splits are: {', '.join(splits) or 'unknown'} (name the files validation-*.parquet or a "
               f"validation/ folder, or pass --val_split)")
-    stream = _normalise_stream(_open(args, args.train_split, streaming=True), args)
+    stream = _normalise_stream(_open(data, data.train_split, streaming=True), data)
     # Only the validation split's files: a plain load_dataset would convert every split, the training one too.
-    val = _open(args, val_split, streaming=False, data_files=_files(builder, val_split))
+    val = _open(data, val_split, streaming=False, data_files=_files(builder, val_split))
     label = stream.features["label"]
     multi = is_multi_label(label)  # a List(ClassLabel): several labels a row
     label = class_labels(label)
     names = label.names if isinstance(label, datasets.ClassLabel) else None
-    val = normalise(val, args, class_names=names)
+    val = normalise(val, data, class_names=names)
     if names is not None and class_labels(val.features["label"]).names != names:
         _fail(f"val_split: the validation split's classes are not the training split's ({len(names)} classes: "
               f"{', '.join(names[:5])}...)")
     names = class_labels(val.features["label"]).names
-    rows, files = split_rows(builder, args.train_split)
-    notes = [f"streaming {args.train_split!r} ({stream.num_shards} shards, "
+    rows, files = split_rows(builder, data.train_split)
+    notes = [f"streaming {data.train_split!r} ({stream.num_shards} shards, "
              f"{'%d rows' % rows if rows is not None else 'size unknown'}); validation split {val_split!r} read "
              f"whole"]
     if world > 1:
@@ -143,11 +143,11 @@ def build_stream(args, rank, world, inp):
         notes.append(f"{stream.num_shards // world} shards per process" if per_rank else
                      f"{stream.num_shards} shards for {world} processes: each process reads every shard and keeps "
                      f"1 sample in {world}; a multiple of {world} shards lets each read only its own")
-    if args.steps_per_epoch is None and rows is None and not args.eval_only:
+    if data.steps_per_epoch is None and rows is None and not data.eval_only:
         _fail("steps_per_epoch: the training split's size is not in its metadata nor in local files; "
               "pass --steps_per_epoch N (optimizer steps per epoch)")
-    global_batch = world * args.batch_size * args.grad_accum_steps
-    steps = args.steps_per_epoch or max(1, (rows or 0) // global_batch)
+    global_batch = world * data.batch_size * data.grad_accum_steps
+    steps = data.steps_per_epoch or max(1, (rows or 0) // global_batch)
     if rows is not None and steps * global_batch > rows:
         notes.append(f"steps_per_epoch {steps} x global batch {global_batch} is more than the split's {rows} samples: "
                      f"processes past the end of their shards take padding steps (no update of their own)")
@@ -155,8 +155,8 @@ def build_stream(args, rank, world, inp):
     # the same data; the labels are not read ahead).
     signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
         "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
-    train = StreamRows(stream, image_presets(inp, multi_label=multi)[0], args.seed, args.shuffle_buffer, rank, world,
-                       len(names), rows, steps * args.grad_accum_steps, signature, args.epochs, multi_label=multi)
+    train = StreamRows(stream, image_presets(inp, multi_label=multi)[0], data.seed, data.shuffle_buffer, rank, world,
+                       len(names), rows, steps * data.grad_accum_steps, signature, data.epochs, multi_label=multi)
     return train, val, names, notes
 
 
@@ -170,13 +170,13 @@ class Streamed(ImageFiles):
               "max_train_samples": "cannot subset a stream: set its length with --steps_per_epoch",
               **no_imbalance("a stream")}
 
-    def datasets(self, args, inp, rank=0, world=1):
-        train, val, names, notes = build_stream(args, rank, world, inp)
+    def datasets(self, data, inp, rank=0, world=1):
+        train, val, names, notes = build_stream(data, rank, world, inp)
         _, val_preset = image_presets(inp)
-        train.on_device = args.decode_on_device
-        return (train, with_transform(subset(val, args.max_val_samples), val_preset, decoded=False,
-                                      on_device=args.decode_on_device, multi_label=train.multi_label), names,
-                notes + progressive_notes(inp, args.epochs))
+        train.on_device = data.decode_on_device
+        return (train, with_transform(subset(val, data.max_val_samples), val_preset, decoded=False,
+                                      on_device=data.decode_on_device, multi_label=train.multi_label), names,
+                notes + progressive_notes(inp, data.epochs))
 
     def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None,
                 weights=None, draws=None):
@@ -200,12 +200,10 @@ class Streamed(ImageFiles):
         return train.signature
 
 
-def check_options(args, need, source):
+def check_options(data, need):
     """--streaming reads shards named by --dataset, in epochs of --steps_per_epoch."""
-    if args.streaming:  # (a source that streams nothing refuses --streaming itself: its `unused`)
-        need(args.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
+    if data.streaming:  # (a source that streams nothing refuses --streaming itself: its `unused`)
+        need(data.ra_reps == 1, "ra_reps", "repeated augmentation needs map-style data (it deals copies of a sample "
              "to processes): not with --streaming")
-        need(not args.sync_bn, "sync_bn", "not with --streaming: a process past the end of its shards takes padding "
-             "steps, without SyncBatchNorm's collective, and the others would wait for it")
-    need(args.steps_per_epoch is None or args.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
-    need(args.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")
+    need(data.steps_per_epoch is None or data.steps_per_epoch >= 1, "steps_per_epoch", "must be >= 1")
+    need(data.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1")

@@ -20,12 +20,12 @@ class Synthetic(DataSource):
               **dict.fromkeys(("crop_pct", "interpolation", "auto_augment", "rand_augment"), GENERATED),
               **dict.fromkeys(("mean", "std"), "synthetic input is generated as floats, not normalised")}
 
-    def datasets(self, args, inp, rank=0, world=1):
-        names = [f"class_{i}" for i in range(args.num_classes)]
+    def datasets(self, data, inp, rank=0, world=1):
+        names = [f"class_{i}" for i in range(data.num_classes)]
         epoch = torch.zeros((), dtype=torch.int64)  # synthetic data has no augmentation to seed
         size = inp.image_size
-        return (EpochSeeded(SyntheticDataset(args.synthetic_train_samples, size, args.num_classes, seed=1), epoch),
-                SyntheticDataset(args.synthetic_val_samples, size, args.num_classes, seed=2), names, [])
+        return (EpochSeeded(SyntheticDataset(data.synthetic_train_samples, size, data.num_classes, seed=1), epoch),
+                SyntheticDataset(data.synthetic_val_samples, size, data.num_classes, seed=2), names, [])
 
     def train_labels(self, train):
         return b""  # a function of its size and class count

@@ -72,33 +72,33 @@ def class_names_for(labels, names_file=None):
     return names
 
 
-def _from_csv(args):
-    train, val, names = label_csv_splits(args)
+def _from_csv(data):
+    train, val, names = label_csv_splits(data)
     if val is None:
         _fail("val_csv: a CSV of validation videos is needed with a --train_csv of videos")
     return train, val, names
 
 
-def _from_lists(args):
-    train_paths, train_labels = parse_list(args.train_list, args.data_root)
-    if args.val_list is None:
+def _from_lists(data):
+    train_paths, train_labels = parse_list(data.train_list, data.data_root)
+    if data.val_list is None:
         _fail("val_list: a list file of validation videos is needed with --train_list")
-    val_paths, val_labels = parse_list(args.val_list, args.data_root)
-    names = class_names_for(train_labels + val_labels, args.class_names)
+    val_paths, val_labels = parse_list(data.val_list, data.data_root)
+    names = class_names_for(train_labels + val_labels, data.class_names)
     return (train_paths, train_labels), (val_paths, val_labels), names
 
 
-def _from_folders(args):
-    if args.data_dir:
-        root = Path(args.data_dir)
+def _from_folders(data):
+    if data.data_dir:
+        root = Path(data.data_dir)
         val = next((root / s for s in ("val", "validation", "valid") if (root / s).is_dir()), None)
         if val is None:
             _fail(f"data_dir: {root} has no val/ folder (expected {root}/val/<class>/<video>)")
         train_dir, val_dir = root / "train", val
     else:
-        if args.val_dir is None:
+        if data.val_dir is None:
             _fail("val_dir: a folder of validation videos is needed with a --train_dir of videos")
-        train_dir, val_dir = args.train_dir, args.val_dir
+        train_dir, val_dir = data.train_dir, data.val_dir
     train = folder_files(train_dir, "train_dir", VIDEO_SUFFIXES, "videos")
     val = folder_files(val_dir, "val_dir", VIDEO_SUFFIXES, "videos")
     names = list(train)
@@ -127,15 +127,15 @@ VIDEO_FILES_UNUSED = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
 
 
-def _clip_datasets(args, inp, train, val, train_preset=None, multi_label=None):
+def _clip_datasets(data, inp, train, val, train_preset=None, multi_label=None):
     """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded, its
     transform `train_preset` (default: video_train's random resize, crop and flip)."""
     common = dict(clip_len=inp.clip_len, interval=inp.frame_interval, segments=inp.num_segments,
                   shape=(3, inp.frames, inp.image_size, inp.image_size))
     (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
-    common["on_device"] = args.decode_on_device  # files decoded by the main process (utils/data/decoding/on_device.py)
+    common["on_device"] = data.decode_on_device  # files decoded by the main process (utils/data/decoding/on_device.py)
     common["multi_label"] = multi_label  # the class count of multi-hot targets (a label CSV)
-    train = VideoClips(train_src, train_labels, transform=train_preset or video_train(inp), seed=args.seed,
+    train = VideoClips(train_src, train_labels, transform=train_preset or video_train(inp), seed=data.seed,
                        names=train_names, **common)
     val = VideoClips(val_src, val_labels, transform=video_eval(inp), names=val_names, **common)
     return EpochSeeded(train, train.epoch), val
@@ -156,36 +156,37 @@ class VideoFiles(DataSource):
     kind, video, size, stats = "video", True, 112, (KINETICS_MEAN, KINETICS_STD)
     unused = VIDEO_FILES_UNUSED
 
-    def name(self, args):
-        if args.train_csv:
-            return f"videocsv:{args.train_csv}"
-        return f"videolist:{args.train_list}" if args.train_list else f"videofolder:{args.train_dir or args.data_dir}"
+    def name(self, data):
+        if data.train_csv:
+            return f"videocsv:{data.train_csv}"
+        return f"videolist:{data.train_list}" if data.train_list else f"videofolder:{data.train_dir or data.data_dir}"
 
-    def datasets(self, args, inp, rank=0, world=1):
+    def datasets(self, data, inp, rank=0, world=1):
         (train_names, train_labels), (val_names, val_labels), names = \
-            _from_csv(args) if args.train_csv else _from_lists(args) if args.train_list else _from_folders(args)
-        train_names, train_labels = _subset(train_names, train_labels, args.max_train_samples)
-        val_names, val_labels = _subset(val_names, val_labels, args.max_val_samples)
-        reader = VIDEO_READERS[args.video_decoder]
-        train, val = _clip_datasets(args, inp, (PathFrames(train_names, reader), train_labels, train_names),
+            _from_csv(data) if data.train_csv else _from_lists(data) if data.train_list else _from_folders(data)
+        train_names, train_labels = _subset(train_names, train_labels, data.max_train_samples)
+        val_names, val_labels = _subset(val_names, val_labels, data.max_val_samples)
+        reader = VIDEO_READERS[data.video_decoder]
+        train, val = _clip_datasets(data, inp, (PathFrames(train_names, reader), train_labels, train_names),
                                     (PathFrames(val_names, reader), val_labels, val_names),
-                                    multi_label=len(names) if args.train_csv else None)  # a CSV: lists of labels
+                                    multi_label=len(names) if data.train_csv else None)  # a CSV: lists of labels
         return train, val, names, decoding_notes(train)
 
 
-def test_views(args, inp, val):
+def test_views(data, inp, val):
     """The multi-view test set over `val`'s videos: --test_clips clips of each, --test_crops crops of each
     clip; an item is one clip's crops, (crops, C, T, H, W)."""
-    crops = args.test_crops or 1
+    crops = data.test_crops or 1
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
                       transform=video_test(inp, crops), shape=(crops, *val.shape),
-                      clips=args.test_clips or 1, names=val.names, multi_label=val.multi_label)
+                      clips=data.test_clips or 1, names=val.names, multi_label=val.multi_label)
 
 
-def check_options(args, need, source):
-    """Clips, the multi-view test and the video decoder (image data refuses them: its `unused`)."""
-    at_least(args, need, ("clip_len", "frame_interval", "num_segments"), 1)
-    at_least(args, need, ("test_clips", "test_crops"), 1, optional=True)
-    if args.video_decoder == "torchcodec":
+def check_options(data, need, source):
+    """The multi-view test and the video decoder (image data refuses them: its `unused`)."""
+    at_least(data, need, ("test_clips", "test_crops"), 1, optional=True)
+    need(not (source.video and data.decode_on_device) or data.video_decoder == "torchcodec", "decode_on_device",
+         "decodes videos with torchcodec (NVDEC on CUDA): add --video_decoder torchcodec")
+    if data.video_decoder == "torchcodec":
         problem = torchcodec_video_problem()
         need(problem is None, "video_decoder", problem)

@@ -1,2 +1,3 @@
 """Transforms: the run's model input resolved once (input.py), the image and video presets that
-end in uint8 (images.py, video.py), and what happens to a batch on the device (batch.py)."""
+end in uint8 (images.py, video.py), the random train crop's defaults (crops.py), and what happens to a batch on the
+device (batch.py)."""
