@@ -401,9 +401,8 @@ def multiview_test(job, global_step):
     figures, own = test_videos(job, job.test_loader, videos)
     views = (args.test_clips or 1, args.test_crops or 1)  # clips x crops of each video
     row = test_row(figures, views, job.task)
-    clip = "exact match" if job.task.multi_label else "top-1"
     line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video {job.task.line(figures)}, clip "
-            f"{clip} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
+            f"{job.task.clip_figure} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
     if job.ema is not None:
         ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], views, job.task)
         row.update({figure_name(key, ema=True): value for key, value in ema.items()

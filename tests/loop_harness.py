@@ -18,10 +18,10 @@ from utils.config.settings import input_for
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
-from utils.evaluation.tasks import SingleLabel
+from utils.evaluation.tasks import SingleLabel, task_for
 from utils.reporting.progress import StepLogger
 from utils.run.job import Job
-from utils.training.losses import Objective
+from utils.training.objective import Objective
 from utils.training.schedule import build_lr_scheduler, build_optimizer
 
 SAMPLES = 64
@@ -60,7 +60,7 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch,
                         args.epochs * steps_per_epoch)
     return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-               objective=Objective(typed_options(args)["losses"]), train_loader=train_loader, val_loader=None,
+               objective=Objective(typed_options(args)["losses"], task_for(False, 3)), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
                best_score=[], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, accelerator.process_index,

@@ -49,13 +49,14 @@ def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images
     """--teacher runs/<run> and --teacher runs/<run>/checkpoints/<last>: the same model, the same digest."""
     from utils.config.options import parse_args
     from utils.config.settings import input_for
+    from utils.evaluation.tasks import task_for
     from utils.run.teacher import _model, weights_digest
 
     last = sorted((reference[1] / "checkpoints").iterdir())[-1]
     digests = []
     for teacher in (reference[1], last):
         args = parse_args([str(a) for a in resume_job(images, reference[1], 0, "--teacher", teacher)])
-        model, stats, name, source, origin = _model(args, ["cat", "dog", "eel"], input_for(args))
+        model, stats, name, source, origin = _model(args, ["cat", "dog", "eel"], input_for(args), task_for(False, 3))
         assert name == "resnet18" and source == str(teacher.resolve()) and stats == input_for(args).mean_std
         digests.append(weights_digest(model))
     assert digests[0] == digests[1] == weights_digest_of_file(reference[1] / "model.safetensors")
@@ -67,6 +68,7 @@ def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, refe
     followed, not the raw ones."""
     from utils.config.options import parse_args
     from utils.config.settings import input_for
+    from utils.evaluation.tasks import task_for
     from utils.run.teacher import _model, weights_digest
 
     run = tmp_path / "ema_run"
@@ -74,7 +76,7 @@ def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, refe
     raw = load_file(run / "model.safetensors")
     save_file({k: v * 0.5 if v.is_floating_point() else v for k, v in raw.items()}, run / "model_ema.safetensors")
     args = parse_args([str(a) for a in resume_job(images, reference[1], 0, "--teacher", run)])
-    model, _, _, _, origin = _model(args, ["cat", "dog", "eel"], input_for(args))
+    model, _, _, _, origin = _model(args, ["cat", "dog", "eel"], input_for(args), task_for(False, 3))
     assert origin == f"{run.resolve()}'s EMA weights"
     assert weights_digest(model) == weights_digest_of_file(run / "model_ema.safetensors")
     assert weights_digest(model) != weights_digest_of_file(run / "model.safetensors")

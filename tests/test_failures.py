@@ -64,6 +64,7 @@ def test_a_multi_label_top_loss_names_the_labels_missed_and_those_falsely_given(
     there is none; the picture's titles say the same."""
     import io
 
+    from utils.evaluation.tasks import task_for
     from utils.reporting.failures import highest_losses, top_losses_figure, top_losses_table
 
     class Tiles(list):  # a validation set that names its files
@@ -75,12 +76,12 @@ def test_a_multi_label_top_loss_names_the_labels_missed_and_those_falsely_given(
                "loss": [2.5, 0.1, 1.0]}
     classes = ["cloud", "field", "road", "water"]
     picked = highest_losses(samples, 3)
-    rows = list(csv.DictReader(io.StringIO(top_losses_table(samples, picked, classes, dataset))))
+    rows = list(csv.DictReader(io.StringIO(top_losses_table(samples, picked, classes, dataset, task_for(True, 4)))))
     assert [(r["file"], r["true"], r["predicted"], r["missed"], r["false"]) for r in rows] == [
         ("a.png", "cloud field", "field water", "cloud", "water"),  # cloud missed, water falsely given
         ("c.png", "(none)", "cloud", "(none)", "cloud"),
         ("b.png", "road", "road", "(none)", "(none)")]
-    titles = [ax.get_title() for ax in top_losses_figure(samples, picked, classes, dataset).axes if ax.get_title()]
+    titles = [ax.get_title() for ax in top_losses_figure(samples, picked, classes, dataset, task_for(True, 4)).axes if ax.get_title()]
     assert [t.splitlines()[:2] for t in titles] == [["missed: cloud", "false: water"],
                                                     ["missed: (none)", "false: cloud"],
                                                     ["missed: (none)", "false: (none)"]]

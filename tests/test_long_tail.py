@@ -108,7 +108,7 @@ def test_each_loss_is_its_definition():
     weights."""
     from torchvision.ops import sigmoid_focal_loss
 
-    from utils.training.losses import AdjustedCrossEntropy, ClassWeighted, MultiLabelBCE
+    from utils.evaluation.label_losses import AdjustedCrossEntropy, ClassWeighted, MultiLabelBCE
 
     torch.manual_seed(0)
     logits, labels = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])
@@ -152,13 +152,14 @@ def test_a_class_without_training_samples_has_no_weight_nor_prior_and_the_others
 
     from utils.config.options import parse
     from utils.core.errors import ConfigError
+    from utils.evaluation.tasks import task_for
     from utils.training.balance import read_balance
 
     source = SimpleNamespace(labels_ahead=True, labels=lambda train: [0, 0, 1, 0])
     for argv, option in ((["--class_weights", "balanced"], "class_weights"), (["--logit_adjust", "1"], "logit_adjust")):
         with pytest.raises(ConfigError, match=f"^{option}: class 'c' has no training samples"):
-            read_balance(parse(argv)[1].balance, source, None, ["a", "b", "c"], False, log=lambda _: None)
-    balance = read_balance(parse(["--logit_adjust", "1"])[1].balance, source, None, ["a", "b"], False,
+            read_balance(parse(argv)[1].balance, source, None, ["a", "b", "c"], task_for(False, 3), log=lambda _: None)
+    balance = read_balance(parse(["--logit_adjust", "1"])[1].balance, source, None, ["a", "b"], task_for(False, 2),
                            log=lambda _: None)
     assert balance.counts == [3, 1] and balance.log_prior == pytest.approx([math.log(3 / 4), math.log(1 / 4)])
     assert balance.class_weights is None and balance.sample_weights is None
@@ -219,10 +220,32 @@ def test_what_cannot_apply_is_refused_in_one_line(extra, message, tmp_path, caps
 def test_a_multi_label_sample_is_drawn_by_its_rarest_label():
     """Counted once per class it carries; a sample without labels is drawn as one of the samples without any; its
     count is raised to -sampler_power as a single label's is (0.5: square-root balancing)."""
+    from utils.evaluation.tasks import task_for
     from utils.training.balance import sample_weights
 
-    rows = [[0], [0, 1], [1, 2], [], [0], []]
-    weights = sample_weights(rows, np.array([3, 2, 1]), 1.0, multi_label=True)
+    rows, task = [[0], [0, 1], [1, 2], [], [0], []], task_for(True, 3)
+    weights = sample_weights(task, rows, np.array([3, 2, 1]), 1.0)
     assert weights == pytest.approx([1 / 3, 1 / 2, 1, 1 / 2, 1 / 3, 1 / 2])
-    rooted = sample_weights(rows, np.array([3, 2, 1]), 0.5, multi_label=True)
+    rooted = sample_weights(task, rows, np.array([3, 2, 1]), 0.5)
     assert rooted == pytest.approx(np.array([3, 2, 1, 2, 3, 2]) ** -0.5)
+
+
+def test_the_sampler_line_gives_each_classs_expected_share_of_an_epoch_against_the_splits():
+    """Single-label, power 1: every class a third of the draws, against the split's 1/6 .. 1/2. Multi-label: a class's
+    share is the chance that a drawn sample carries it (the draw probabilities of its samples summed)."""
+    from utils.evaluation.tasks import task_for
+    from utils.training.balance import sample_weights, sampler_line
+
+    one = task_for(False, 3)
+    rows = [0, 0, 0, 1, 1, 2]
+    counts = one.class_counts(rows)
+    line = sampler_line(sample_weights(one, rows, counts, 1.0), rows, counts, one)
+    assert line == "sampler balanced: expected share of an epoch per class 0.333 .. 0.333 (the split's: 0.167 .. 0.5)"
+    several = task_for(True, 3)
+    rows = [[0], [0, 1], [1, 2], [], [0], []]  # counts 3, 2, 1; weights 1/3, 1/2, 1, 1/2, 1/3, 1/2 (sum 19/6)
+    counts = several.class_counts(rows)
+    assert counts.tolist() == [3, 2, 1]
+    line = sampler_line(sample_weights(several, rows, counts, 1.0), rows, counts, several)
+    # class 0: (1/3 + 1/2 + 1/3) / (19/6) = 7/19; class 1: (1/2 + 1) / (19/6) = 9/19; class 2: 1 / (19/6) = 6/19
+    assert line == (f"sampler balanced: expected share of an epoch per class {6 / 19:.3g} .. {9 / 19:.3g} "
+                    f"(the split's: {1 / 6:.3g} .. {3 / 6:.3g})")

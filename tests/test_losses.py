@@ -9,7 +9,11 @@ from conftest import TINY, parse_fails, read_json, read_jsonl, run_main
 
 from utils.config.options import parse_args
 from utils.config.settings import typed_options
-from utils.training.losses import Objective, distillation_loss
+from utils.evaluation.label_losses import sigmoid_distillation, softmax_distillation
+from utils.evaluation.tasks import task_for
+from utils.training.objective import Objective
+
+ONE_LABEL = task_for(False, 5)  # one label a sample, of the 5 classes of logits_and_labels
 
 
 def logits_and_labels():
@@ -24,11 +28,11 @@ def losses_of(argv):
 
 def test_bce_one_hot_targets_are_smoothed_as_timm_does_and_its_loss_is_the_mean_over_samples_and_classes():
     logits, labels = logits_and_labels()
-    objective = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.2"]))
+    objective = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.2"]), ONE_LABEL)
     targets = torch.full((6, 5), 0.2 / 5).scatter_(1, labels.view(-1, 1), 1 - 0.2 + 0.2 / 5)
     expected = F.binary_cross_entropy_with_logits(logits, targets)  # mean over the 30 elements
     assert objective(logits, labels, None).item() == pytest.approx(expected.item(), rel=1e-6)
-    ce = Objective(losses_of(["--label_smoothing", "0.2"]))(logits, labels, None)
+    ce = Objective(losses_of(["--label_smoothing", "0.2"]), ONE_LABEL)(logits, labels, None)
     assert ce.item() == pytest.approx(F.cross_entropy(logits, labels, label_smoothing=0.2).item(), rel=1e-6)
     assert abs(ce.item() - expected.item()) > 0.1  # the two losses differ: the switch changes the computation
 
@@ -38,13 +42,13 @@ def test_mixed_targets_are_smoothed_then_thresholded():
     mixed = torch.zeros(6, 5)
     mixed[:, 0], mixed[:, 1] = 0.7, 0.3  # what MixUp makes of two labels
     smoothed = mixed * 0.9 + 0.1 / 5  # as timm's Mixup smooths before its BCE
-    plain = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.1"]))(logits, mixed, None)
+    plain = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.1"]), ONE_LABEL)(logits, mixed, None)
     assert plain.item() == pytest.approx(F.binary_cross_entropy_with_logits(logits, smoothed).item(), rel=1e-6)
     # 0.3 * 0.9 + 0.02 = 0.29 > 0.25: both mixed classes become 1, the others (0.02) 0
     binary = torch.zeros(6, 5)
     binary[:, :2] = 1
-    thresholded = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.1", "--bce_target_thresh",
-                                                     "0.25"]))
+    thresholded = Objective(losses_of(["--bce_loss", "--label_smoothing", "0.1", "--bce_target_thresh", "0.25"]),
+                            ONE_LABEL)
     assert thresholded(logits, mixed, None).item() == pytest.approx(
         F.binary_cross_entropy_with_logits(logits, binary).item(), rel=1e-6)
 
@@ -70,9 +74,9 @@ def test_soft_and_hard_distillation_losses_against_a_hand_computation():
     t = 3.0
     p_t = torch.softmax(teacher / t, dim=1)
     kl = (p_t * (p_t.log() - torch.log_softmax(student / t, dim=1))).sum(dim=1) * t * t
-    assert torch.allclose(distillation_loss("soft", student, teacher, t), kl, atol=1e-5)
+    assert torch.allclose(softmax_distillation("soft", student, teacher, t), kl, atol=1e-5)
     hard = F.cross_entropy(student, teacher.argmax(dim=1), reduction="none")
-    assert torch.allclose(distillation_loss("hard", student, teacher, t), hard)
+    assert torch.allclose(softmax_distillation("hard", student, teacher, t), hard)
 
 
 class FixedTeacher:
@@ -91,15 +95,15 @@ def test_the_objective_weighs_the_task_and_the_teacher_and_gives_each_head_its_o
     args = parse_args(["--teacher", "resnet18", "--teacher_pretrained", "--distill", kind, "--distill_alpha", "0.3", "--distill_temperature", "2",
                        "--label_smoothing", "0"])
     teacher, pixels = FixedTeacher(teacher_logits), torch.randn(6, 3, 4, 4)
-    objective = Objective(typed_options(args)["losses"], teacher)
-    task, distill = F.cross_entropy(logits, labels), distillation_loss(kind, logits, teacher_logits, 2.0).mean()
+    objective = Objective(typed_options(args)["losses"], ONE_LABEL, teacher)
+    task, distill = F.cross_entropy(logits, labels), softmax_distillation(kind, logits, teacher_logits, 2.0).mean()
     assert objective(logits, labels, pixels).item() == pytest.approx((0.7 * task + 0.3 * distill).item(), rel=1e-6)
     assert teacher.seen[0] is pixels  # the teacher sees the student's very input
     # A distillation-token model answers (class head, distillation head): labels teach the first, the teacher
     # the second.
     other = logits.flip(0)
     two_heads = objective((logits, other), labels, pixels).item()
-    expected = 0.7 * task + 0.3 * distillation_loss(kind, other, teacher_logits, 2.0).mean()
+    expected = 0.7 * task + 0.3 * softmax_distillation(kind, other, teacher_logits, 2.0).mean()
     assert two_heads == pytest.approx(expected.item(), rel=1e-6)
 
 
@@ -137,7 +141,7 @@ def test_bce_trains_otherwise_and_validation_still_scores_cross_entropy(tmp_path
 
 def test_multi_label_bce_is_summed_over_classes_with_smoothed_targets_and_weighed_positives():
     """Per sample: the sum over classes of -w y' log s(x) - (1 - y') log(1 - s(x)), y' = y (1 - eps) + eps / 2."""
-    from utils.training.losses import MultiLabelBCE
+    from utils.evaluation.label_losses import MultiLabelBCE
 
     logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]])
     targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
@@ -151,7 +155,7 @@ def test_multi_label_bce_is_summed_over_classes_with_smoothed_targets_and_weighe
 def test_asymmetric_loss_is_timms_per_sample_and_multi_label_distillation_is_the_bce_of_sigmoids():
     from timm.loss import AsymmetricLossMultiLabel
 
-    from utils.training.losses import AsymmetricLoss
+    from utils.evaluation.label_losses import AsymmetricLoss
 
     logits = torch.tensor([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0], [1.0, 1.0, -1.0]])
     targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
@@ -161,9 +165,9 @@ def test_asymmetric_loss_is_timms_per_sample_and_multi_label_distillation_is_the
     t = 2.0
     soft = (-(torch.sigmoid(teacher / t) * F.logsigmoid(logits / t)
               + (1 - torch.sigmoid(teacher / t)) * F.logsigmoid(-logits / t))).sum(dim=1) * t ** 2
-    assert torch.allclose(distillation_loss("soft", logits, teacher, t, multi_label=True), soft, atol=1e-6)
+    assert torch.allclose(sigmoid_distillation("soft", logits, teacher, t), soft, atol=1e-6)
     hard = F.binary_cross_entropy_with_logits(logits, (teacher > 0).float(), reduction="none").sum(dim=1)
-    assert torch.allclose(distillation_loss("hard", logits, teacher, t, multi_label=True), hard)
+    assert torch.allclose(sigmoid_distillation("hard", logits, teacher, t), hard)
 
 
 def test_the_options_pick_the_loss_of_one_label_a_sample():
@@ -178,7 +182,7 @@ def test_the_options_pick_the_loss_of_one_label_a_sample():
     balance = SimpleNamespace(log_prior=torch.tensor([0.4, 0.3, 0.2, 0.1]).log().tolist(), class_weights=None)
 
     def objective(*argv):
-        return Objective(losses_of(["--label_smoothing", "0", *argv]), balance=balance)(
+        return Objective(losses_of(["--label_smoothing", "0", *argv]), task_for(False, 4), balance=balance)(
             logits, labels, None)
 
     assert torch.allclose(objective("--focal_gamma", "2"), ((1 - p_t) ** 2 * ce).mean())
@@ -186,5 +190,5 @@ def test_the_options_pick_the_loss_of_one_label_a_sample():
     assert torch.allclose(objective("--logit_adjust", "1"), F.cross_entropy(logits + prior, labels))
     assert torch.allclose(objective(), ce.mean())
     weights = SimpleNamespace(log_prior=None, class_weights=[0.5, 1.0, 2.0, 4.0])
-    weighted = Objective(losses_of(["--label_smoothing", "0"]), balance=weights)(logits, labels, None)
+    weighted = Objective(losses_of(["--label_smoothing", "0"]), task_for(False, 4), balance=weights)(logits, labels, None)
     assert torch.allclose(weighted, (ce * torch.tensor(weights.class_weights)[labels]).mean())

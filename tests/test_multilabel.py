@@ -179,7 +179,7 @@ def two_process_run(tagged, tmp_path_factory):
     """The tagged data trained on 2 processes (a worker each) with MixUp/CutMix, --pos_weight auto and EMA: what the
     exactness test reads and the killed run must end as."""
     out = tmp_path_factory.mktemp("two") / "run"
-    ranks_ok(job(tagged, out, *RECIPE), nproc=2)
+    (out.parent / "stdout.txt").write_text(ranks_ok(job(tagged, out, *RECIPE), nproc=2).stdout)
     return out
 
 
@@ -195,6 +195,9 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     results = read_json(out / "results.json")
     probs, targets, names, logits = val_outputs(out, tagged)
     assert names == CLASSES and results["val_samples"] == 37 == len(targets)
+    console = (out.parent / "stdout.txt").read_text()  # the start-up lines say the kind, and count positives
+    assert "48 train / 37 val images, 4 classes (multi-label), 2 process(es)" in console
+    assert "class counts (training positives): " in console and "water 1" in console
     assert read_json(out / "run.json")["input"]["train_crop_scale"] == [0.85, 1.0]  # multi-label data's crop
     theirs = sklearn_figures(probs, targets)
     assert [results["per_class_ap"][n] for n in names] == pytest.approx(theirs.pop("per_class_ap"), abs=1e-12)
@@ -304,7 +307,16 @@ def test_a_teacher_of_the_other_kind_of_labels_is_refused(two_process_run, tmp_p
             tile([name], rng).save(tmp_path / "tr" / name / f"{i}.png")
     code, err = main_fails(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "tr", "--image_size", "32",
                             "--teacher", two_process_run, "--output_dir", tmp_path / "out"], capsys)
-    assert code == 2 and "was trained on several labels a sample, this run's data has one label a sample" in err
+    assert code == 2 and "teaches several labels a sample, this run's data has one label a sample" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out" / "config.yaml").exists()
+
+
+def test_a_pretrained_classifier_cannot_teach_multi_label_data(tagged, tmp_path, capsys):
+    """A model name's pretrained classifier is a softmax over one label a sample: multi-label data refuses it in one
+    line, before any weights are fetched."""
+    code, err = main_fails(job(tagged, tmp_path / "out", "--teacher", "resnet18", "--teacher_pretrained"), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "resnet18's pretrained classifier teaches one label a sample, this run's data has several labels" in err
 
 
 def test_an_unknown_validation_class_is_one_line_naming_the_row(tmp_path, capsys):
@@ -431,10 +443,10 @@ def test_a_bad_label_file_is_one_line_naming_it(csv_files, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_video_csv_trains_and_its_multi_view_test_is_exact_on_1_and_2_processes(videos, tmp_path):
+def test_a_video_csv_trains_and_its_multi_view_test_is_exact_on_1_and_2_processes(videos, tmp_path, capsys):
     """The `videos` fixture listed by a CSV with several labels a video (5 validation videos, odd), r3d_18,
     --test_clips 3 --test_crops 2: the multi-view figures (sigmoid averaged per video) alike on 1 and 2 processes,
-    the per-rank sums adding up."""
+    the per-rank sums adding up; the test's line names the clips' figure, exact match."""
     files = sorted(videos.rglob("*.mp4"))
     for split in ("tr", "va"):
         rows = [f"{f.relative_to(videos)},{f.parent.name}{' motion' if int(f.stem) % 2 else ''}"
@@ -447,7 +459,10 @@ def test_a_video_csv_trains_and_its_multi_view_test_is_exact_on_1_and_2_processe
     for nproc, extra in ((2, ()), (1, ("--eval_only", "--init_from", tmp_path / "p2" / "model.safetensors"))):
         out = tmp_path / f"p{nproc}"  # trained on 2 processes, its weights scored again on 1 (in this process)
         if nproc == 1:
+            capsys.readouterr()
             run_main([*common, *extra, "--output_dir", out])
+            line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("test (3 clips x 2 crops)"))
+            assert ", clip exact match " in line and "video mAP " in line, line
         else:
             ranks_ok([*common, *extra, "--output_dir", out], nproc=nproc)
         results[nproc] = read_json(out / "results.json")

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, TINY, assert_same_weights, main_fails, read_json, resumed_from, run_main, snapshot
 from ranks import ranks_killed, ranks_ok, run_ranks
 
-from utils.training import checkpoints, run_folder, run_lock
+from utils.training import checkpoints, run_lock
 from utils.training.run_folder import FolderError
 from utils.training.run_lock import RunLock
 

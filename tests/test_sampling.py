@@ -128,18 +128,19 @@ def test_balanced_draws_give_each_class_its_share_and_keep_copies_apart():
     import numpy as np
 
     from utils.data.loading.sampling import EpochSampler
+    from utils.evaluation.tasks import task_for
     from utils.training.balance import sample_weights
 
-    counts = np.array([700, 200, 80, 15, 5])
+    counts, task = np.array([700, 200, 80, 15, 5]), task_for(False, 5)
     labels = np.repeat(np.arange(5), counts)
     for power, expected in ((1, np.full(5, 0.2)), (0.5, np.sqrt(counts) / np.sqrt(counts).sum())):
-        sampler = EpochSampler(1000, 1, 50, seed=3, weights=sample_weights(labels.tolist(), counts, power),
+        sampler = EpochSampler(1000, 1, 50, seed=3, weights=sample_weights(task, labels.tolist(), counts, power),
                                draws=40_000)
         keys = np.array(list(sampler))
         assert len(keys) == len(sampler) == 40_000 and len(set(keys.tolist())) == len(keys)
         share = np.bincount(labels[keys % 1000], minlength=5) / len(keys)
         assert share == pytest.approx(expected, abs=0.01), (power, share)
-    repeated = EpochSampler(1000, 2, 50, seed=3, reps=2, weights=sample_weights(labels.tolist(), counts, 1))
+    repeated = EpochSampler(1000, 2, 50, seed=3, reps=2, weights=sample_weights(task, labels.tolist(), counts, 1))
     keys = list(repeated)
     assert len(keys) == len(repeated) == 1000 and len(set(keys)) == 1000  # 500 draws x 2 copies: no padding needed
     by_rank = [keys[r * 50:(r + 1) * 50] for r in (0, 1)]  # the first step: rank 0's batch, then rank 1's

@@ -25,6 +25,7 @@ from utils.config.options import parse_args  # noqa: E402
 from utils.core.seeding import spread  # noqa: E402
 from utils.data.loading.loaders import build_dataloaders  # noqa: E402
 from utils.run.job import build_accelerator  # noqa: E402
+from utils.evaluation.tasks import task_for  # noqa: E402
 from utils.training.balance import sample_weights  # noqa: E402
 
 
@@ -56,7 +57,8 @@ def main(argv=None):
     weights = None
     if "balanced" in options:
         labels = long_tail(int(n))
-        weights = sample_weights(labels, np.bincount(labels), float(options["balanced"]))
+        weights = sample_weights(task_for(False, len(np.bincount(labels))), labels, np.bincount(labels),
+                                 float(options["balanced"]))
     train_loader, _ = build_dataloaders(accelerator, IndexDataset(int(n)), IndexDataset(3), int(batch), 0,
                                         ra_reps=int(options.get("ra", 1)), seed=spread(args.seed), weights=weights)
     orders = {}

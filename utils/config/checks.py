@@ -8,7 +8,7 @@ from utils.data.sources import catalog, streamed, video_files
 from utils.data.transforms import batch, input as inputs
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
-from utils.training import balance, losses, schedule
+from utils.training import balance, objective, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 
@@ -38,7 +38,7 @@ def check_args(args, source, defaults, typed):
     sampling.check_options(data, need)
     schedule.check_options(typed["optimizer"], typed["schedule"], need)
     _steps(args, need)
-    losses.check_options(typed["losses"], need)
+    objective.check_options(typed["losses"], need)
     balance.check_options(typed["balance"], data, need)
     _run(args, need)
     libraries.check_options(typed["model"], need, source.video)

@@ -13,7 +13,7 @@ from utils.models.libraries import ModelOptions
 from utils.reporting.trackers import TrackerOptions
 from utils.training import checkpoints
 from utils.training.balance import BalanceOptions
-from utils.training.losses import LossOptions
+from utils.training.objective import LossOptions
 from utils.training.run_folder import FolderOptions
 from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, OptimizerOptions, ScheduleOptions, warmup_epochs
 
@@ -29,7 +29,7 @@ class Settings:
     optimizer: OptimizerOptions  # of the optimizer and
     schedule: ScheduleOptions  # of the LR schedule (utils/training/schedule.py),
     batch: BatchOptions  # of a training batch on the device (utils/data/transforms/batch.py),
-    losses: LossOptions  # of the loss (utils/training/losses.py),
+    losses: LossOptions  # of the loss (utils/training/objective.py),
     balance: BalanceOptions  # of the class balance (utils/training/balance.py),
     trackers: TrackerOptions  # of the dashboards (utils/reporting/trackers.py),
     data: DataOptions  # of the data (utils/data/sources/protocol.py),

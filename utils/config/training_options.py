@@ -3,7 +3,7 @@ its default, its help and whether a resume must keep it."""
 
 import argparse
 
-from utils.training.losses import DISTILL_DEFAULTS
+from utils.training.objective import DISTILL_DEFAULTS
 
 
 def add_model_options(p):

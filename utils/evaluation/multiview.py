@@ -29,8 +29,7 @@ def test_videos(job, loader, num_videos, model=None):
     classes = len(job.class_names)
     sums = torch.zeros(num_videos, classes, dtype=torch.float64)
     views = torch.zeros(num_videos, dtype=torch.int64)
-    labels = torch.zeros((num_videos, classes), dtype=torch.uint8) if task.multi_label else \
-        torch.full((num_videos,), -1, dtype=torch.int64)
+    labels = task.video_labels(num_videos)
     owners = torch.full((num_videos,), -1, dtype=torch.int64)
     clip_hits = clips = 0
 
@@ -65,8 +64,6 @@ def test_row(figures, views, task):
     """What results.json, metrics.jsonl and the dashboards say of the multi-view test: the task's figures of the
     videos (video_top1 ..., or multi-label video_map ...), and the clip-level top-1 (multi-label: exact match);
     `views`: (clips, crops) of every video."""
-    keys = ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "val_loss") if task.multi_label else \
-        ("val_top1", "val_topk", "val_loss", "val_macro_f1", "val_balanced_accuracy", "val_worst_recall")
     return {"test_clips": views[0], "test_crops": views[1],
-            **{figure_name(key, "video"): figures[key] for key in keys}, "test_videos": figures["val_samples"],
+            **{figure_name(key, "video"): figures[key] for key in task.video_keys}, "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}

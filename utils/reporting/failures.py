@@ -47,28 +47,17 @@ def sample_name(dataset, index):
     return f"validation[{index}]"
 
 
-def label_text(value, class_names):
-    """A class index, or a multi-label sample's list of them, as names."""
-    if isinstance(value, list):
-        return " ".join(class_names[v] for v in value) or "(none)"
-    return class_names[value]
-
-
-def top_losses_table(samples, picked, class_names, dataset):
-    """top_losses.csv: rank, dataset index, file (or place), true and predicted labels, probabilities, loss."""
+def top_losses_table(samples, picked, class_names, dataset, task):
+    """top_losses.csv: rank, dataset index, file (or place), true and predicted labels, what the `task` says went
+    wrong (its failure_columns: probabilities, or the labels missed and false), loss."""
     text = io.StringIO()
     table = csv.writer(text)
-    multi = isinstance(samples["label"][0], list) if samples["label"] else False
-    table.writerow(["rank", "index", "file", "true", "predicted"] +
-                   (["missed", "false"] if multi else ["probability", "true_probability"]) + ["loss"])
+    table.writerow(["rank", "index", "file", "true", "predicted", *task.failure_columns, "loss"])
     for rank, i in enumerate(picked, 1):
-        true, predicted = samples["label"][i], samples["predicted"][i]
-        extra = ([label_text(sorted(set(true) - set(predicted)), class_names),
-                  label_text(sorted(set(predicted) - set(true)), class_names)] if multi else
-                 [f"{samples['probability'][i]:.6f}", f"{samples['true_probability'][i]:.6f}"])
         table.writerow([rank, samples["index"][i], sample_name(dataset, samples["index"][i]),
-                        label_text(true, class_names), label_text(predicted, class_names), *extra,
-                        f"{samples['loss'][i]:.6f}"])
+                        task.label_text(samples["label"][i], class_names),
+                        task.label_text(samples["predicted"][i], class_names),
+                        *task.failure_cells(samples, i, class_names), f"{samples['loss'][i]:.6f}"])
     return text.getvalue()
 
 
@@ -86,15 +75,14 @@ def picture(dataset, index):
     return displayable(pixels[None])[0].permute(1, 2, 0).numpy()
 
 
-def top_losses_figure(samples, picked, class_names, dataset):
-    """The picked samples in a grid, each titled with its true and predicted labels, probability and loss; None when
-    there is nothing to draw."""
+def top_losses_figure(samples, picked, class_names, dataset, task):
+    """The picked samples in a grid, each titled as the `task` says what went wrong (true and predicted labels,
+    probabilities), and its loss; None when there is nothing to draw."""
     from matplotlib.figure import Figure
 
     images = [picture(dataset, samples["index"][i]) for i in picked]
     if not picked or any(image is None for image in images):
         return None
-    multi = isinstance(samples["label"][0], list)
     wide = images[0].shape[1] / images[0].shape[0]  # a clip's strip of frames: two a row
     columns = min(GRID_COLUMNS if wide < 2 else 2, len(picked))
     rows = -(-len(picked) // columns)
@@ -102,21 +90,14 @@ def top_losses_figure(samples, picked, class_names, dataset):
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax, i, image in zip(axes, picked, images):
         ax.imshow(image, interpolation="nearest")
-        true, predicted = samples["label"][i], samples["predicted"][i]
-        if multi:
-            title = (f"missed: {label_text(sorted(set(true) - set(predicted)), class_names)}\n"
-                     f"false: {label_text(sorted(set(predicted) - set(true)), class_names)}")
-        else:
-            title = (f"true {class_names[true]} / pred {class_names[predicted]}\n"
-                     f"p {samples['probability'][i]:.2f}, true p {samples['true_probability'][i]:.2f}")
-        ax.set_title(f"{title}\nloss {samples['loss'][i]:.2f}", fontsize=8)
+        ax.set_title(f"{task.failure_title(samples, i, class_names)}\nloss {samples['loss'][i]:.2f}", fontsize=8)
     for ax in axes:
         ax.axis("off")
     fig.suptitle("validation samples of highest loss (top_losses.csv names them)")
     return fig
 
 
-def prediction_rows(samples, class_names, dataset, top_n, others=16):
+def prediction_rows(samples, class_names, dataset, top_n, task, others=16):
     """The wandb table of validation predictions: the `top_n` highest losses, then `others` of the rest evenly spread
     over the validation set: (image, true, predicted, probability, loss, which), images as loaded."""
     if not samples or not samples["loss"]:
@@ -125,23 +106,22 @@ def prediction_rows(samples, class_names, dataset, top_n, others=16):
     chosen = set(picked)
     rest = [i for i in range(len(samples["loss"])) if i not in chosen]
     spread = rest[::max(1, len(rest) // others)][:others] if others else []
-    multi = isinstance(samples["label"][0], list)
-    return [(picture(dataset, samples["index"][i]), label_text(samples["label"][i], class_names),
-             label_text(samples["predicted"][i], class_names), None if multi else samples["probability"][i],
+    return [(picture(dataset, samples["index"][i]), task.label_text(samples["label"][i], class_names),
+             task.label_text(samples["predicted"][i], class_names), task.shown_probability(samples, i),
              samples["loss"][i], "top loss" if i in chosen else "sample") for i in picked + spread]
 
 
-def write_failures(out, figures, class_names, dataset, top_n):
-    """top_losses.csv and .png (the `top_n` highest losses; 0: neither), most_confused.csv (single-label); returns
-    the pictures written and the summary's lines."""
+def write_failures(out, figures, class_names, dataset, top_n, task):
+    """top_losses.csv and .png (the `top_n` highest losses; 0: neither) as the run's `task` describes its samples,
+    most_confused.csv (single-label); returns the pictures written and the summary's lines."""
     from utils.reporting import plots
 
     written, lines = [], []
     samples = figures.get("samples")
     if top_n and samples and samples["loss"]:
         picked = highest_losses(samples, top_n)
-        write_text_atomic(out / "top_losses.csv", top_losses_table(samples, picked, class_names, dataset))
-        fig = top_losses_figure(samples, picked, class_names, dataset)
+        write_text_atomic(out / "top_losses.csv", top_losses_table(samples, picked, class_names, dataset, task))
+        fig = top_losses_figure(samples, picked, class_names, dataset, task)
         if fig is not None:
             plots.save(fig, out / "top_losses.png")
             written.append(out / "top_losses.png")

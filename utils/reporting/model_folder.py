@@ -17,10 +17,11 @@ from utils.core.io import write_text_atomic
 from utils.models.libraries import library, save_in_library_form
 
 
-def input_config(inp, multi_label=False, temperature=None):
+def input_config(inp, kind=None, temperature=None):
     """The eval input of the run (its Input, utils/data/transforms/input.py): what a user of the folder must feed the
-    model; for a multi-label run, that its outputs are each class's own (a sigmoid, not a softmax); with --calibrate,
-    the temperature its logits are divided by before the softmax."""
+    model; what its task says of its kind of labels (`kind`: a task's folder_fields; a multi-label run's outputs are
+    each class's own, a sigmoid, not a softmax); with --calibrate, the temperature its logits are divided by before
+    the softmax."""
     mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)  # synthetic input is not normalised
     config = dict(image_size=inp.val_crop_size, resize=inp.val_resize_size, interpolation=inp.interpolation,
                   mean=list(mean), std=list(std))
@@ -28,14 +29,15 @@ def input_config(inp, multi_label=False, temperature=None):
         config.update(in_chans=inp.channels, bands=list(inp.bands) if inp.bands else None, pixel_max=inp.pixel_max)
     if temperature is not None:
         config["temperature"] = temperature
-    return {**config, "multi_label": True} if multi_label else config
+    return {**config, **(kind or {})}
 
 
-def save_model_folder(model, name, inp, class_names, folder, multi_label=False, temperature=None):
+def save_model_folder(model, name, inp, class_names, folder, task, temperature=None):
     """Write `model` (a bare, unsharded module on the CPU, in the default memory format) to `folder` in its
-    library's format, with the run's eval input `inp` (and --calibrate's temperature); returns the folder."""
+    library's format, with the run's eval input `inp`, what its `task` says of its labels (utils/evaluation/tasks.py)
+    and --calibrate's temperature; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_in_library_form(model, name, folder, input_config(inp, multi_label, temperature), class_names)
+    save_in_library_form(model, name, folder, input_config(inp, task.folder_fields, temperature), class_names)
     return folder
 
 

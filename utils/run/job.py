@@ -38,7 +38,7 @@ from utils.training import checkpoints
 from utils.training.checkpoints import resume_position
 from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
-from utils.training.losses import Objective
+from utils.training.objective import Objective
 from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
 
@@ -53,7 +53,7 @@ class Job:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: object
-    objective: object  # the training loss: the task's, and a teacher's term (utils/training/losses.py)
+    objective: object  # the training loss: the task's, and a teacher's term (utils/training/objective.py)
     train_loader: object
     val_loader: object
     steps_per_epoch: int
@@ -193,14 +193,15 @@ def build_job(args, settings, accelerator, out):
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
     train_ds, val_ds, class_names, settings, multi_label = load_datasets(args, settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
-    balance = read_balance(settings.balance, source, train_ds, class_names, multi_label, accelerator.print)  # class counts
+    task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
+    balance = read_balance(settings.balance, source, train_ds, class_names, task, accelerator.print)  # class counts
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     draws = epoch_draws(settings.data, accelerator)  # --sampler balanced's epoch with --steps_per_epoch
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                               ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
                                               weights=balance.sample_weights, draws=draws)
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
-    teacher = build_teacher(args, class_names, inp, accelerator, multi_label)
+    teacher = build_teacher(args, class_names, inp, accelerator, task)
     if teacher is not None and distillation_head(model, inp.video):
         accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
                           "from the labels (their mean is scored)")
@@ -218,9 +219,8 @@ def build_job(args, settings, accelerator, out):
                                       inp.pixel_max)
     test_loader = (build_test_loader(accelerator, test_views(settings.data, inp, val_ds), args.batch_size, num_workers)
                    if args.test_clips or args.test_crops else None)
-    task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
     job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-              objective=Objective(settings.losses, teacher, multi_label, balance), train_loader=train_loader,
+              objective=Objective(settings.losses, task, teacher, balance), train_loader=train_loader,
               val_loader=val_loader, task=task, steps_per_epoch=steps_per_epoch, class_names=class_names, out=out,
               logger=logger, bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
               best_score=[], patience=Patience(args.early_stop, args.early_stop_min_delta,
@@ -229,7 +229,7 @@ def build_job(args, settings, accelerator, out):
               inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance)
     accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
                       f"{len(val_ds)} val {settings.sample_unit}, {len(class_names)} classes"
-                      f"{' (multi-label)' if multi_label else ''}, {accelerator.num_processes} process(es) on "
+                      f"{task.note}, {accelerator.num_processes} process(es) on "
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
     return job, source.sample_count(train_ds), num_workers

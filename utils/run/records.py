@@ -43,7 +43,7 @@ def export_weights(job, figures):
     temperature = calibrate(job, figures) if args.calibrate else None
     if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
         folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names, job.out / "model",
-                                   job.task.multi_label, temperature)
+                                   job.task, temperature)
         if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
             write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
                                                            "tuned": dict(zip(job.class_names, tuned))})
@@ -54,7 +54,7 @@ def log_validation_media(job, step, figures, examples):
     (the top losses and a spread of the rest, utils/reporting/failures.py)."""
     trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples)
     trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)], lambda: prediction_rows(
-        figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses))
+        figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses, job.task))
 
 
 def report_results(job, results, figures, train_samples):
@@ -72,10 +72,11 @@ def report_results(job, results, figures, train_samples):
             write_record(out, trained_run(job.args, job.settings, class_names, job.task.multi_label,
                                             results["temperature"]))
         pictures = report.write(out, results, figures, errors)
-        failures, confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses)
+        failures, confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses,
+                                           job.task)
         trackers.log_pictures(accelerator, results["global_step"], pictures + failures)
         trackers.log_predictions(accelerator, results["global_step"], lambda: prediction_rows(
-            figures.get("samples"), class_names, job.val_loader.dataset, job.args.top_losses))
+            figures.get("samples"), class_names, job.val_loader.dataset, job.args.top_losses, job.task))
         table = report.per_class_table(figures, class_names, job.balance.counts)
         print("\n".join([table, *confused]))
         write_html(out, results, pictures + failures, table, confused)  # all of it in one file: report.html

@@ -1,4 +1,4 @@
-"""--teacher: the model a student is distilled from (utils/training/losses.py computes the loss).
+"""--teacher: the model a student is distilled from (utils/training/objective.py computes the loss).
 
 It is a run of this script (its folder, or one of its checkpoints), or a model name with its library's pretrained
 weights (--teacher_pretrained). It runs in eval mode and without gradients, on this process's device and under its
@@ -16,6 +16,7 @@ import torch
 from utils.core.errors import UserError
 from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
 from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD
+from utils.evaluation.tasks import SingleLabel, task_kind
 from utils.models.libraries import check_clip_frames, check_image_size, data_config, pretrained_model
 from utils.run.trained import load_run
 from utils.training.checkpoints import STATE_FILE
@@ -40,13 +41,14 @@ class Teacher:
             return self.model(pixels)
 
 
-def build_teacher(args, class_names, inp, accelerator, multi_label=False):
-    """The Teacher of --teacher (None without one), on the device; the start-up line says what it is. A multi-label
-    student learns from a teacher trained on multi-label data (its sigmoid), a single-label one from a softmax."""
+def build_teacher(args, class_names, inp, accelerator, task):
+    """The Teacher of --teacher (None without one), on the device; the start-up line says what it is. The student
+    learns from a teacher of its own kind of labels (`task`, utils/evaluation/tasks.py): a multi-label one from a
+    teacher trained on multi-label data (its sigmoid), a single-label one from a softmax."""
     if args.teacher is None or args.eval_only:
         return None
     with torch.random.fork_rng(devices=[]):  # its random initialisation leaves the run's random stream as it was
-        model, stats, name, source, origin = _model(args, class_names, inp, multi_label)
+        model, stats, name, source, origin = _model(args, class_names, inp, task)
     model = model.to(accelerator.device).eval().requires_grad_(False)
     if args.channels_last:  # the student's input comes in this format
         model = model.to(memory_format=torch.channels_last_3d if inp.video else torch.channels_last)
@@ -61,14 +63,20 @@ def build_teacher(args, class_names, inp, accelerator, multi_label=False):
     return Teacher(model, identity, renormalise, accelerator.autocast)
 
 
-def _model(args, class_names, inp, multi_label=False):
+def _same_kind(task, teacher_kind, teacher):
+    """Refuse a teacher whose kind of labels (a task class) is not the student's `task`'s."""
+    if not isinstance(task, teacher_kind):
+        raise TeacherError(f"teacher: {teacher} teaches {teacher_kind.labels_text} a sample, this run's data has "
+                           f"{task.labels_text} a sample; give a teacher trained on the same kind of labels (a run "
+                           f"folder of this script)")
+
+
+def _model(args, class_names, inp, task):
     """(the teacher's model on the CPU, its input's (mean, std), its model name, the folder or name it was given by
     (resolved), where its weights come from)."""
     folder = Path(args.teacher)
     if not folder.is_dir():
-        if multi_label:
-            raise TeacherError(f"teacher: {args.teacher}'s pretrained classifier is single-label (a softmax); a "
-                               f"multi-label run distils from a run folder trained on multi-label data")
+        _same_kind(task, SingleLabel, f"{args.teacher}'s pretrained classifier")
         if inp.channels != 3 or inp.pixel_max is not None:
             raise TeacherError(f"teacher: {args.teacher}'s pretrained weights see 8-bit RGB, this run's input "
                                f"{inp.channels} channels of its files' own bits; give a run folder trained on them")
@@ -92,10 +100,7 @@ def _model(args, class_names, inp, multi_label=False):
     if names != list(class_names):
         raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
                            f"than this data's ({len(class_names)}); give a teacher trained on the same classes")
-    if trained.multi_label != multi_label:
-        kinds = ("several labels", "one label") if multi_label else ("one label", "several labels")
-        raise TeacherError(f"teacher: {folder} was trained on {kinds[1]} a sample, this run's data has {kinds[0]} "
-                           f"a sample; give a teacher trained on the same kind of labels")
+    _same_kind(task, task_kind(trained.multi_label), folder)
     if trained.input.video != inp.video:
         kinds = ("videos", "images") if inp.video else ("images", "videos")
         raise TeacherError(f"teacher: {folder} was trained on {kinds[1]}, this run trains on {kinds[0]}")

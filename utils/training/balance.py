@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from utils.core.errors import ConfigError
-from utils.data.datasets.labels import class_counts
 
 SHOWN = 12  # more classes than this: the start-up line shows the head and the tail
 
@@ -48,19 +47,19 @@ def needs_counts(options):
         options.pos_weight is not None
 
 
-def read_balance(options, source, train, class_names, multi_label, log=print):
-    """The run's Balance: the counts of every training label (printed, head and tail), and the weights its
-    BalanceOptions `options` ask for. A class without training samples has no weight or prior: --class_weights and
-    --logit_adjust refuse it."""
+def read_balance(options, source, train, class_names, task, log=print):
+    """The run's Balance: the counts of every training label (printed, head and tail), as the run's `task` counts its
+    kind of labels (utils/evaluation/tasks.py), and the weights its BalanceOptions `options` ask for. A class without
+    training samples has no weight or prior: --class_weights and --logit_adjust refuse it."""
     if not (source.labels_ahead or needs_counts(options)):
         return Balance()
     rows = source.labels(train)
-    counts = class_counts(rows, len(class_names), multi_label).astype(np.int64)
-    log(counts_line(counts, class_names, multi_label))
+    counts = task.class_counts(rows).astype(np.int64)
+    log(counts_line(counts, class_names, task.counted))
     balance = Balance(counts=counts.tolist(), samples=len(rows))
     if options.sampler == "balanced":
-        balance.sample_weights = sample_weights(rows, counts, options.sampler_power, multi_label)
-        log(sampler_line(balance.sample_weights, rows, class_names, multi_label))
+        balance.sample_weights = sample_weights(task, rows, counts, options.sampler_power)
+        log(sampler_line(balance.sample_weights, rows, counts, task))
     if options.class_weights or options.logit_adjust is not None:
         empty = [name for name, n in zip(class_names, counts) if n == 0]
         option = "class_weights" if options.class_weights else "logit_adjust"
@@ -73,7 +72,7 @@ def read_balance(options, source, train, class_names, multi_label, log=print):
             f"{' ...' if len(counts) > SHOWN else ''}")
     if options.logit_adjust is not None:
         balance.log_prior = np.log(counts / counts.sum()).tolist()
-    if multi_label and options.pos_weight == "auto":
+    if options.pos_weight == "auto":  # (multi-label data only: SingleLabel.REFUSED)
         balance.pos_weight = pos_weights(counts, len(rows))
         more = " ..." if len(counts) > 20 else ""
         log(f"pos_weight auto: {', '.join(f'{w:.3g}' for w in balance.pos_weight[:20])}{more} (positives "
@@ -81,37 +80,30 @@ def read_balance(options, source, train, class_names, multi_label, log=print):
     return balance
 
 
-def counts_line(counts, class_names, multi_label=False):
-    """The start-up line of the class counts, largest first (the head and the tail when there are many)."""
+def counts_line(counts, class_names, counted="samples"):
+    """The start-up line of the class counts (of training `counted`: samples, or multi-label positives), largest first
+    (the head and the tail when there are many)."""
     order = np.argsort(-counts, kind="stable")
     pairs = [f"{class_names[i]} {counts[i]}" for i in order]
     shown = ", ".join(pairs) if len(pairs) <= SHOWN else f"{', '.join(pairs[:5])} ... {', '.join(pairs[-5:])}"
     low = counts[order[-1]]
     ratio = f"; head/tail {counts[order[0]] / low:.3g}x" if low else f"; {int((counts == 0).sum())} without samples"
-    return f"class counts (training {'positives' if multi_label else 'samples'}): {shown}{ratio}"
+    return f"class counts (training {counted}): {shown}{ratio}"
 
 
-def sample_weights(rows, counts, power, multi_label=False):
+def sample_weights(task, rows, counts, power):
     """--sampler balanced: each sample's weight, its class's count ** -power; a multi-label sample's is its rarest
-    label's (a sample without labels counts as a class of its own: the samples without any)."""
-    if not multi_label:
-        return (counts[np.asarray(rows, dtype=np.int64)].astype(np.float64) ** -power).tolist()
-    unlabelled = sum(1 for row in rows if not len(row))
-    rarest = [min(counts[c] for c in row) if len(row) else unlabelled for row in rows]
-    return (np.asarray(rarest, dtype=np.float64) ** -power).tolist()
+    label's (`task`'s sample_counts: a sample without labels counts as a class of its own, the samples without any)."""
+    return (task.sample_counts(rows, counts).astype(np.float64) ** -power).tolist()
 
 
-def sampler_line(weights, rows, class_names, multi_label):
-    """How often --sampler balanced draws each class, expected per epoch, against the split's shares."""
+def sampler_line(weights, rows, counts, task):
+    """How often --sampler balanced draws each class, expected per epoch (the share of drawn samples that carry it),
+    against the split's shares."""
     weights = np.asarray(weights)
-    share = weights / weights.sum()
-    if multi_label:
-        return f"sampler balanced: each sample drawn with probability {share.min():.3g} .. {share.max():.3g}"
-    labels = np.asarray(rows, dtype=np.int64)
-    drawn = np.bincount(labels, weights=share, minlength=len(class_names))
+    drawn = task.class_counts(rows, weights / weights.sum())
     return (f"sampler balanced: expected share of an epoch per class {drawn.min():.3g} .. {drawn.max():.3g} "
-            f"(the split's: {np.bincount(labels, minlength=len(class_names)).min() / len(labels):.3g} .. "
-            f"{np.bincount(labels, minlength=len(class_names)).max() / len(labels):.3g})")
+            f"(the split's: {counts.min() / len(rows):.3g} .. {counts.max() / len(rows):.3g})")
 
 
 def parse_class_weights(spec):

@@ -32,15 +32,3 @@ def multi_hot_matrix(rows, num_classes):
         matrix[i, list(row)] = 1
     return matrix
 
-
-def positive_counts(rows, num_classes):
-    """How many samples of `rows` (lists of class indices) carry each class."""
-    return multi_hot_matrix(rows, num_classes).sum(axis=0, dtype=np.int64)
-
-
-def class_counts(rows, num_classes, multi_label):
-    """How many samples of `rows` carry each class: (num_classes,) int64. `rows`: class indices, or lists of them
-    (`multi_label`: a sample counts once for each of its classes)."""
-    if multi_label:
-        return positive_counts(rows, num_classes)
-    return np.bincount(np.asarray(rows, dtype=np.int64), minlength=num_classes)

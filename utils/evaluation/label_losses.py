@@ -1,41 +1,14 @@
-"""The training objective: cross-entropy (label smoothing; long-tailed data: --logit_adjust, --focal_gamma,
---class_weights) or timm's binary cross-entropy (--bce_loss); for multi-label data, binary cross-entropy per class
-(--pos_weight, --focal_gamma) or timm's asymmetric loss; and with a --teacher, DeiT's distillation term beside it (of
-the plain logits). Validation scores the data's plain loss (utils/evaluation/tasks.py).
+"""The losses of each kind of labels, which its task (utils/evaluation/tasks.py) builds for training from the
+LossOptions: cross-entropy (label smoothing; long-tailed data: --logit_adjust, --focal_gamma, --class_weights) or
+timm's binary cross-entropy (--bce_loss) for one label a sample; binary cross-entropy per class (--pos_weight,
+--focal_gamma) or timm's asymmetric loss for several; and DeiT's distillation term of each kind.
 
 Each loss is kept per sample (cross-entropy) or per sample and class (BCE) until the loop averages it: the loop has
 already left out images that could not be decoded."""
 
-import importlib.util
-import os
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-from utils.core.errors import ConfigError
-from utils.models.libraries import check_model_name
-
-# --distill, --distill_alpha, --distill_temperature: their defaults (utils/config/training_options.py), which a run
-# without --teacher must keep (it has no distillation for them to change)
-DISTILL_DEFAULTS = {"distill": "soft", "distill_alpha": 0.5, "distill_temperature": 1.0}
-
-
-@dataclass(frozen=True)
-class LossOptions:
-    """What the options ask of the loss, read from them once (utils/config/settings.py); each field is its option's."""
-
-    label_smoothing: float
-    bce_loss: bool
-    bce_target_thresh: float
-    logit_adjust: float
-    focal_gamma: float
-    multi_label_loss: str  # bce or asl
-    teacher: str  # --teacher: a run folder or a model name (utils/run/teacher.py builds it), None: no distillation
-    teacher_pretrained: bool
-    distill: str  # with a --teacher: soft or hard,
-    distill_alpha: float  # the weight of the distillation term,
-    distill_temperature: float  # and its temperature
 
 class BinaryCrossEntropy:
     """timm's BinaryCrossEntropy (one-vs-all, as "ResNet strikes back" trains), per sample and class.
@@ -140,15 +113,11 @@ class AsymmetricLoss:
         return self.loss(logits.float(), targets) / logits.shape[0]
 
 
-def label_loss(options, multi_label=False, balance=None):
-    """The loss against the labels: per-sample cross-entropy with --label_smoothing (--logit_adjust, --focal_gamma),
-    or BCE with --bce_loss; for multi-label data, per-class BCE (--pos_weight, --focal_gamma) or timm's asymmetric
-    loss (--multi_label_loss asl). `balance` (utils/training/balance.py) holds the weights and prior the options
-    derive from the class counts; --class_weights weighs each sample's loss by its class's (`options`: LossOptions)."""
-    if multi_label:
-        if options.multi_label_loss == "asl":
-            return AsymmetricLoss(options.label_smoothing)
-        return MultiLabelBCE(options.label_smoothing, balance and balance.pos_weight, options.focal_gamma)
+def single_label_loss(options, balance=None):
+    """The loss of one label a sample: per-sample cross-entropy with --label_smoothing (--logit_adjust, --focal_gamma),
+    or timm's BCE with --bce_loss; --class_weights weighs each sample's loss by its class's. `options`: the LossOptions
+    (utils/training/objective.py); `balance` (utils/training/balance.py): the weights and prior they derive from the
+    class counts."""
     if options.bce_loss:
         loss = BinaryCrossEntropy(options.label_smoothing, options.bce_target_thresh)
     elif options.logit_adjust is not None or options.focal_gamma:
@@ -159,77 +128,29 @@ def label_loss(options, multi_label=False, balance=None):
     return loss if balance is None or balance.class_weights is None else ClassWeighted(loss, balance.class_weights)
 
 
-def distillation_loss(kind, student, teacher, temperature, multi_label=False):
+def multi_label_loss(options, balance=None):
+    """The loss of several labels a sample: per-class BCE (--pos_weight, --focal_gamma) or timm's asymmetric loss
+    (--multi_label_loss asl)."""
+    if options.multi_label_loss == "asl":
+        return AsymmetricLoss(options.label_smoothing)
+    return MultiLabelBCE(options.label_smoothing, balance and balance.pos_weight, options.focal_gamma)
+
+
+def softmax_distillation(kind, student, teacher, temperature):
     """DeiT's two kinds, per sample: `soft`, the KL divergence of the student's softened distribution from the
     teacher's, times T^2 (Hinton's scaling, which keeps its gradient's size across temperatures); `hard`, the
     cross-entropy against the teacher's top class. (DeiT's own code divides the soft sum by batch x classes; this
-    is per sample, as timm's distillation tasks and torch's `batchmean` take it.) Multi-label: the BCE of each
-    class's softened sigmoid against the teacher's (soft, times T^2), or against its 0/1 decisions (hard), summed
-    over classes as the task's BCE is."""
-    if multi_label:
-        target = (teacher > 0).float() if kind == "hard" else (teacher / temperature).sigmoid()
-        scale = 1.0 if kind == "hard" else temperature ** 2
-        student = student if kind == "hard" else student / temperature
-        return F.binary_cross_entropy_with_logits(student, target, reduction="none").sum(dim=1) * scale
+    is per sample, as timm's distillation tasks and torch's `batchmean` take it.)"""
     if kind == "hard":
         return F.cross_entropy(student, teacher.argmax(dim=1), reduction="none")
     log_s, log_t = F.log_softmax(student / temperature, dim=1), F.log_softmax(teacher / temperature, dim=1)
     return F.kl_div(log_s, log_t, reduction="none", log_target=True).sum(dim=1) * temperature ** 2
 
 
-class Objective:
-    """What the loop minimises for one micro-batch: the mean loss on the labels (`label_loss`), and with a teacher
-    (utils/run/teacher.py) (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token (timm's
-    deit_*_distilled, in training) answers with two heads: the first learns the labels, the second the teacher."""
-
-    def __init__(self, options, teacher=None, multi_label=False, balance=None):
-        self.label_loss = label_loss(options, multi_label, balance)
-        self.multi_label = multi_label
-        self.teacher = teacher
-        self.kind, self.alpha, self.temperature = options.distill, options.distill_alpha, options.distill_temperature
-
-    def __call__(self, output, targets, pixels):
-        """`output`: the model's on `pixels` (the erased, mixed input, which the teacher sees too)."""
-        head, distill_head = output if isinstance(output, tuple) else (output, output)
-        loss = self.label_loss(head, targets).mean()
-        if self.teacher is None:
-            return loss
-        with torch.no_grad():
-            teacher = self.teacher(pixels)
-        distill = distillation_loss(self.kind, distill_head.float(), teacher.float(), self.temperature,
-                                    self.multi_label).mean()
-        return (1 - self.alpha) * loss + self.alpha * distill
-
-
-def check_options(options, need):
-    """The loss and distillation LossOptions `options` ask for."""
-    thresh, bce = options.bce_target_thresh, options.bce_loss
-    need(thresh is None or 0 <= thresh < 1, "bce_target_thresh", "must be in [0, 1)")
-    need(thresh is None or bce, "bce_target_thresh", "applies to --bce_loss only")
-    need(not bce or importlib.util.find_spec("timm") is not None, "bce_loss", "is timm's "
-         "BinaryCrossEntropy, and timm is not installed: pip install -r requirements-models.txt (or pip install timm)")
-    need(options.logit_adjust is None or options.logit_adjust > 0, "logit_adjust", "must be > 0 (1: Menon et al.'s)")
-    need(options.logit_adjust is None or not bce, "logit_adjust", "adds the log-prior to softmax cross-entropy's "
-         "logits; --bce_loss is one sigmoid per class: drop one of the two")
-    need(options.focal_gamma is None or options.focal_gamma > 0, "focal_gamma", "must be > 0 (2: Lin et al.'s)")
-    need(options.focal_gamma is None or not bce, "focal_gamma", "focuses cross-entropy and multi-label BCE; "
-         "timm's --bce_loss has no focal term: drop one of the two")
-    teacher, pretrained = options.teacher, options.teacher_pretrained
-    if teacher is None:
-        changed = [f"--{key}" for key, value in DISTILL_DEFAULTS.items() if getattr(options, key) != value]
-        need(not changed, changed[0][2:] if changed else "", f"{', '.join(changed)}: set for a distillation, "
-             f"which needs --teacher")
-        need(not pretrained, "teacher_pretrained", "needs --teacher")
-        return
-    need(0 < options.distill_alpha <= 1, "distill_alpha", "must be in (0, 1] with --teacher (the weight of the "
-         "distillation term)")
-    need(options.distill_temperature > 0, "distill_temperature", "must be > 0")
-    if os.path.isdir(teacher):  # a run folder, read when the run is built
-        need(not pretrained, "teacher_pretrained", "for a --teacher model name; a run folder brings its own weights")
-        return
-    need(pretrained, "teacher", f"{teacher} is not a folder; a model name needs --teacher_pretrained "
-         f"(random weights teach nothing), or give a run folder of this script")
-    try:
-        check_model_name(teacher)
-    except ValueError as e:
-        raise ConfigError(f"teacher: {e}") from None
+def sigmoid_distillation(kind, student, teacher, temperature):
+    """DeiT's two kinds for several labels a sample, per sample: the BCE of each class's softened sigmoid against the
+    teacher's (soft, times T^2), or against its 0/1 decisions (hard), summed over classes as the task's BCE is."""
+    target = (teacher > 0).float() if kind == "hard" else (teacher / temperature).sigmoid()
+    scale = 1.0 if kind == "hard" else temperature ** 2
+    student = student if kind == "hard" else student / temperature
+    return F.binary_cross_entropy_with_logits(student, target, reduction="none").sum(dim=1) * scale
