@@ -69,7 +69,7 @@ from utils.models.ema import update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
 from utils.run.job import build_accelerator, build_job, check_fsdp, resume
-from utils.run.records import export_weights, log_validation_media, report_results, start_records
+from utils.run.records import export_weights, log_validation_media, report_results, start_pictures, start_records
 from utils.training import checkpoints
 from utils.training.run_folder import output_dir_for, resume_folder
 from utils.training.run_lock import lock_run_folder
@@ -165,6 +165,7 @@ def train(job, start):
         figures = after_epoch(job, epoch, global_step, finished) or figures
     if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
         figures = validate(job, epochs_completed - 1, global_step)
+    start_pictures(job, figures)  # drawn by a child process while the run saves and exports (records.py)
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_score=tracked_figure(job, figures))
@@ -342,6 +343,7 @@ def agree_on_step(job, nonfinite, images, step, saved=()):
 def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
     figures = validate(job, position.epoch - 1, position.global_step)
+    start_pictures(job, figures)
     return {**job.task.results(figures, job.class_names), "epochs_completed": position.epoch,
             "global_step": position.global_step,
             "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,

@@ -88,3 +88,84 @@ def test_per_class_table_by_training_samples_puts_the_tail_last():
     lines = report.per_class_table(figures, [f"c{i}" for i in range(n)], list(range(n))).splitlines()
     names = [line.split()[0] for line in lines[2:]]
     assert names == [f"c{i}" for i in range(n - 1, n - 11, -1)] + ["..."] + [f"c{i}" for i in range(19, -1, -1)]
+
+
+def _figure(text):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1, 1))
+    fig.text(0.5, 0.5, text)
+    return fig
+
+
+def test_the_pictures_are_drawn_by_a_child_while_the_run_goes_on_and_a_failed_child_costs_none(tmp_path):
+    """A child process draws every picture (makers that return None leave no file) and names those it wrote; a child
+    that fails on its way (here: a maker that raises in any process but the run's) leaves the parent to draw them all."""
+    import os
+
+    from utils.reporting.drawing import Drawing
+
+    run = os.getpid()
+
+    def who(name):  # a picture saying which process drew it
+        return lambda: (tmp_path / f"{name}.pid").write_text(str(os.getpid())) and _figure(name)
+
+    pictures = [(who("a"), tmp_path / "a.png"), (lambda: None, tmp_path / "none.png"), (who("b"), tmp_path / "b.png")]
+    drawing = Drawing.start(pictures)
+    child = drawing.pid
+    assert child not in (None, run)
+    assert drawing.collect() == [tmp_path / "a.png", tmp_path / "b.png"]
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "none.png").exists()
+    assert (tmp_path / "a.pid").read_text() == (tmp_path / "b.pid").read_text() == str(child)  # the child's
+
+    def only_here():
+        if os.getpid() != run:
+            raise RuntimeError("the child fails")
+        return _figure("here")
+
+    for path in tmp_path.glob("*.png"):
+        path.unlink()
+    failed = Drawing.start([(who("c"), tmp_path / "c.png"), (only_here, tmp_path / "d.png")])
+    assert failed.collect() == [tmp_path / "c.png", tmp_path / "d.png"]
+    assert (tmp_path / "c.pid").read_text() == str(run)  # drawn again here, as the child would have
+    assert (tmp_path / "d.png").is_file()
+
+
+def test_the_drawing_child_dies_with_a_sigkilled_run(tmp_path):
+    """A run SIGKILLed while its child draws: the child goes with it and writes nothing after (a resumed run may
+    already use the folder)."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    read_end, write_end = os.pipe()
+    run = os.fork()
+    if run == 0:  # the run: starts drawing a slow picture, says the child's pid, waits to be killed
+        from utils.reporting.drawing import Drawing
+
+        def slow():
+            time.sleep(3)
+            return _figure("late")
+
+        drawing = Drawing.start([(slow, tmp_path / "late.png")])
+        os.write(write_end, str(drawing.pid).encode())
+        time.sleep(60)
+        os._exit(0)
+    os.close(write_end)
+    child = int(os.read(read_end, 32))
+    os.kill(run, signal.SIGKILL)
+    os.waitpid(run, 0)
+    deadline = time.time() + 2
+    while time.time() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:  # dead, not yet reaped by its new parent
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the drawing child {child} outlived its run")
+    time.sleep(3.5)
+    assert not (tmp_path / "late.png").exists()

@@ -69,6 +69,18 @@ def follow_launcher(launcher_pid):
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def die_with_parent(parent_pid):
+    """A forked helper (utils/reporting/drawing.py) killed when its parent dies, whatever killed it (Linux): it must
+    not write into a run folder that a resumed run may already be using."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+
 class StopRequest:
     """Remembers a stop signal; the training loop agrees on it across ranks once a step."""
 

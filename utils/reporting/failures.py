@@ -111,20 +111,24 @@ def prediction_rows(samples, class_names, dataset, top_n, task, others=16):
              samples["loss"][i], "top loss" if i in chosen else "sample") for i in picked + spread]
 
 
-def write_failures(out, figures, class_names, dataset, top_n, task):
-    """top_losses.csv and .png (the `top_n` highest losses; 0: neither) as the run's `task` describes its samples,
-    most_confused.csv (single-label); returns the pictures written and the summary's lines."""
-    from utils.reporting import plots
+def failure_pictures(out, figures, class_names, dataset, top_n, task):
+    """top_losses.png (the `top_n` highest losses; 0: none), as a (make the figure, its path) pair for
+    utils/reporting/drawing.py."""
+    samples = figures.get("samples")
+    if not (top_n and samples and samples["loss"]):
+        return []
+    picked = highest_losses(samples, top_n)
+    return [(lambda: top_losses_figure(samples, picked, class_names, dataset, task), out / "top_losses.png")]
 
-    written, lines = [], []
+
+def write_failures(out, figures, class_names, dataset, top_n, task):
+    """top_losses.csv (the `top_n` highest losses; 0: none) as the run's `task` describes its samples,
+    most_confused.csv (single-label); returns the summary's lines (the pictures: failure_pictures)."""
+    lines = []
     samples = figures.get("samples")
     if top_n and samples and samples["loss"]:
         picked = highest_losses(samples, top_n)
         write_text_atomic(out / "top_losses.csv", top_losses_table(samples, picked, class_names, dataset, task))
-        fig = top_losses_figure(samples, picked, class_names, dataset, task)
-        if fig is not None:
-            plots.save(fig, out / "top_losses.png")
-            written.append(out / "top_losses.png")
     if "confusion_matrix" in figures:
         rows = most_confused(figures["confusion_matrix"], class_names)
         text = io.StringIO()
@@ -135,4 +139,4 @@ def write_failures(out, figures, class_names, dataset, top_n, task):
         if rows:
             lines = ["most confused (true -> predicted: count, share of the true class; most_confused.csv)"] + [
                 f"  {t} -> {p}: {n} ({share:.1%})" for t, p, n, share in rows[:SHOWN_CONFUSED]]
-    return written, lines
+    return lines

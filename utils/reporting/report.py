@@ -69,28 +69,36 @@ def ece_of(figures):
     return figures.get("val_ema_ece", figures["val_ece"])
 
 
+def pictures(out, figures, class_names):
+    """The report's pictures, as (make the figure, its path) pairs for utils/reporting/drawing.py: curves.png (when
+    metrics.jsonl holds training rows, read now), calibration.png, confusion_matrix.png or, multi-label,
+    per_class_ap.png."""
+    drawn = []
+    metrics_path = out / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+    if any("train_loss" in row or "epoch_train_loss" in row for row in rows):  # something was trained
+        drawn.append((lambda: plots.curves_figure(rows), out / "curves.png"))
+    if figures.get("calibration_bins"):
+        what = "decision on each class" if "per_class_ap" in figures else "top-class probability"
+        drawn.append((lambda: plots.calibration_figure(figures["calibration_bins"], ece_of(figures), what),
+                      out / "calibration.png"))
+    if "per_class_ap" in figures:  # multi-label: no confusion between classes, per-class AP and counts instead
+        drawn.append((lambda: plots.per_class_ap_figure(figures["per_class_ap"], figures["class_support"],
+                                                        class_names), out / "per_class_ap.png"))
+    else:
+        drawn.append((lambda: plots.confusion_figure(figures["confusion_matrix"], class_names),
+                      out / "confusion_matrix.png"))
+    return drawn
+
+
 def write(out, results, figures, bad_images):
-    """results.json, bad_images.txt (if any), curves.png (when metrics.jsonl holds training rows), calibration.png,
-    confusion_matrix.png and .csv; returns the pictures written."""
+    """results.json, bad_images.txt (if any), confusion_matrix.csv or, multi-label, per_class_counts.csv (the
+    pictures are drawn apart: pictures())."""
     class_names = results["class_names"]
     if bad_images:
         write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{bad_images[p]}\n" for p in sorted(bad_images)))
     write_json_atomic(out / "results.json", results)
-    written = []
-    metrics_path = out / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
-    if any("train_loss" in row or "epoch_train_loss" in row for row in rows):  # something was trained
-        plots.save(plots.curves_figure(rows), out / "curves.png")
-        written.append(out / "curves.png")
-    if figures.get("calibration_bins"):
-        what = "decision on each class" if "per_class_ap" in figures else "top-class probability"
-        plots.save(plots.calibration_figure(figures["calibration_bins"], ece_of(figures), what),
-                   out / "calibration.png")
-        written.append(out / "calibration.png")
-    if "per_class_ap" in figures:  # multi-label: no confusion between classes, per-class AP and counts instead
-        plots.save(plots.per_class_ap_figure(figures["per_class_ap"], figures["class_support"], class_names),
-                   out / "per_class_ap.png")
-        written.append(out / "per_class_ap.png")
+    if "per_class_ap" in figures:
         text = io.StringIO()
         table = csv.writer(text)
         table.writerow(["class", "positives", "true_positives", "false_positives", "false_negatives",
@@ -100,12 +108,9 @@ def write(out, results, figures, bad_images):
             "" if figures["per_class_ap"][i] is None else figures["per_class_ap"][i]]
             for i, name in enumerate(class_names))
         write_text_atomic(out / "per_class_counts.csv", text.getvalue())
-        return written
-    plots.save(plots.confusion_figure(figures["confusion_matrix"], class_names), out / "confusion_matrix.png")
-    written.append(out / "confusion_matrix.png")
+        return
     text = io.StringIO()
     table = csv.writer(text)
     table.writerow(["true \\ predicted", *class_names])
     table.writerows([name, *counts] for name, counts in zip(class_names, figures["confusion_matrix"]))
     write_text_atomic(out / "confusion_matrix.csv", text.getvalue())
-    return written

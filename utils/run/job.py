@@ -45,8 +45,7 @@ from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_d
 
 @dataclass
 class Job:
-    """What a run is made of, built once in main(). The loop reads it; it only appends to the two
-    records at the end (skipped non-finite steps, best val top-1)."""
+    """What a run is made of, built once in main(); the loop reads it, and appends to its records at the end."""
 
     args: object
     accelerator: Accelerator
@@ -75,6 +74,7 @@ class Job:
     lr_notes: tuple = ()  # where the LR in force came from (--lr_scale_batch), also at the top of config.yaml
     task: object = None  # what validation scores: one label a sample or several (utils/evaluation/tasks.py)
     balance: object = None  # the training split's class counts and the weights drawn from them (utils/training/balance.py)
+    pictures: object = None  # the end-of-run pictures, drawn while the run ends (utils/reporting/drawing.py)
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps

@@ -10,7 +10,8 @@ from utils.evaluation.calibration import calibrate
 from utils.evaluation.tasks import tracked_key, tuned_thresholds
 from utils.models.ema import save_ema
 from utils.reporting import report, trackers
-from utils.reporting.failures import prediction_rows, write_failures
+from utils.reporting.drawing import Drawing
+from utils.reporting.failures import failure_pictures, prediction_rows, write_failures
 from utils.reporting.html_report import write_html
 from utils.reporting.model_folder import save_model_folder
 from utils.run.trained import trained_run, write_record
@@ -57,6 +58,16 @@ def log_validation_media(job, step, figures, examples):
         figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses, job.task))
 
 
+def start_pictures(job, figures):
+    """The main process starts drawing the run's pictures of its last validation's `figures` (the report's and
+    top_losses.png: utils/reporting/drawing.py), which report_results collects."""
+    pictures = []
+    if job.accelerator.is_main_process:
+        pictures = report.pictures(job.out, figures, job.class_names) + failure_pictures(
+            job.out, figures, job.class_names, job.val_loader.dataset, job.args.top_losses, job.task)
+    job.pictures = Drawing.start(pictures)
+
+
 def report_results(job, results, figures, train_samples):
     """results.json, the pictures and the per-class table (main process), and the closing line."""
     accelerator, out, class_names = job.accelerator, job.out, job.class_names
@@ -67,19 +78,21 @@ def report_results(job, results, figures, train_samples):
                    nonfinite_steps_skipped=job.nonfinite_steps)
     results.update(job.balance.results(class_names))  # the class counts; --class_weights', --pos_weight's weights
     results["tracked_metric"] = job.task.tracked
+    if job.pictures is None:  # (train and evaluate_only start them as soon as their figures are final)
+        start_pictures(job, figures)
     if accelerator.is_main_process:
         if "temperature" in results:  # --calibrate: predict.py, ONNX and a teacher divide the logits by it
             write_record(out, trained_run(job.args, job.settings, class_names, job.task.multi_label,
                                             results["temperature"]))
-        pictures = report.write(out, results, figures, errors)
-        failures, confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses,
-                                           job.task)
-        trackers.log_pictures(accelerator, results["global_step"], pictures + failures)
+        report.write(out, results, figures, errors)
+        confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses, job.task)
+        pictures = job.pictures.collect()
+        trackers.log_pictures(accelerator, results["global_step"], pictures)
         trackers.log_predictions(accelerator, results["global_step"], lambda: prediction_rows(
             figures.get("samples"), class_names, job.val_loader.dataset, job.args.top_losses, job.task))
         table = report.per_class_table(figures, class_names, job.balance.counts)
         print("\n".join([table, *confused]))
-        write_html(out, results, pictures + failures, table, confused)  # all of it in one file: report.html
+        write_html(out, results, pictures, table, confused)  # all of it in one file: report.html
     accelerator.print(f"done: val {job.task.line(figures)} on {results['val_samples']} {job.settings.sample_unit}"
                       f"{f' ({len(skipped)} skipped, see bad_images.txt)' if skipped else ''}; "
                       f"train {results['train_time_s']:.1f} s -> {out}")
