@@ -35,7 +35,7 @@ the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, r
 model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with --dump_rank_metrics,
 eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
 
-Read top to bottom, a run in order: main (parse -> settings -> build the job -> train or evaluate ->
+Read top to bottom, a run in order: main (parse -> settings -> build the job -> train or evaluate -> export ->
 report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
 training_loss, agree_on_step), validation (evaluate_only, validate, evaluate, multiview_test), and the
 checkpoint. What a run is made of and how it is built: utils/run/job.py.
@@ -46,7 +46,6 @@ import os
 
 PARENT_AT_START = os.getppid()  # before the slow imports: a launcher that dies meanwhile is still noticed
 
-import shlex
 import sys
 import time
 from functools import partial
@@ -69,7 +68,8 @@ from utils.models.ema import update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
 from utils.run.job import build_accelerator, build_job, check_fsdp, resume
-from utils.run.records import export_weights, log_validation_media, report_results, start_pictures, start_records
+from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
+                               start_records)
 from utils.training import checkpoints
 from utils.training.run_folder import output_dir_for, resume_folder
 from utils.training.run_lock import lock_run_folder
@@ -103,11 +103,13 @@ def main(argv=None):
         position, state = resume(job, resume_from) if resume_from is not None else (checkpoints.Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
-        results, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
+        summary, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
+        if not args.eval_only:
+            export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
+        results = {**job.task.results(figures, job.class_names), **summary}
         if job.test_loader is not None:
             results.update(multiview_test(job, results["global_step"]))
-        options = argv if argv is not None else sys.argv[1:]
-        results["command"] = f"accelerate launch train_classification.py {shlex.join(map(str, options))}"
+        results["command"] = command_line(argv)
         results = report_results(job, results, figures, train_samples)
         if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
             push_model_folder(out / "model", args.push_to_hub, settings.model, results, results["command"])
@@ -135,10 +137,10 @@ def main(argv=None):
 def train(job, start):
     """The epoch loop from Position `start`: train, validate every val_every epochs and at the end, checkpoint.
 
-    Returns the results and the last validation's full figures. A stop signal ends it with a
-    checkpoint and Interrupted; when it came at an epoch's last step (or training's), that epoch's
-    validation is owed (`owed_epoch`) and the resumed run does it first, where the uninterrupted run
-    would have (same RNG stream).
+    Returns what the results say of its training and the last validation's full figures (whose pictures it starts
+    drawing before its last checkpoint). A stop signal ends it with a checkpoint and Interrupted; when it came at an
+    epoch's last step (or training's), that epoch's validation is owed (`owed_epoch`) and the resumed run does it
+    first, where the uninterrupted run would have (same RNG stream).
     """
     args, accelerator = job.args, job.accelerator
     start_epoch, done_steps, global_step, owed_epoch = start
@@ -169,11 +171,9 @@ def train(job, start):
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_score=tracked_figure(job, figures))
-    export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
-    return {**job.task.results(figures, job.class_names), "epochs_completed": epochs_completed,
-            "global_step": global_step, "world_size": accelerator.num_processes,
-            "train_time_s": round(train_time, 3), "model": args.model, "dataset": job.settings.source_name,
-            **job.patience.results()}, figures
+    return {"epochs_completed": epochs_completed, "global_step": global_step,
+            "world_size": accelerator.num_processes, "train_time_s": round(train_time, 3), "model": args.model,
+            "dataset": job.settings.source_name, **job.patience.results()}, figures
 
 
 def after_epoch(job, epoch, global_step, finished):
@@ -344,8 +344,7 @@ def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
     figures = validate(job, position.epoch - 1, position.global_step)
     start_pictures(job, figures)
-    return {**job.task.results(figures, job.class_names), "epochs_completed": position.epoch,
-            "global_step": position.global_step,
+    return {"epochs_completed": position.epoch, "global_step": position.global_step,
             "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
             "dataset": job.settings.source_name}, figures
 

@@ -28,8 +28,8 @@ PROBE = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
 from utils.config.options import parse_args
+from utils.config.settings import datasets_for, typed_options
 from utils.data.sources.catalog import source_for
-from utils.config.settings import datasets_for
 
 def build(root):
     args = parse_args(["--train_dir", root + "/train", "--val_dir", root + "/val", "--image_size", "16"], prog="p")

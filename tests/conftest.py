@@ -25,6 +25,21 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
+
+def _warm_matplotlib():
+    """A run draws its pictures in a child it forks (utils/reporting/drawing.py): runs in this process (main()
+    in-process) hand theirs matplotlib imported and its fonts read, as the forked ranks' forkserver does
+    (helpers/warm.py), rather than each child importing and reading them afresh."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(2, 2), layout="constrained")
+    figure.subplots().set(title="warm", xlabel="x")
+    FigureCanvasAgg(figure).draw()
+
+
+_warm_matplotlib()
+
 # A small, fast job: synthetic 16x16 images, resnet18, no network.
 TINY = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "--batch_size", "8",
         "--synthetic_train_samples", "64", "--synthetic_val_samples", "37", "--num_workers", "0"]

@@ -1,6 +1,9 @@
 """What a run writes beside its loop: config.yaml, labels.json and the dashboards' run at the start; the trained
 weights in the forms their users take; results.json, the plots, where the model fails, the per-class table,
-report.html and the closing line at the end."""
+report.html and the closing line at the end (the pictures drawn by a child while the run ends)."""
+
+import shlex
+import sys
 
 from accelerate.utils import gather_object
 
@@ -56,6 +59,12 @@ def log_validation_media(job, step, figures, examples):
     trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples)
     trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)], lambda: prediction_rows(
         figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses, job.task))
+
+
+def command_line(argv):
+    """The command that runs this run again (`argv`: main's; None: the process's), as results.json and the model card
+    record it."""
+    return f"accelerate launch train_classification.py {shlex.join(map(str, sys.argv[1:] if argv is None else argv))}"
 
 
 def start_pictures(job, figures):
