@@ -67,7 +67,8 @@ from utils.evaluation.tasks import tracked_key
 from utils.models.ema import update_ema
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
-from utils.run.job import build_accelerator, build_job, check_fsdp, resume
+from utils.run.accelerator import build_accelerator, check_fsdp
+from utils.run.job import build_job, resume
 from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
                                start_records)
 from utils.training import checkpoints

@@ -110,7 +110,7 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
     from utils.data.transforms.images import Fixed
-    from utils.run.job import build_accelerator
+    from utils.run.accelerator import build_accelerator
 
     args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
                        "--num_workers", str(workers), "--val_fraction", "0.1"])
@@ -160,7 +160,7 @@ def stream_loader(shards, batch_size, workers):
     from utils.data.sources.catalog import source_for
     from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
-    from utils.run.job import build_accelerator
+    from utils.run.accelerator import build_accelerator
 
     args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
                        str(batch_size), "--num_workers", str(workers)])

@@ -14,7 +14,8 @@ from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
 from utils.reporting.progress import StepLogger
-from utils.run.job import Job, build_accelerator
+from utils.run.accelerator import build_accelerator
+from utils.run.job import Job
 from utils.evaluation.tasks import task_for
 from utils.training.objective import Objective
 from utils.training.schedule import build_lr_scheduler

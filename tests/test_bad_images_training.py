@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
 from utils.config.options import parse_args
-from utils.run.job import build_accelerator
+from utils.run.accelerator import build_accelerator
 
 
 class HalfBroken(Dataset):

@@ -50,6 +50,10 @@ def reject(argv, capsys):
     (["--dataset", "synthetic", "--max_train_samples", "8"], "max_train_samples: applies to the digits, folders, "
      "lists and Hub datasets; synthetic data is sized with --synthetic_train_samples/--synthetic_val_samples"),
     (["--dataset", "moving_digits", "--max_val_samples", "8"], "max_val_samples: applies to the digits"),
+    (["--image_size", "0"], "image_size: must be >= 1, got 0"),
+    (["--dataset", "moving_digits", "--clip_len", "0"], "clip_len: must be >= 1, got 0"),
+    (["--dataset", "moving_digits", "--num_segments", "0"], "num_segments: must be >= 1, got 0"),
+    (["--max_val_samples", "0"], "max_val_samples: must be >= 1, got 0"),
 ])
 def test_bad_command_line_is_one_line_exit_2(argv, message, capsys):
     assert message in reject(argv, capsys)

@@ -206,8 +206,9 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
                                   "--model_ema", "--model_ema_decay", "0.9", "--calibrate"))
     t = results["temperature"]
     assert t > 1.05
-    assert read_json(out / "run.json")["temperature"] == t == read_json(out / "model" / "config.json")["input"][
-        "temperature"]
+    folder_input = read_json(out / "model" / "config.json")["input"]
+    assert read_json(out / "run.json")["temperature"] == t == folder_input["temperature"]
+    assert "multi_label" not in folder_input  # one label a sample: a softmax, as a folder without the key says
     _, val, names, _ = datasets_for(parse_args(["--train_dir", str(images / "tr"), "--val_dir", str(images / "va"),
                                                   "--image_size", "32"]))
     run, tempered = load_run(out, ema=True)

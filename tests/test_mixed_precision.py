@@ -16,7 +16,7 @@ from loop_harness import Points, assert_bitwise_equal, make_job, run_epoch, snap
 
 from utils.config.options import parse_args
 from utils.config.settings import typed_options
-from utils.run.job import build_accelerator
+from utils.run.accelerator import build_accelerator
 from utils.training.schedule import build_lr_scheduler
 
 INIT_SCALE = 2.0 ** 40  # fp16 tops out at 65504: the scaled gradients of step 1 overflow

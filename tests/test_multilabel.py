@@ -195,6 +195,7 @@ def test_two_processes_score_every_sample_once_as_scikit_learn_does(tagged, two_
     results = read_json(out / "results.json")
     probs, targets, names, logits = val_outputs(out, tagged)
     assert names == CLASSES and results["val_samples"] == 37 == len(targets)
+    assert read_json(out / "model" / "config.json")["input"]["multi_label"] is True  # its outputs: a sigmoid a class
     console = (out.parent / "stdout.txt").read_text()  # the start-up lines say the kind, and count positives
     assert "48 train / 37 val images, 4 classes (multi-label), 2 process(es)" in console
     assert "class counts (training positives): " in console and "water 1" in console

@@ -12,7 +12,7 @@ from loop_harness import Points, assert_bitwise_equal, epoch_order, make_job, ru
 
 from train_classification import NonFiniteLoss, train_one_epoch
 from utils.config.options import parse_args
-from utils.run.job import build_accelerator
+from utils.run.accelerator import build_accelerator
 
 BATCH = 8
 

@@ -169,3 +169,22 @@ def test_the_drawing_child_dies_with_a_sigkilled_run(tmp_path):
         pytest.fail(f"the drawing child {child} outlived its run")
     time.sleep(3.5)
     assert not (tmp_path / "late.png").exists()
+
+
+def test_curves_are_drawn_when_anything_was_trained_and_never_for_an_evaluation(tmp_path):
+    """curves.png is among the pictures when metrics.jsonl holds training rows: per step, or only the epochs' means
+    (a run whose --log_every exceeds its steps); an --eval_only run's rows (validation alone) draw none."""
+    import json
+
+    figures = {"confusion_matrix": [[2, 0], [1, 1]]}
+
+    def drawn(rows):
+        (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return [path.name for _, path in report.pictures(tmp_path, figures, ["a", "b"])]
+
+    validation = {"step": 4, "epoch": 1.0, "val_loss": 0.5, "val_top1": 0.75, "val_topk": 1.0, "topk": 2}
+    assert drawn([{"step": 1, "epoch": 0.25, "lr": 0.1, "train_loss": 1.0}, validation]) == [
+        "curves.png", "confusion_matrix.png"]
+    assert drawn([{"step": 4, "epoch": 1.0, "epoch_train_loss": 0.9}, validation]) == [
+        "curves.png", "confusion_matrix.png"]
+    assert drawn([validation]) == ["confusion_matrix.png"]

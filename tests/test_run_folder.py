@@ -416,3 +416,19 @@ def test_resume_latest_starts_afresh_in_a_folder_killed_before_its_first_checkpo
     assert (out / "config.yaml").is_file() and not (out / "checkpoints").exists()
     results = run_main([*argv, "--resume", "latest"])
     assert results["global_step"] == 8 and "no complete checkpoint" in capsys.readouterr().out
+
+
+def test_an_evaluation_of_a_checkpoint_gets_a_folder_of_its_own(tmp_path, monkeypatch):
+    """--eval_only --resume <a run's checkpoint> without --output_dir writes runs/<time>-<data>-<model>, not into the
+    run it scores: that run's results.json, report and weights stay as its training left them. (A resumed training
+    run, by contrast, continues in its own folder.)"""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run_main([*TINY, "--epochs", "1", "--warmup_epochs", "0", "--output_dir", run])
+    kept = {name: (run / name).read_bytes() for name in ("results.json", "report.html", "model.safetensors")}
+    checkpoint = sorted((run / "checkpoints").iterdir())[-1]
+    results = run_main([*TINY, "--eval_only", "--resume", checkpoint])
+    folders = list((tmp_path / "runs").iterdir())
+    assert len(folders) == 1 and folders[0].name.endswith("-synthetic-resnet18")
+    assert read_json(folders[0] / "results.json")["val_top1"] == results["val_top1"]
+    assert {name: (run / name).read_bytes() for name in kept} == kept

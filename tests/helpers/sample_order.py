@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from utils.config.options import parse_args  # noqa: E402
 from utils.core.seeding import spread  # noqa: E402
 from utils.data.loading.loaders import build_dataloaders  # noqa: E402
-from utils.run.job import build_accelerator  # noqa: E402
+from utils.run.accelerator import build_accelerator  # noqa: E402
 from utils.evaluation.tasks import task_for  # noqa: E402
 from utils.training.balance import sample_weights  # noqa: E402
 

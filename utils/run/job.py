@@ -1,18 +1,15 @@
-"""What a run is made of (Job), and how it is built from the options: the accelerator, the data and
-its loaders, the model, optimizer and schedule, prepared by Accelerate, and the run's records."""
+"""What a run is made of (Job), and how it is built from the options: the data and its loaders, the model, optimizer
+and schedule, prepared by Accelerate (the Accelerator itself: accelerator.py), and the run's records."""
 
 import copy
 import math
-import os
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin, set_seed
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, set_seed
 
-from utils.core.elastic import join_restarted_group
 from utils.core.preemption import StopRequest
 from utils.core.seeding import spread
 from utils.core.threads import cores_per_process
@@ -31,7 +28,6 @@ from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
 from utils.models.device import for_device
-from utils.reporting import trackers
 from utils.reporting.progress import StepLogger
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
@@ -121,36 +117,6 @@ class Job:
         return copy.deepcopy(source).to("cpu", memory_format=torch.contiguous_format)
 
 
-def build_accelerator(args):
-    # A rank that dies leaves the others blocked in a collective; the process-group timeout bounds
-    # that wait (torchrun also tears a job down when one of its local processes exits).
-    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
-    # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
-    # it, an accelerate config's dynamo settings still apply.
-    compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
-    cpu = not torch.accelerator.is_available()
-    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/core/elastic.py
-    return Accelerator(
-        **compiling,
-        kwargs_handlers=[timeout],
-        log_with=trackers.TRACKERS[args.report_to] or None,
-        project_dir="runs",  # TensorBoard insists on a folder now; trackers.start points it at the run's
-        # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
-        # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
-        # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
-        cpu=cpu,
-        mixed_precision=args.mixed_precision,
-        gradient_accumulation_steps=args.grad_accum_steps,
-        # By default a prepared scheduler steps once per *process* at every call, assuming a schedule
-        # counted in single-process batches. Ours is laid out in epochs of this process's steps.
-        step_scheduler_with_optimizer=False,
-        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s, epoch e+1 is
-        # not the permutation of seed s+1, epoch e. non_blocking: host-to-GPU copies of pinned batches overlap compute.
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=spread(args.seed),
-                                                  non_blocking=True),
-    )
-
-
 def new_model(chosen, class_names, pretrained, inp):
     """ModelOptions `chosen`'s model for our classes and Input `inp` (clips or images, channels), on the CPU."""
     shift = inp.frames if chosen.temporal_shift else None  # TSM over the clip's frames
@@ -167,21 +133,6 @@ def new_ema(model, chosen, accelerator):
     ema = build_ema(model, accelerator.device, chosen.ema_decay, chosen.ema_warmup)
     accelerator.register_for_checkpointing(ema)
     return ema
-
-
-def check_fsdp(args, accelerator):
-    """A launcher config that asks for FSDP: say when Accelerate did not give it; what it cannot do (a problem)."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
-        return None
-    if accelerator.distributed_type != DistributedType.FSDP:  # Accelerate 1.15 shards on accelerators only
-        accelerator.print(f"fsdp: not on {accelerator.device.type} (Accelerate runs FSDP on GPUs and other "
-                          f"accelerators); these processes train as plain data parallel")
-        return None
-    if accelerator.state.fsdp_plugin.fsdp_version != 2:  # the export and buffer sharing rely on FSDP2's state dicts
-        return "fsdp: the script runs FSDP2 (fsdp_version: 2, as in accel_configs/fsdp.yaml); set it in your config"
-    if args.model_ema:
-        return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
-    return None
 
 
 def build_job(args, settings, accelerator, out):
@@ -211,7 +162,7 @@ def build_job(args, settings, accelerator, out):
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
     ema = new_ema(model, settings.model, accelerator)  # from the initial weights, on every rank alike
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    model, optimizer, scheduler = prepare(accelerator, model, optimizer, scheduler, args.eval_only)
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
@@ -233,6 +184,14 @@ def build_job(args, settings, accelerator, out):
                       f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
                       f"{steps_per_epoch} steps/epoch -> {out}")
     return job, source.sample_count(train_ds), num_workers
+
+
+def prepare(accelerator, model, optimizer, scheduler, eval_only):
+    """The model, optimizer and schedule prepared by Accelerate; for `eval_only` the model alone: scoring needs the
+    weights, and a checkpoint's optimizer and schedule states (made with other options, maybe) are then not loaded."""
+    if eval_only:
+        return accelerator.prepare(model), optimizer, scheduler
+    return accelerator.prepare(model, optimizer, scheduler)
 
 
 def build_model_and_optimizer(args, settings, class_names, accelerator):

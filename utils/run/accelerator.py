@@ -1,0 +1,58 @@
+"""The Accelerator a run's options ask for (its process group's timeout, compilation, mixed precision, accumulation,
+the sampler's seeds), and what FSDP, when a launcher config asks for it, can do here."""
+
+import os
+from datetime import timedelta
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynamoPlugin
+
+from utils.core.elastic import join_restarted_group
+from utils.core.seeding import spread
+from utils.reporting import trackers
+
+
+def build_accelerator(args):
+    # A rank that dies leaves the others blocked in a collective; the process-group timeout bounds
+    # that wait (torchrun also tears a job down when one of its local processes exits).
+    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=args.dist_timeout_s))
+    # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
+    # it, an accelerate config's dynamo settings still apply.
+    compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=args.compile_mode)} if args.compile else {}
+    cpu = not torch.accelerator.is_available()
+    join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/core/elastic.py
+    return Accelerator(
+        **compiling,
+        kwargs_handlers=[timeout],
+        log_with=trackers.TRACKERS[args.report_to] or None,
+        project_dir="runs",  # TensorBoard insists on a folder now; trackers.start points it at the run's
+        # Without this, Accelerate (1.15) treats N processes started by torchrun on a machine with
+        # no GPU as N unrelated single-process runs: no process group, no sharding, one set of
+        # files written N times. On such a machine we ask for CPU explicitly: gloo, real sharding.
+        cpu=cpu,
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.grad_accum_steps,
+        # By default a prepared scheduler steps once per *process* at every call, assuming a schedule
+        # counted in single-process batches. Ours is laid out in epochs of this process's steps.
+        step_scheduler_with_optimizer=False,
+        # The sampler seeds each epoch with data_seed + epoch: spread the seeds apart so that seed s, epoch e+1 is
+        # not the permutation of seed s+1, epoch e. non_blocking: host-to-GPU copies of pinned batches overlap compute.
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=spread(args.seed),
+                                                  non_blocking=True),
+    )
+
+
+def check_fsdp(args, accelerator):
+    """A launcher config that asks for FSDP: say when Accelerate did not give it; what it cannot do (a problem)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return None
+    if accelerator.distributed_type != DistributedType.FSDP:  # Accelerate 1.15 shards on accelerators only
+        accelerator.print(f"fsdp: not on {accelerator.device.type} (Accelerate runs FSDP on GPUs and other "
+                          f"accelerators); these processes train as plain data parallel")
+        return None
+    if accelerator.state.fsdp_plugin.fsdp_version != 2:  # the export and buffer sharing rely on FSDP2's state dicts
+        return "fsdp: the script runs FSDP2 (fsdp_version: 2, as in accel_configs/fsdp.yaml); set it in your config"
+    if args.model_ema:
+        return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
+    return None
