@@ -64,17 +64,22 @@ def typed_options(args):
 
 def input_for(args):
     """The Input of the run the options `args` describe, resolved as the run resolves it: for tools and tests."""
-    data = read_options(args, DataOptions)
-    source = source_for(data)
-    return resolve_input(read_options(args, InputOptions), source, source.pixel_format(data))
+    return _source_and_input(args)[2]
 
 
 def datasets_for(args, rank=0, world=1):
     """(train, val, class names, notes) of the data the options `args` name, built as the run builds them (rank of
     world: a stream's share), for tools and tests. The train set's augmentation is seeded per sample: call its
     set_epoch before each epoch."""
+    data, source, inp = _source_and_input(args)
+    return source.datasets(data, inp, rank, world)
+
+
+def _source_and_input(args):
+    """(DataOptions, the source they name, the Input resolved for it): each picked and read once."""
     data = read_options(args, DataOptions)
-    return source_for(data).datasets(data, input_for(args), rank, world)
+    source = source_for(data)
+    return data, source, resolve_input(read_options(args, InputOptions), source, source.pixel_format(data))
 
 
 def settle(args, source, inp, typed):
