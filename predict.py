@@ -87,6 +87,7 @@ def main(argv=None):
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
+    from utils.evaluation.tasks import task_for
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run, tuned_for
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
@@ -105,9 +106,10 @@ def main(argv=None):
                   f"model/ holds); these weights' logits are used as they are"
                   f"{' (add --ema for the calibrated ones)' if run.tuned_on == 'model_ema.safetensors' else ''}")
         inp = run.input  # its eval input: sizes, normalisation, clips
+        task = task_for(run.multi_label, len(run.classes), tta_kind=opts.tta)  # softmax, or sigmoid for several labels
         if opts.export_onnx and accelerator.is_main_process:
-            diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite, sigmoid=run.multi_label)
-            output = "probabilities" if run.multi_label else "logits"
+            diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite, task=task)
+            output = task.exported
             check = f"; onnxruntime vs PyTorch {output}: max abs diff {diff:.2e}" if diff is not None else ""
             shape = ", ".join(map(str, input_shape(inp)))
             kind = "uint8" if run.input.pixel_max is None else f"float32 raw values up to {run.input.pixel_max:g}"
@@ -117,9 +119,9 @@ def main(argv=None):
             return None
         if opts.multi_view and not inp.video:
             raise RunError("--multi_view: an image run has one view per file; drop the option")
-        thresholds = label_thresholds(run, opts)
+        thresholds = label_thresholds(run, task, opts)
         files = list_inputs(opts.inputs, video=inp.video)
-        rows = predict(accelerator, run, model, files, opts, thresholds)
+        rows = predict(accelerator, run, task, model, files, opts, thresholds)
     except (UserError, ValueError) as e:  # ours, or a library refusing a value
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
@@ -130,11 +132,11 @@ def main(argv=None):
     return rows
 
 
-def label_thresholds(run, opts):
+def label_thresholds(run, task, opts):
     """Multi-label runs: each class's threshold (--threshold, tuned, or the run's own); None for single-label runs."""
     from utils.inference import RunError, tuned_for
 
-    if not run.multi_label:
+    if not task.thresholded:
         if opts.threshold is not None:
             raise RunError("--threshold: the run is single-label (one class a file, listed top-k); drop the option")
         return None
@@ -152,16 +154,15 @@ def label_thresholds(run, opts):
     return [tuned[name] for name in run.classes]
 
 
-def predict(accelerator, run, model, files, opts, thresholds=None):
-    """One row per file, in input order, on the main process (None elsewhere); `thresholds`: a multi-label run's
-    per class."""
+def predict(accelerator, run, task, model, files, opts, thresholds=None):
+    """One row per file, in input order, on the main process (None elsewhere), scored by the run's `task`;
+    `thresholds`: a multi-label run's per class."""
     import torch
     from torch.utils.data import DataLoader
 
     from utils.data.loading.bad_files import BadImages
     from utils.data.transforms.batch import BatchInput
     from utils.evaluation.scoring import scored_batches
-    from utils.evaluation.tasks import task_for
     from utils.inference import eval_dataset
 
     names = run.classes
@@ -172,7 +173,6 @@ def predict(accelerator, run, model, files, opts, thresholds=None):
     model = model.to(accelerator.device).eval()
     inputs = BatchInput(run.input.mean_std, pixel_max=run.input.pixel_max)  # normalisation alone, as validation feeds it
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
-    task = task_for(run.multi_label, len(names), tta_kind=opts.tta)  # softmax, or sigmoid for several labels
 
     def score(batch):
         pixels = batch["pixel_values"]

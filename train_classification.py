@@ -383,8 +383,8 @@ def evaluate(job, model=None):
 
     def score(batch):
         logits = task.outputs(model, job.inputs(batch["pixel_values"]))  # --tta flip: the mean of 2 views
-        if not examples and job.tracker_run_id is not None and not task.multi_label:  # wandb's table of images
-            examples.append(trackers.examples(batch, logits))  # and their one predicted class
+        if not examples and job.tracker_run_id is not None:  # wandb's table of images and their predicted labels
+            examples.append(trackers.examples(batch, logits, task.decided))
         return task.fields(logits, batch["labels"])
 
     batches = list(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))

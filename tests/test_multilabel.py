@@ -371,10 +371,11 @@ def test_predict_lists_the_labels_validation_counted(tmp_path):
         probs = dict(zip(row["labels"], row["probs"]))
         assert all((n in row["predicted"]) == (probs[n] >= tuned[n]) for n in names if abs(probs[n] - tuned[n]) > 1e-6)
     assert any(r["predicted"] != s["predicted"] for r, s in zip(rows, at_run)), "tuned thresholds changed nothing"
+    from utils.evaluation.tasks import task_for
     from utils.inference import EvalGraph, load_run
 
     run, model = load_run(out)
-    graph = EvalGraph(model, run.input, sigmoid=run.multi_label).eval()
+    graph = EvalGraph(model, run.input, task_for(run.multi_label, len(run.classes))).eval()
     pixels = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
     with torch.no_grad():
         assert torch.equal(graph(pixels), EvalGraph(model, run.input)(pixels).sigmoid())
@@ -566,3 +567,60 @@ def test_multi_label_data_is_cropped_keeping_most_of_each_image(tagged, csv_file
                                                                                                      ratio)
     assert train_crop("--dataset", tagged, "--train_crop_scale", "0.3", "0.9") == ((0.3, 0.9), ratio)
     assert train_crop("--train_dir", csv_files, "--val_dir", csv_files) == ((0.08, 1.0), ratio)  # a folder: one label
+
+
+def test_wandbs_table_of_images_shows_each_samples_predicted_and_true_label_sets():
+    """The wandb table of a validation's first images (utils/reporting/trackers.py) takes what the task decides: a
+    multi-label sample's labels at the threshold and its true ones, written as the task writes them."""
+    from utils.evaluation.tasks import task_for
+    from utils.reporting import trackers
+
+    task = task_for(True, 4, threshold=0.6)
+    logits = torch.logit(torch.tensor([[0.7, 0.2, 0.6, 0.1], [0.1, 0.59, 0.1, 0.1], [0.9, 0.9, 0.9, 0.9]]))
+    batch = {"pixel_values": torch.zeros(3, 3, 8, 8, dtype=torch.uint8),
+             "labels": torch.tensor([[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)}
+    images, predicted, true = trackers.examples(batch, logits, task.decided)
+    assert len(images) == 3 and predicted == [[0, 2], [], [0, 1, 2, 3]] and true == [[0, 3], [], [0, 1, 2, 3]]
+    names = ["cat", "dog", "car", "sky"]
+    assert [task.label_text(p, names) for p in predicted] == ["cat car", "(none)", "cat dog car sky"]
+    single = task_for(False, 4)  # one class a sample: the top one
+    one = {**batch, "labels": torch.tensor([0, 3, 2])}
+    assert trackers.examples(one, logits, single.decided)[1:] == ([0, 1, 0], [0, 3, 2])
+
+
+def test_a_sample_that_fails_to_load_has_no_positives_and_a_streamed_label_out_of_range_fails_it():
+    """Multi-hot targets of samples that cannot be used: a file that does not decode (ImageRows, StreamRows) gets
+    all zeros, as its pixels are zeros; a streamed row naming a class past the class count is a bad sample with
+    the index in its error (load_item's check of a single label), not an IndexError that ends the run."""
+    import io
+
+    import datasets
+    from torchvision.transforms import v2
+
+    from utils.data.datasets.images import ImageRows
+    from utils.data.datasets.labels import MultiHot
+    from utils.data.streaming.rows import StreamRows
+    from utils.data.transforms.images import Fixed
+
+    def png(value):
+        buffer = io.BytesIO()
+        Image.fromarray(np.full((8, 8, 3), value, np.uint8)).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    images = [{"bytes": png(10), "path": "a.png"}, {"bytes": png(20), "path": "b.png"},
+              {"bytes": b"not an image", "path": "c.png"}]
+    features = datasets.Features(image=datasets.Image(decode=False), label=datasets.List(datasets.Value("int64")))
+    in_range = datasets.Dataset.from_dict({"image": images, "label": [[0, 2], [1], [1]]}, features=features)
+    rows = ImageRows(in_range, Fixed(v2.Identity(), 8), decoded=False, targets=MultiHot(3))
+    assert [rows[i]["labels"].tolist() for i in range(3)] == [[1, 0, 1], [0, 1, 0], [0, 0, 0]]
+    assert [rows[i]["valid"] for i in range(3)] == [True, True, False]
+
+    streamed = datasets.Dataset.from_dict({"image": images, "label": [[0, 2], [1, 5], [1]]}, features=features)
+    stream = StreamRows(streamed.to_iterable_dataset(num_shards=1), Fixed(v2.Identity(), 8), 0, 8, 0, 1, 3, 3, 3, {}, 1,
+                        MultiHot(3))
+    stream.set_epoch(0)
+    items = {item["source"] or "a.png": item for item in stream}
+    assert items["a.png"]["valid"] and items["a.png"]["labels"].tolist() == [1, 0, 1]
+    assert not items["b.png"]["valid"] and "label 5 is not one of the 3 classes" in items["b.png"]["error"]
+    assert not items["c.png"]["valid"]
+    assert items["b.png"]["labels"].tolist() == items["c.png"]["labels"].tolist() == [0, 0, 0]

@@ -7,6 +7,7 @@ from utils.config.options import parse_args
 from utils.config.settings import typed_options
 from utils.data.transforms import images as presets
 from utils.config.settings import input_for
+from utils.data.datasets.labels import ClassIndex, MultiHot
 from utils.data.decoding.images import decode_rgb
 from utils.data.transforms.batch import BatchInput
 
@@ -271,10 +272,11 @@ def test_the_train_crop_keeps_the_share_of_the_area_its_data_needs(extra, multi_
     args = preset_args(*extra)
     inp = input_for(args)
     high = args.train_crop_scale[1] if args.train_crop_scale else 1.0
-    areas, _ = crop_areas(presets.train_preset(inp, multi_label=multi_label), 200)
+    targets = MultiHot(3) if multi_label else ClassIndex()
+    areas, _ = crop_areas(presets.train_preset(inp, targets=targets), 200)
     assert areas.min() >= low - 0.02 and areas.max() <= high + 0.01  # the crop's sides are whole pixels
     assert areas.min() < low + 0.1  # the range is drawn from, down to its low end
-    assert inp.with_crop_box(multi_label).train_crop_scale == (low, high)  # what run.json records
+    assert inp.with_crop_box(targets).train_crop_scale == (low, high)  # what run.json records
 
 
 def test_the_train_crop_ratio_is_drawn_within_its_option():
@@ -322,7 +324,7 @@ def test_a_checkpoint_made_before_the_crop_options_continues_with_the_crop_it_wa
     said = []
     kept = as_checkpointed(settings, args, old, said.append)
     assert (kept.input.train_crop_scale, kept.input.train_crop_ratio) == ((0.08, 1.0), (3 / 4, 4 / 3))
-    assert kept.input.crop_box(True) == ((0.08, 1.0), (3 / 4, 4 / 3))  # whatever the labels turn out to be
+    assert kept.input.crop_box(MultiHot(3)) == ((0.08, 1.0), (3 / 4, 4 / 3))  # whatever the labels turn out to be
     assert len(said) == 1 and said[0].startswith(f"resume: {old} was made before --train_crop_scale and "
                                                  f"--train_crop_ratio existed")
     assert as_checkpointed(settings, args, new, said.append) is settings  # it records them: its options hold

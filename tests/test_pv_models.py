@@ -88,20 +88,22 @@ def pv_job(videos, out, model, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["slowfast_r50", "i3d_r50", "x3d_s"])
-def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_two_and_exports(name, videos,
+@pytest.mark.parametrize("name, killed", [("slowfast_r50", False), ("i3d_r50", False), ("x3d_s", True)])
+def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_two_and_exports(name, killed, videos,
                                                                                               tmp_path):
-    """SlowFast, I3D, X3D: 2 processes x batch 2 over 8 videos, 2 steps an epoch, 3 epochs; killed after step 4 (workers on),
-    resumed from step_3 (mid-epoch); then the trained weights' multi-view test (2 clips x 3 crops of 5 videos)
-    on 1 and 2 processes, and their ONNX export."""
+    """SlowFast, I3D, X3D: 2 processes x batch 2 over 8 videos, 2 steps an epoch, 3 epochs; the trained weights'
+    multi-view test (2 clips x 3 crops of 5 videos) on 1 and 2 processes, their ONNX export and predict.py. One of
+    them is also killed after step 4 (workers on) and resumed from step_3 (mid-epoch): what a checkpoint holds is
+    the library's state dict whatever the model, so the slowest two leave that to X3D."""
     whole, out = tmp_path / "whole", tmp_path / "run"
     ranks_ok(pv_job(videos, whole, f"pv/{name}", "--epochs", "3"), nproc=2)
-    argv = pv_job(videos, out, f"pv/{name}", "--epochs", "3", "--checkpoint_every_steps", "1")
-    ranks_killed(argv, "step:4", nproc=2)
-    proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
-    assert resumed_from(proc.stdout) == out / "checkpoints" / "step_3"
-    assert_same_weights(out, whole)
-    assert read_json(out / "results.json")["val_top1"] == read_json(whole / "results.json")["val_top1"]
+    if killed:
+        argv = pv_job(videos, out, f"pv/{name}", "--epochs", "3", "--checkpoint_every_steps", "1")
+        ranks_killed(argv, "step:4", nproc=2)
+        proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
+        assert resumed_from(proc.stdout) == out / "checkpoints" / "step_3"
+        assert_same_weights(out, whole)
+        assert read_json(out / "results.json")["val_top1"] == read_json(whole / "results.json")["val_top1"]
     config = read_json(whole / "model" / "config.json")
     assert (config["library"], config["builder"], config["builder_kwargs"]) == \
         ("pytorchvideo", name, {"model_num_class": 2})

@@ -86,14 +86,15 @@ def input_shape(inp):
 
 
 class EvalGraph(torch.nn.Module):
-    """uint8 (N, C, H, W) pixels, or (N, C, T, H, W) clips -> logits (with `sigmoid`, a multi-label run's: each
-    class's probability): the run's normalisation (the arithmetic of utils/data/transforms/batch.py) and the model,
+    """uint8 (N, C, H, W) pixels, or (N, C, T, H, W) clips -> what the run's `task` exports (a single-label run's
+    logits, a multi-label run's probabilities, each class's own; default: logits): the run's normalisation (the arithmetic of utils/data/transforms/batch.py) and the model,
     as one graph to export. A run on files of their own channels and bits takes their raw values, the run's bands, as
     float32 (what utils/data/decoding/bands.py reads), divided by its pixel_max in the graph."""
 
-    def __init__(self, model, inp, sigmoid=False):
+    def __init__(self, model, inp, task=None):
         super().__init__()
-        self.model, self.sigmoid, self.pixel_max = model, sigmoid, inp.pixel_max
+        self.model, self.pixel_max = model, inp.pixel_max
+        self.output = task.exported_output if task is not None else None
         mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)
         shape = (1, -1) + (1,) * (3 if inp.video else 2)
         self.register_buffer("mean", torch.tensor(mean).view(shape))
@@ -102,7 +103,7 @@ class EvalGraph(torch.nn.Module):
     def forward(self, pixels):
         scaled = pixels.float() / 255 if self.pixel_max is None else pixels / self.pixel_max
         logits = self.model(scaled.sub(self.mean).div(self.std))
-        return logits.sigmoid() if self.sigmoid else logits
+        return logits if self.output is None else self.output(logits)
 
 
 def example_pixels(inp, count, seed):
@@ -113,20 +114,20 @@ def example_pixels(inp, count, seed):
     return (torch.rand((count, *input_shape(inp)), generator=generator) * inp.pixel_max).round()
 
 
-def export_onnx(model, inp, path, overwrite=False, sigmoid=False):
+def export_onnx(model, inp, path, overwrite=False, task=None):
     """Write the eval graph with a dynamic batch to `path` (torch's dynamo exporter; onnx and onnxscript
     needed); with onnxruntime installed, run it beside PyTorch on a batch and return the largest
     absolute difference of the logits (else None)."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
-    graph = EvalGraph(model, inp, sigmoid).eval()
+    graph = EvalGraph(model, inp, task).eval()
     shape = input_shape(inp)
     example = example_pixels(inp, 2, seed=0)
     batch = torch.export.Dim("batch", min=1)
     try:
         program = torch.onnx.export(graph, (example,), dynamo=True, dynamic_shapes={"pixels": {0: batch}},
-                                    input_names=["pixels"], output_names=["probabilities" if sigmoid else "logits"],
+                                    input_names=["pixels"], output_names=[task.exported if task else "logits"],
                                     verbose=False)
     except ImportError as e:
         raise RunError(f"export_onnx: {e} (pip install onnx onnxscript)") from None

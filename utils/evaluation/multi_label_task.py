@@ -34,7 +34,14 @@ class MultiLabel:
     folder_fields = {"multi_label": True}  # its outputs are each class's own (a sigmoid, not a softmax)
     video_keys = ("val_map", "val_f1_micro", "val_f1_macro", "val_exact_match", "val_loss")
     distillation = staticmethod(sigmoid_distillation)
+    thresholded = True  # each class predicted at its threshold
+    exported = "probabilities"  # each class's own: a sigmoid in the exported graph
+
+    @staticmethod
+    def exported_output(logits):
+        return logits.sigmoid()
     TRACKED = {"map": ("val_map", "mAP"), "macro_f1": ("val_f1_macro", "macro F1")}
+    UNTRACKED = "{} scores one label a sample; multi-label data tracks map or macro_f1"
     sum_keys = ("loss_sum", "true_positives", "false_positives", "false_negatives", "exact_matches")
     REFUSED = {"bce_loss": "multi-label data trains with binary cross-entropy per class already",
                "bce_target_thresh": "binarises --bce_loss's one-hot targets; multi-label targets are 0/1 already",
@@ -124,6 +131,12 @@ class MultiLabel:
                 "probability": probs.tolist(), "loss": losses.tolist()}
 
     failure_columns = ("missed", "false")  # the labels it did not predict, those it predicted wrongly
+
+    def decided(self, logits, targets):
+        """(predicted, true) labels of a batch's samples, as label_text takes them: lists of class indices, those
+        predicted at the threshold."""
+        return ([row.nonzero().flatten().tolist() for row in logits.sigmoid() >= self.threshold],
+                [row.nonzero().flatten().tolist() for row in targets])
 
     @staticmethod
     def label_text(label, class_names):

@@ -22,9 +22,14 @@ class SingleLabel:
     folder_fields = {}  # what a model folder's config says of the kind (utils/reporting/model_folder.py)
     video_keys = ("val_top1", "val_topk", "val_loss", "val_macro_f1", "val_balanced_accuracy", "val_worst_recall")
     distillation = staticmethod(softmax_distillation)  # DeiT's term, per sample, of a teacher's logits
+    thresholded = False  # its prediction is the top class, not each class's at a threshold
+    exported = "logits"  # what its exported graph outputs (predict.py --export_onnx)
+    exported_output = None  # the logits as they are
     # --track_metric: the figure --keep_best, --early_stop and best/ follow (the EMA's with --model_ema), its name
     TRACKED = {"top1": ("val_top1", "top-1"), "balanced_accuracy": ("val_balanced_accuracy", "balanced accuracy"),
                "macro_f1": ("val_macro_f1", "macro F1")}
+    UNTRACKED = ("{} ranks each class's sigmoid scores of multi-label data; one label a sample tracks top1, "
+                 "balanced_accuracy or macro_f1")  # --track_metric of the other kind
     sum_keys = ("correct_top1", "correct_topk", "loss_sum")  # --dump_rank_metrics: what adds up over ranks
     # Options for the other kind of labels, each refused with data of this kind (utils/config/labels.py), and why.
     REFUSED = {"pos_weight": "weighs the positives of multi-label data; one-label-a-sample data has none to weigh",
@@ -101,6 +106,11 @@ class SingleLabel:
                 "loss": losses.tolist()}
 
     failure_columns = ("probability", "true_probability")  # top_losses.csv's, beside the labels
+
+    @staticmethod
+    def decided(logits, labels):
+        """(predicted, true) labels of a batch's samples, as label_text takes them: class indices."""
+        return logits.argmax(dim=1).tolist(), labels.tolist()
 
     @staticmethod
     def label_text(label, class_names):

@@ -10,6 +10,8 @@ multi_label_task.py):
     class_counts(rows, weights), sample_counts(rows, counts)   its labels counted per class, and per sample
     outputs, probabilities, activate   the model's scores of a batch, and as probabilities
     fields, figures, samples, own, row, results, line, ema_line, global_sums   validation's figures and records
+    decided, label_text   a batch's predicted and true labels, and a label as the lines and tables write it
+    thresholded, exported, exported_output   how predict.py decides labels and what an exported graph outputs
     clip_hits, averaged_fields, video_labels, video_keys   the multi-view test's
     folder_fields     what a model folder's config says of the kind
 

@@ -59,8 +59,9 @@ EXAMPLES = 16  # validation images in the wandb table
 CONFUSION_PLOT_MAX = 100  # wandb's confusion chart holds one table row per cell: past this it is unreadable
 
 
-def log_validation_media(accelerator, step, figures, class_names, examples):
-    """wandb only: its own confusion-matrix chart and a table of validation images, predicted vs true."""
+def log_validation_media(accelerator, step, figures, class_names, examples, label_text):
+    """wandb only: its own confusion-matrix chart and a table of validation images, predicted vs true (each label
+    written by `label_text`, the task's)."""
     if "wandb" not in [tracker.name for tracker in accelerator.trackers] or not accelerator.is_main_process:
         return
     import wandb
@@ -76,7 +77,8 @@ def log_validation_media(accelerator, step, figures, class_names, examples):
             {"title": f"confusion matrix, step {step}"})
     if examples is not None:
         images, predicted, true = examples
-        rows = [[wandb.Image(image.permute(1, 2, 0).numpy()), class_names[p], class_names[t], p == t]
+        rows = [[wandb.Image(image.permute(1, 2, 0).numpy()), label_text(p, class_names), label_text(t, class_names),
+                 p == t]
                 for image, p, t in zip(images, predicted, true)]
         values["val_examples"] = wandb.Table(columns=["image", "predicted", "true", "correct"], data=rows)
     accelerator.get_tracker("wandb").log(values, step=step)
@@ -142,10 +144,10 @@ def displayable(pixel_values):
     return (x.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def examples(batch, logits):
+def examples(batch, logits, decided):
     """The first EXAMPLES images of a validation batch (a clip's middle frame), displayable, with their predicted and
-    true classes: the wandb table's rows."""
+    true labels (`decided`: the task's, of their logits and labels): the wandb table's rows."""
     shown = batch["pixel_values"][:EXAMPLES]
     if shown.dim() == 5:  # video clips (N, C, T, H, W): their middle frames
         shown = shown[:, :, shown.shape[2] // 2]
-    return displayable(shown), logits[:EXAMPLES].argmax(dim=1).tolist(), batch["labels"][:EXAMPLES].tolist()
+    return (displayable(shown), *decided(logits[:EXAMPLES], batch["labels"][:EXAMPLES]))

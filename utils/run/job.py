@@ -142,9 +142,9 @@ def build_job(args, settings, accelerator, out):
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     metrics = load_metrics(args.metrics)  # main_process_first the main would fail alone, the others at its barrier)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
-    train_ds, val_ds, class_names, settings, multi_label = load_datasets(args, settings, accelerator, out, num_workers)
+    train_ds, val_ds, class_names, settings, targets = load_datasets(args, settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
-    task = task_for(multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
+    task = task_for(targets.multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
     balance = read_balance(settings.balance, source, train_ds, class_names, task, accelerator.print)  # class counts
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     draws = epoch_draws(settings.data, accelerator)  # --sampler balanced's epoch with --steps_per_epoch
@@ -229,11 +229,11 @@ def load_datasets(args, settings, accelerator, out, num_workers):
     if inp.stats_pending:
         inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if args.resume else None,
                               args.skip_bad_images)
-    multi_label = label_kind(args, parser_defaults(), settings.source, train_ds)  # lists of labels: multi-hot, sigmoid
+    targets = label_kind(args, parser_defaults(), settings.source, train_ds)  # lists of labels: multi-hot, sigmoid
     if "train_crop_scale" not in settings.source.unused:  # image files: the train crop their kind of labels needs
-        accelerator.print(crop_note(settings.input_options, inp, multi_label))
-        inp = inp.with_crop_box(multi_label)
-    return train_ds, val_ds, class_names, replace(settings, input=inp), multi_label
+        accelerator.print(crop_note(settings.input_options, inp, targets))
+        inp = inp.with_crop_box(targets)
+    return train_ds, val_ds, class_names, replace(settings, input=inp), targets
 
 
 def resume(job, folder):

@@ -56,7 +56,7 @@ def export_weights(job, figures):
 def log_validation_media(job, step, figures, examples):
     """wandb's chart and image table of a validation; and at a new best of the tracked figure, the table of predictions
     (the top losses and a spread of the rest, utils/reporting/failures.py)."""
-    trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples)
+    trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples, job.task.label_text)
     trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)], lambda: prediction_rows(
         figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses, job.task))
 

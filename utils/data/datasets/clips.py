@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
 from utils.core.seeding import sample_rng
-from utils.data.datasets.labels import multi_hot
+from utils.data.datasets.labels import ClassIndex
 from utils.data.decoding.on_device import DeferredVideo
 from utils.data.decoding.video import read_frame_folder, read_video_file
 
@@ -100,9 +100,9 @@ class VideoClips(Dataset):
     """
 
     def __init__(self, frames, labels, *, clip_len, interval, segments, transform, shape, seed=None, clips=1,
-                 names=None, on_device=False, multi_label=None):
+                 names=None, on_device=False, targets=ClassIndex()):
         self.frames, self.labels = frames, list(labels)
-        self.multi_label = multi_label  # the class count when labels are lists of classes (multi-hot targets)
+        self.targets = targets  # a class index a video, or (lists of classes in a label CSV) a multi-hot row
         self.clip_len, self.interval, self.segments = clip_len, interval, segments
         self.transform, self.shape, self.seed, self.clips = transform, shape, seed, clips
         self.names = names  # what `source` says of a broken video
@@ -119,8 +119,7 @@ class VideoClips(Dataset):
         # A key past the end is another copy of video key % len (repeated augmentation): its own draws.
         index = key % len(self)
         video, clip = divmod(index, self.clips)
-        label = self.labels[video] if self.multi_label is None else multi_hot(self.labels[video], self.multi_label)
-        item = {"labels": label, "valid": True, "source": "", "error": ""}
+        item = {"labels": self.targets.target(self.labels[video]), "valid": True, "source": "", "error": ""}
         if self.clips > 1 or self.seed is None:
             pixels = self._load(video, [(clip + 0.5) / self.clips] * self.segments)
         else:

@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import Dataset
 
 from utils.core.seeding import EpochSeeded, sample_rng
-from utils.data.datasets.labels import multi_hot
+from utils.data.datasets.labels import ClassIndex
 from utils.data.decoding.images import decode_rgb
 from utils.data.decoding.on_device import Deferred, blank
 
@@ -39,11 +39,11 @@ class ImageRows(Dataset):
     k >= len(self) is copy k // len of row k % len (repeated augmentation), with its own draws. A
     file that cannot be decoded becomes a zero image with valid=False and its path in `source`, so
     every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
-    With `multi_label` classes (a List(ClassLabel) column), a label is the multi-hot row of its
-    list (utils/data/datasets/labels.py), all zeros for a file that could not be decoded.
+    A label becomes its `targets`' target (utils/data/datasets/labels.py): the class index, or for a List(ClassLabel)
+    column the multi-hot row of its list, all zeros for a file that could not be decoded.
     """
 
-    def __init__(self, ds, preset, decoded, seed=None, on_device=False, multi_label=None, decode=None):
+    def __init__(self, ds, preset, decoded, seed=None, on_device=False, targets=ClassIndex(), decode=None):
         import datasets
 
         # Undecoded: our decoder reads the bytes (decode_rgb). The label column is kept as it is. An Array2D/Array3D
@@ -56,7 +56,7 @@ class ImageRows(Dataset):
         self.preset, self.decoded, self.seed = preset, decoded, seed
         self.on_device = on_device  # --decode_on_device: bytes and draws, not pixels (utils/data/decoding/on_device.py)
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
-        self.multi_label = multi_label  # the class count of multi-hot targets; None: one class index a sample
+        self.targets = targets  # a class index a sample, or a multi-hot row
         self.decode = decode  # a BandDecoder (utils/data/decoding/bands.py) for files of their own channels and bits
 
     def __len__(self):
@@ -85,8 +85,7 @@ class ImageRows(Dataset):
             decode = self.decode or ((lambda image: image.convert("RGB")) if self.decoded else decode_rgb)
             item = load_item(image, label, key, epoch, transform, size, self.seed, decode,
                              blank=getattr(self.decode, "blank", None))
-        if self.multi_label is not None:
-            item["labels"] = multi_hot(label if item["valid"] else (), self.multi_label)
+        item["labels"] = self.targets.target(label if item["valid"] else self.targets.empty)
         return item
 
 
@@ -101,7 +100,7 @@ def load_on_device(image, label, key, epoch, transform, size, seed, classes=None
     return load_item(image, label, key, epoch, transform, size, seed, lambda image: image, classes, blank=blank)
 
 
-def with_transform(ds, preset, decoded, seed=None, on_device=False, multi_label=None, decode=None):
+def with_transform(ds, preset, decoded, seed=None, on_device=False, targets=ClassIndex(), decode=None):
     """ImageRows over `ds`, its epoch set through EpochSeeded."""
-    rows = ImageRows(ds, preset, decoded, seed, on_device, multi_label, decode)
+    rows = ImageRows(ds, preset, decoded, seed, on_device, targets, decode)
     return EpochSeeded(rows, rows.epoch)

@@ -4,6 +4,7 @@ import torch
 from torch.utils.data import Dataset
 
 from utils.core.seeding import spread
+from utils.data.datasets.labels import ClassIndex
 
 
 class SyntheticDataset(Dataset):
@@ -12,6 +13,8 @@ class SyntheticDataset(Dataset):
     Each class adds its own fixed pattern to the noise, so a model can learn something (a loss
     that falls is a useful smoke test) while the data stays free to generate.
     """
+
+    targets = ClassIndex()  # one class a sample
 
     def __init__(self, size, image_size, num_classes, seed):
         self.size, self.image_size, self.num_classes, self.seed = size, image_size, num_classes, seed

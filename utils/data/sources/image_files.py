@@ -11,7 +11,7 @@ from utils.data.sources.folders import first_media_file, folder_files
 from utils.data.sources.hub import load_hub
 from utils.data.sources.label_files import first_csv_file, label_csv_splits
 from utils.data.sources.protocol import DataSource
-from utils.data.datasets.labels import is_multi_label
+from utils.data.datasets.labels import is_multi_label, targets_for
 from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, image_and_label,
                                        long_tailed, normalise, subset, _check_range)
 from utils.data.transforms.images import image_presets
@@ -197,11 +197,11 @@ class ImageFiles(DataSource):
     def datasets(self, data, inp, rank=0, world=1):
         train, val, names, notes = load_splits(data)
         on_device = data.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
-        multi = len(names) if is_multi_label(train.features["label"]) else None  # multi-hot targets
-        train_preset, val_preset = image_presets(inp, multi_label=multi is not None)
+        targets = targets_for(train.features["label"], len(names))  # a class index, or a multi-hot row
+        train_preset, val_preset = image_presets(inp, targets)
         decode = file_decoder(inp)  # None: 8-bit RGB, decode_rgb's
         return (with_transform(train, train_preset, decoded=False, seed=data.seed, on_device=on_device,
-                               multi_label=multi, decode=decode),
-                with_transform(val, val_preset, decoded=False, on_device=on_device, multi_label=multi, decode=decode),
+                               targets=targets, decode=decode),
+                with_transform(val, val_preset, decoded=False, on_device=on_device, targets=targets, decode=decode),
                 names,
                 notes + progressive_notes(inp, data.epochs))

@@ -5,6 +5,7 @@ holds, so it trains through the same path as one."""
 import numpy as np
 
 from utils.data.datasets.images import with_transform
+from utils.data.datasets.labels import MultiHot
 from utils.data.sources.digits import Digits, digits_eval, digits_train
 from utils.data.sources.protocol import no_files, no_imbalance
 from utils.data.sources.splits import subset
@@ -72,7 +73,7 @@ class MultiDigits(Digits):
         val = subset(splits["validation"], data.max_val_samples)
         names = train.features["label"].feature.names
         size = inp.val_crop_size
-        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=data.seed,
-                               multi_label=len(names)),
-                with_transform(val, Fixed(digits_eval(size), size), decoded=True, multi_label=len(names)),
+        targets = MultiHot(len(names))
+        return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=data.seed, targets=targets),
+                with_transform(val, Fixed(digits_eval(size), size), decoded=True, targets=targets),
                 names, progressive_notes(inp, data.epochs))

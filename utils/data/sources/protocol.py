@@ -23,7 +23,7 @@ place that tells which source the options name). The rest of the run asks it, ne
     file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
     pixel_format(data)  what its first training file holds (channels, type), before the data is built; None: RGB
     sample_count(train) the training set's size (None for a stream of unknown size)
-    multi_label(train)  the class count when its samples carry several labels each (multi-hot targets), else None
+    targets(train)      what a sample's target is: a class index, or a multi-hot row (utils/data/datasets/labels.py)
     labels(train)       every training sample's label (a class index, or a list of them), in order, over the whole
                         split (every rank the same, not its shard): what the class counts come from (--sampler
                         balanced, --class_weights, --logit_adjust, --pos_weight auto; utils/training/balance.py)
@@ -159,9 +159,9 @@ class DataSource:
     def sample_count(self, train):
         return len(train)
 
-    def multi_hot_width(self, train):
-        """The class count of multi-hot targets when the training rows carry lists of labels, else None."""
-        return getattr(train.dataset, "multi_label", None)
+    def targets(self, train):
+        """What a training sample's target is (utils/data/datasets/labels.py): a class index, or a multi-hot row."""
+        return train.dataset.targets
 
     def labels(self, train):
         """Every training sample's label, in order, over the whole split (every rank reads the same rows: no shard)."""

@@ -8,7 +8,7 @@ from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
 from utils.data.sources.image_files import ImageFiles
 from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY, no_imbalance, rgb_only
-from utils.data.datasets.labels import is_multi_label
+from utils.data.datasets.labels import targets_for
 from utils.data.sources.splits import VAL_SPLITS, class_labels, image_and_label, normalise, subset
 from utils.data.loading.loaders import build_val_loader, loader_options
 from utils.data.streaming.loader import StreamLoader
@@ -126,7 +126,7 @@ def build_stream(data, rank, world, inp):
     # Only the validation split's files: a plain load_dataset would convert every split, the training one too.
     val = _open(data, val_split, streaming=False, data_files=_files(builder, val_split))
     label = stream.features["label"]
-    multi = is_multi_label(label)  # a List(ClassLabel): several labels a row
+    kind = label  # a List(ClassLabel): several labels a row
     label = class_labels(label)
     names = label.names if isinstance(label, datasets.ClassLabel) else None
     val = normalise(val, data, class_names=names)
@@ -155,8 +155,9 @@ def build_stream(data, rank, world, inp):
     # the same data; the labels are not read ahead).
     signature = {"train_samples": rows, "classes": len(names), "labels_sha256": hashlib.sha256(
         "\n".join(Path(f).name for f in files).encode()).hexdigest()[:16]}
-    train = StreamRows(stream, image_presets(inp, multi_label=multi)[0], data.seed, data.shuffle_buffer, rank, world,
-                       len(names), rows, steps * data.grad_accum_steps, signature, data.epochs, multi_label=multi)
+    targets = targets_for(kind, len(names))
+    train = StreamRows(stream, image_presets(inp, targets)[0], data.seed, data.shuffle_buffer, rank, world,
+                       len(names), rows, steps * data.grad_accum_steps, signature, data.epochs, targets)
     return train, val, names, notes
 
 
@@ -175,7 +176,7 @@ class Streamed(ImageFiles):
         _, val_preset = image_presets(inp)
         train.on_device = data.decode_on_device
         return (train, with_transform(subset(val, data.max_val_samples), val_preset, decoded=False,
-                                      on_device=data.decode_on_device, multi_label=train.multi_label), names,
+                                      on_device=data.decode_on_device, targets=train.targets), names,
                 notes + progressive_notes(inp, data.epochs))
 
     def loaders(self, accelerator, train, val, batch_size, num_workers, ra_reps=1, seed=0, decode=None,
@@ -190,8 +191,8 @@ class Streamed(ImageFiles):
     def sample_count(self, train):
         return train.rows
 
-    def multi_hot_width(self, train):
-        return train.multi_label
+    def targets(self, train):
+        return train.targets
 
     def labels(self, train):
         return train.labels()

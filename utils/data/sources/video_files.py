@@ -9,6 +9,7 @@ import numpy as np
 from utils.core.errors import at_least
 from utils.core.seeding import EpochSeeded
 from utils.data.datasets.clips import PathFrames, VideoClips
+from utils.data.datasets.labels import ClassIndex, MultiHot
 from utils.data.decoding.video import VIDEO_READERS, VIDEO_SUFFIXES, torchcodec_video_problem
 from utils.data.errors import DataError
 from utils.data.sources.folders import folder_files
@@ -127,14 +128,14 @@ VIDEO_FILES_UNUSED = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
 
 
-def _clip_datasets(data, inp, train, val, train_preset=None, multi_label=None):
+def _clip_datasets(data, inp, train, val, train_preset=None, targets=ClassIndex()):
     """(train, val) VideoClips over ((frames, labels, file names), ...) of each split; train in EpochSeeded, its
     transform `train_preset` (default: video_train's random resize, crop and flip)."""
     common = dict(clip_len=inp.clip_len, interval=inp.frame_interval, segments=inp.num_segments,
                   shape=(3, inp.frames, inp.image_size, inp.image_size))
     (train_src, train_labels, train_names), (val_src, val_labels, val_names) = train, val
     common["on_device"] = data.decode_on_device  # files decoded by the main process (utils/data/decoding/on_device.py)
-    common["multi_label"] = multi_label  # the class count of multi-hot targets (a label CSV)
+    common["targets"] = targets  # a class index a video, or a multi-hot row (a label CSV)
     train = VideoClips(train_src, train_labels, transform=train_preset or video_train(inp), seed=data.seed,
                        names=train_names, **common)
     val = VideoClips(val_src, val_labels, transform=video_eval(inp), names=val_names, **common)
@@ -169,7 +170,7 @@ class VideoFiles(DataSource):
         reader = VIDEO_READERS[data.video_decoder]
         train, val = _clip_datasets(data, inp, (PathFrames(train_names, reader), train_labels, train_names),
                                     (PathFrames(val_names, reader), val_labels, val_names),
-                                    multi_label=len(names) if data.train_csv else None)  # a CSV: lists of labels
+                                    targets=MultiHot(len(names)) if data.train_csv else ClassIndex())  # a CSV: lists
         return train, val, names, decoding_notes(train)
 
 
@@ -179,7 +180,7 @@ def test_views(data, inp, val):
     crops = data.test_crops or 1
     return VideoClips(val.frames, val.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
                       transform=video_test(inp, crops), shape=(crops, *val.shape),
-                      clips=data.test_clips or 1, names=val.names, multi_label=val.multi_label)
+                      clips=data.test_clips or 1, names=val.names, targets=val.targets)
 
 
 def check_options(data, need, source):

@@ -38,7 +38,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.core.seeding import spread
 from utils.data.datasets.images import deferred, load_item, load_on_device
-from utils.data.datasets.labels import multi_hot
+from utils.data.datasets.labels import ClassIndex
 from utils.data.decoding.images import decode_rgb
 from utils.data.streaming.blocks import Blocks
 from utils.data.streaming.loader import Turns
@@ -53,11 +53,10 @@ class StreamRows(IterableDataset):
     """
 
     def __init__(self, stream, preset, seed, block, rank, world, classes, rows, micro_batches, signature, epochs,
-                 multi_label=False):
+                 targets=ClassIndex()):
         self.stream, self.preset, self.seed, self.block, self.rank, self.world, self.classes = \
             stream, preset, seed, block, rank, world, classes
-        # several labels a row (a List(ClassLabel) column): multi-hot targets of the class count, as ImageRows makes
-        self.multi_label = classes if multi_label else None
+        self.targets = targets  # a class index a row, or (a List(ClassLabel) column) a multi-hot row, as ImageRows
         # The split's size (None: unknown), the batches every process takes per epoch, what a resume must find again
         self.rows, self.micro_batches, self.signature = rows, micro_batches, signature
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -118,16 +117,13 @@ class StreamRows(IterableDataset):
                 self._position = {"epoch": epoch, "stream": start, "block": block, "taken": taken + 1}
                 row = chunk[order[taken]]
                 key = ((self.rank * 4096 + worker) << 40) + block * self.block + int(order[taken])
-                label = row["label"]
-                if self.multi_label is not None:  # checked as one index: the first out of range, or 0
-                    label = next((v for v in row["label"] if not 0 <= v < self.classes), 0)
+                label = self.targets.index(row["label"])  # checked against the class count by load_item
                 if self.on_device:
                     item = load_on_device(row["image"], label, key, epoch, transform, size, self.seed,
                                           classes=self.classes)
                 else:
                     item = load_item(row["image"], label, key, epoch, transform, size, self.seed, decode_rgb,
                                      classes=self.classes)
-                if self.multi_label is not None:
-                    item["labels"] = multi_hot(row["label"] if item["valid"] else (), self.classes)
+                item["labels"] = self.targets.target(row["label"] if item["valid"] else self.targets.empty)
                 yield item
             skip = 0

@@ -14,17 +14,12 @@ WHOLE_OBJECTS_CROP_SCALE = (0.85, 1.0)  # multi-label images of any size, single
 SMALL_SIDE = 128
 
 
-def crop_note(asked, inp, multi_label):
-    """The start-up line of the random train crop of Input `inp` (before with_crop_box): its area share and aspect
-    ratio, and where they came from (`asked`: the InputOptions it was resolved from)."""
-    (low, high), (narrow, wide) = inp.crop_box(multi_label)
+def crop_note(asked, inp, targets):
+    """The start-up line of the random train crop of Input `inp` (before with_crop_box) for data of `targets`
+    (utils/data/datasets/labels.py): its area share and aspect ratio, and where they came from (`asked`: the
+    InputOptions it was resolved from)."""
+    (low, high), (narrow, wide) = inp.crop_box(targets)
     origin = ("--train_crop_scale" if asked.train_crop_scale else "as the resumed checkpoint was made" if
-              inp.train_crop_scale else "the default of multi-label data" if multi_label else
-              f"the default of single-label images of {inp.image_size} px")
+              inp.train_crop_scale else targets.crop_origin(inp.image_size))
     return (f"train crops: {low:.0%}-{high:.0%} of each image's area ({origin}), aspect ratio {narrow:.3g}-{wide:.3g}"
             f"{' (--train_crop_ratio)' if asked.train_crop_ratio else ''}")
-
-
-def default_crop_scale(side, multi_label):
-    """The train crop's area share when --train_crop_scale is not given, for images of model input `side`."""
-    return WHOLE_OBJECTS_CROP_SCALE if multi_label or side < SMALL_SIDE else IMAGENET_CROP_SCALE

@@ -9,13 +9,15 @@ from functools import partial
 
 from torchvision.transforms import v2
 
+from utils.data.datasets.labels import ClassIndex
 
-def train_preset(inp, size=None, multi_label=False):
+
+def train_preset(inp, size=None, targets=ClassIndex()):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
     Random crops of side `size` (default: the Input's train crop), of the area share and aspect ratio the Input's
-    crop_box gives for data of that kind (multi-label or not)."""
+    crop_box gives for data of `targets` (utils/data/datasets/labels.py)."""
     mode = v2.InterpolationMode(inp.interpolation)
-    scale, ratio = inp.crop_box(multi_label)
+    scale, ratio = inp.crop_box(targets)
     steps = [v2.RandomResizedCrop(size or inp.train_crop(0), scale=scale, ratio=ratio, interpolation=mode,
                                   antialias=True)]
     if not inp.no_hflip:
@@ -37,9 +39,9 @@ def eval_preset(inp):
                        v2.CenterCrop(inp.val_crop_size)])
 
 
-def image_presets(inp, multi_label=False):
+def image_presets(inp, targets=ClassIndex()):
     """(train, val) presets of image files, Hub datasets and streams: ByEpoch(train_preset), Fixed(eval_preset)."""
-    return ByEpoch(partial(train_preset, inp, multi_label=multi_label), inp), Fixed(eval_preset(inp), inp.val_crop_size)
+    return ByEpoch(partial(train_preset, inp, targets=targets), inp), Fixed(eval_preset(inp), inp.val_crop_size)
 
 
 class Fixed:

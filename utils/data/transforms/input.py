@@ -4,7 +4,7 @@ model's library: sizes, crops, interpolation, normalisation; progressive resizin
 from dataclasses import dataclass, replace
 
 from utils.core.errors import at_least
-from utils.data.transforms.crops import CROP_RATIO, default_crop_scale
+from utils.data.transforms.crops import CROP_RATIO
 from utils.models.libraries import data_config, recommends_input
 
 
@@ -176,15 +176,15 @@ class Input:
         """The train crop's side in `epoch`: progressive_size with --progressive_resize."""
         return progressive_size(self, epoch) if self.progressive_resize else self.train_crop_size
 
-    def crop_box(self, multi_label):
+    def crop_box(self, targets):
         """((MIN, MAX) area share, (MIN, MAX) aspect ratio) of the random train crop of images: --train_crop_scale
-        and --train_crop_ratio, else the defaults for this data (default_crop_scale, CROP_RATIO)."""
-        return (tuple(self.train_crop_scale or default_crop_scale(self.image_size, multi_label)),
+        and --train_crop_ratio, else the defaults for data of `targets` (its crop_scale, CROP_RATIO)."""
+        return (tuple(self.train_crop_scale or targets.crop_scale(self.image_size)),
                 tuple(self.train_crop_ratio or CROP_RATIO))
 
-    def with_crop_box(self, multi_label):
-        """This Input with its train crop's scale and ratio resolved for data of that kind (what run.json records)."""
-        scale, ratio = self.crop_box(multi_label)
+    def with_crop_box(self, targets):
+        """This Input with its train crop's scale and ratio resolved for data of `targets` (what run.json records)."""
+        scale, ratio = self.crop_box(targets)
         return replace(self, train_crop_scale=scale, train_crop_ratio=ratio)
 
 
