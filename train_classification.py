@@ -24,6 +24,10 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     accelerate launch train_classification.py --train_dir ucf/train --val_dir ucf/val --model r2plus1d_18
     accelerate launch train_classification.py --train_list train.txt --val_list val.txt --data_root videos/ \
         --eval_only --resume runs/r/checkpoints/epoch_29 --test_clips 10 --test_crops 3
+    # the recipe's global batch on any hardware, in the largest micro-batches that fit; the LR range test
+    accelerate launch train_classification.py --global_batch_size 1024 --batch_size auto --config configs/<recipe>.yaml
+    accelerate launch train_classification.py --lr_find            # lr_find.png and a suggested LR, then exits
+    accelerate launch train_classification.py --lr auto            # the range test, then training at its suggestion
     # checkpoint every 500 steps; after a kill or preemption, the same command with --resume latest
     accelerate launch train_classification.py --output_dir runs/r --checkpoint_every_steps 500
     accelerate launch train_classification.py --output_dir runs/r --checkpoint_every_steps 500 --resume latest
@@ -35,9 +39,9 @@ the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, r
 model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with --dump_rank_metrics,
 eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
 
-Read top to bottom, a run in order: main (parse -> settings -> build the job -> train or evaluate -> export ->
-report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
-training_loss, agree_on_step), validation (evaluate_only, validate, evaluate, multiview_test), and the
+Read top to bottom, a run in order: main (parse -> settings -> [the LR range test, find_lr] -> build the job ->
+train or evaluate -> export -> report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
+training_loss, agree_on_step), validation (evaluate_only, validate, evaluate), and the
 checkpoint. What a run is made of and how it is built: utils/run/job.py.
 """
 
@@ -60,7 +64,6 @@ from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
 from utils.evaluation.metrics import dump_rank_sums
-from utils.evaluation.multiview import test_row, test_videos
 from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
 from utils.evaluation.metrics import figure_name
 from utils.evaluation.tasks import tracked_key
@@ -69,9 +72,12 @@ from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
 from utils.run.accelerator import build_accelerator, check_fsdp
 from utils.run.job import build_job, resume
+from utils.run.range_test import find_lr, resumed_choices, with_found_lr
 from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
                                start_records)
 from utils.training import checkpoints
+from utils.training.objective import NonFiniteLoss
+from utils.training.batch_size import is_out_of_memory, out_of_memory_line
 from utils.training.run_folder import output_dir_for, resume_folder
 from utils.training.run_lock import lock_run_folder
 
@@ -96,22 +102,23 @@ def main(argv=None):
         out = output_dir_for(settings.folder, accelerator, settings.source_name)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
         resume_from = resume_folder(settings.folder, accelerator, out, resume_values(args))
+        settings = resumed_choices(args, settings, resume_from, accelerator.print)  # --batch_size/--lr auto: its own
         settings = as_checkpointed(settings, args, resume_from, accelerator.print)  # a checkpoint's own train crop
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
+        found, batch = find_lr(args, settings, accelerator, out, train_one_epoch)  # --lr_find, --lr auto; else None
+        if args.lr_find:  # the range test alone
+            return {"lr_find": found, "batch": batch.record()}
+        settings = with_found_lr(args, settings, found)  # --lr auto: from here on, the run with it typed
         set_seed(args.seed)
-        job, train_samples, num_workers = build_job(args, settings, accelerator, out)
+        job, train_samples, num_workers = build_job(args, settings, accelerator, out, batch, found)
         position, state = resume(job, resume_from) if resume_from is not None else (checkpoints.Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
         summary, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
         if not args.eval_only:
             export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
-        results = {**job.task.results(figures, job.class_names), **summary}
-        if job.test_loader is not None:
-            results.update(multiview_test(job, results["global_step"]))
-        results["command"] = command_line(argv)
-        results = report_results(job, results, figures, train_samples)
+        results = report_results(job, summary, figures, train_samples, command_line(argv))
         if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
             push_model_folder(out / "model", args.push_to_hub, settings.model, results, results["command"])
         return results
@@ -124,15 +131,28 @@ def main(argv=None):
             print(f"{PROG}: {e}", file=sys.stderr, flush=True)
         accelerator.end_training()  # close the dashboards' runs properly
         raise SystemExit(EXIT_INTERRUPTED) from None
-    except NonFiniteLoss as e:
-        accelerator.print(f"{PROG}: error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+    except (NonFiniteLoss, RuntimeError) as e:  # NaN losses past the allowance, the device out of memory: exit 1
+        cannot_go_on(e, args, accelerator)
     finally:
         if job is not None:
             job.close()  # whatever ended the run: its loaders' workers stop with it
         if lock is not None:
             lock.release()
     fail(problem)  # outside the handler: the error's frames (and what they hold) are gone by now
+
+
+def cannot_go_on(error, args, accelerator):
+    """A run that cannot go on stops with one line, exit 1: more NaN/inf losses than --skip_nonfinite_steps allows (said
+    once), or the device out of memory (said by the process it happened on, with what to pass); other errors go on."""
+    if isinstance(error, NonFiniteLoss):
+        accelerator.print(f"{PROG}: error: {error}", file=sys.stderr)
+    elif is_out_of_memory(error):
+        print(f"{PROG}: error: " + out_of_memory_line(error, args.batch_size, args.global_batch_size or args.batch_size
+                                                      * args.grad_accum_steps * accelerator.num_processes,
+                                                      accelerator.device), file=sys.stderr, flush=True)
+    else:
+        raise error
+    raise SystemExit(1) from None
 
 
 def train(job, start):
@@ -302,10 +322,6 @@ def training_loss(job, batch, valid_images, epoch, index):
         job.model.train()
 
 
-class NonFiniteLoss(Exception):
-    """Training met more NaN/inf losses than --skip_nonfinite_steps allows."""
-
-
 def buffers_at_step_start(job):
     """--skip_nonfinite_steps: the model's buffers at an optimizer step's start (BatchNorm's running statistics),
     which its forward passes move, to put back if the step is skipped; [] without the option."""
@@ -393,28 +409,6 @@ def evaluate(job, model=None):
     figures["samples"] = task.samples(fields, kept_positions(batches))  # top_losses (utils/reporting/failures.py)
     own = task.own(fields, owners, job.accelerator.process_index)
     return figures, own, examples[0] if examples else None
-
-
-def multiview_test(job, global_step):
-    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video, for the trained
-    weights and (--model_ema) the averaged ones, as validation scores both; its row (metrics.jsonl, dashboards)
-    and, with --dump_rank_metrics, eval/test/rank_<R>.json sums of the trained weights'."""
-    args, videos = job.args, len(job.test_loader.dataset.labels)
-    figures, own = test_videos(job, job.test_loader, videos)
-    views = (args.test_clips or 1, args.test_crops or 1)  # clips x crops of each video
-    row = test_row(figures, views, job.task)
-    line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video {job.task.line(figures)}, clip "
-            f"{job.task.clip_figure} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
-    if job.ema is not None:
-        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], views, job.task)
-        row.update({figure_name(key, ema=True): value for key, value in ema.items()
-                    if key.startswith(("video_", "clip_top1"))})
-        tracked = figure_name(job.task.tracked, "video", ema=True)
-        line += f"; EMA video {job.task.tracked_name} {row[tracked]:.4f} loss {row['video_ema_loss']:.4f}"
-    job.logger.write({"step": global_step, **row}, line)
-    if args.dump_rank_metrics:
-        dump_rank_sums(job.out / "eval" / "test", job.task.global_sums(figures), own, job.accelerator)
-    return row
 
 
 def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validation_pending=False):

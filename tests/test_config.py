@@ -44,7 +44,7 @@ def reject(argv, capsys):
     (["--seed", "-1"], "seed: must be in [0, 2**32)"),
     (["--seed", str(2**32)], "seed: must be in [0, 2**32)"),
     (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification or video model; did you mean resnet18"),
-    (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+    (["--lr", "fast"], "argument --lr: 'fast' is neither a number nor auto"),
     (["--optimizer", "lamb2"], "optimizer: neither sgd, adamw nor a timm.optim name (did you mean lamb"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
     (["--dataset", "synthetic", "--max_train_samples", "8"], "max_train_samples: applies to the digits, folders, "
@@ -68,9 +68,9 @@ def write(tmp_path, text):
 @pytest.mark.parametrize("text, message", [
     ("batch_sise: 32\n", "batch_sise: unknown key in"),
     ("batch_sise: 32\n", "(did you mean batch_size?)"),
-    ("batch_size: '32'\n", "batch_size: expected an integer, got '32'"),
-    ("batch_size: 32.5\n", "batch_size: expected an integer, got 32.5"),
-    ("lr: high\n", "lr: expected a number, got 'high'"),
+    ("batch_size: '32'\n", "batch_size: expected an integer or auto, got '32'"),
+    ("batch_size: 32.5\n", "batch_size: expected an integer or auto, got 32.5"),
+    ("lr: high\n", "lr: expected a number or auto, got 'high'"),
     ("nesterov: 1\n", "nesterov: expected true or false, got 1"),
     ("mixed_precision: no\n", "mixed_precision: expected a string, got False (YAML reads no/yes/off/on as booleans"),
     ("lr_schedule: linear\n", "lr_schedule: 'linear' is not one of cosine, step"),

@@ -17,6 +17,7 @@ from ranks import ranks_killed, ranks_ok
 from utils.config.settings import typed_options
 from utils.core.seeding import sample_rng
 from utils.data.decoding.on_device import Deferred, DeviceDecoder, JPEG, PIXELS
+from utils.data.datasets.labels import ClassIndex
 from utils.data.decoding.images import decode_rgb
 
 
@@ -47,7 +48,7 @@ def test_a_workers_draws_and_the_devices_pixels_are_the_train_presets_own(no_hfl
         out = io.BytesIO()
         Image.fromarray(rng.integers(0, 255, (height, width, 3), dtype=np.uint8)).save(out, "JPEG", quality=90)
         image = {"bytes": out.getvalue(), "path": None}
-        for preset, size in ((train_preset(inp, 24), 24), (eval_preset(inp), inp.val_crop_size)):
+        for preset, size in ((train_preset(inp, ClassIndex(), 24), 24), (eval_preset(inp), inp.val_crop_size)):
             with sample_rng(0, 3, key):  # as ImageRows draws for (seed, epoch, key)
                 expected = preset(decode_rgb(image))
                 after = torch.rand(1)  # the generator's next draw: the preset took as many as before
@@ -126,9 +127,9 @@ def test_non_jpeg_files_and_jpegs_that_exif_turns_come_decoded_from_the_workers(
         picture.save(out, fmt, **save)
         image = {"bytes": out.getvalue(), "path": None}
         with sample_rng(0, 0, 5):
-            payload = Deferred(train_preset(inp, 16), 16)(image)
+            payload = Deferred(train_preset(inp, ClassIndex(), 16), 16)(image)
         with sample_rng(0, 0, 5):
-            expected = train_preset(inp, 16)(decode_rgb(image))  # not turned, as the workers decode it
+            expected = train_preset(inp, ClassIndex(), 16)(decode_rgb(image))  # not turned, as the workers decode it
         assert payload["params"][0] == PIXELS, fmt
         assert torch.equal(torch.frombuffer(bytearray(payload["encoded"]), dtype=torch.uint8).view(3, 16, 16), expected)
 

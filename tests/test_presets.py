@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding 
 
 def train_preset(args):
     """The train preset of the run `args` describes (its Input resolved as the run resolves it)."""
-    return presets.train_preset(input_for(args))
+    return presets.train_preset(input_for(args), ClassIndex())
 
 
 def eval_preset(args):
@@ -280,11 +280,11 @@ def test_the_train_crop_keeps_the_share_of_the_area_its_data_needs(extra, multi_
 
 
 def test_the_train_crop_ratio_is_drawn_within_its_option():
-    default = crop_areas(presets.train_preset(input_for(preset_args("--image_size", "224"))), 200)[1]
+    default = crop_areas(presets.train_preset(input_for(preset_args("--image_size", "224")), ClassIndex()), 200)[1]
     assert default.min() >= 3 / 4 - 0.02 and default.max() <= 4 / 3 + 0.02 and default.max() > 1.2
     _, ratios = crop_areas(presets.train_preset(input_for(preset_args("--image_size", "224", "--train_crop_scale",
                                                                          "0.3", "0.6", "--train_crop_ratio", "1.5",
-                                                                         "2"))), 200)
+                                                                         "2")), ClassIndex()), 200)
     assert ratios.min() >= 1.5 - 0.05 and ratios.max() <= 2 + 0.05
 
 

@@ -105,3 +105,21 @@ def test_online_wandb_without_login_is_one_line_before_anything(tmp_path, monkey
     assert code == 2 and len(errors) == 1
     assert "report_to: wandb is online but not logged in: run `wandb login`" in errors[0]
     assert "WANDB_MODE=offline" in errors[0] and not out.exists()
+
+
+@pytest.mark.slow
+def test_a_multi_label_runs_wandb_table_shows_each_images_label_sets(tmp_path):
+    """The table of a validation's first images on a multi-label run: each image's labels at the threshold and its
+    true ones, written as the task writes them (names, "(none)" for none), correct when the sets are equal."""
+    out = tmp_path / "run"
+    ranks_ok(["--dataset", "multi_digits", "--epochs", "1", "--max_train_samples", "64", "--max_val_samples", "16",
+              "--batch_size", "16", "--num_workers", "0", "--report_to", "wandb", "--output_dir", out], nproc=1,
+             env=offline(tmp_path))
+    media = out / "wandb" / wandb_runs(out)[0] / "files" / "media" / "table"
+    table = read_json(one(media.glob("val_examples_*.table.json")))
+    assert table["columns"] == ["image", "predicted", "true", "correct"] and len(table["data"]) == 16
+    names = set(read_json(out / "labels.json").values())
+    for _, predicted, true, correct in table["data"]:
+        for cell in (predicted, true):
+            assert cell == "(none)" or set(cell.split(" ")) <= names, cell
+        assert correct == (predicted == true)

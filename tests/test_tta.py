@@ -40,3 +40,6 @@ def test_flip_validation_is_the_same_on_one_and_two_processes_and_predict_agrees
     ranks_ok([run, images / "va", "--output", rows, "--tta", "flip"], nproc=1, target="predict:main")
     correct = sum(r["labels"][0] == Path(r["path"]).parent.name for r in read_jsonl(rows))
     assert correct == round(one["val_top1"] * 7)
+    plain = tmp_path / "plain.jsonl"
+    ranks_ok([run, images / "va", "--output", plain], nproc=1, target="predict:main")
+    assert [r["probs"] for r in read_jsonl(plain)] != [r["probs"] for r in read_jsonl(rows)]  # the mirror averaged in

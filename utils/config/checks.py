@@ -37,12 +37,43 @@ def check_args(args, source, defaults, typed):
     decoding_on_device.check_options(asked, need)
     sampling.check_options(data, need)
     schedule.check_options(typed["optimizer"], typed["schedule"], need)
+    _batch(args, need)
+    _lr_find(args, need)
     _steps(args, need)
     objective.check_options(typed["losses"], need)
     balance.check_options(typed["balance"], data, need)
     _run(args, need)
     libraries.check_options(typed["model"], need, source.video)
     return _model_input(args, source, asked, fmt)
+
+
+def _batch(args, need):
+    """--global_batch_size and --batch_size auto (utils/training/batch_size.py); the process count's checks wait for
+    the processes."""
+    need(args.global_batch_size is None or args.global_batch_size >= 1, "global_batch_size", "must be >= 1")
+    if args.batch_size != "auto":
+        return
+    need(args.global_batch_size is not None, "batch_size", "auto finds the micro-batch of a global batch: give "
+         "--global_batch_size N too (the batch the recipe was tuned for)")
+    need(not args.eval_only, "batch_size", "auto tries training steps, and --eval_only trains none: give a number")
+    need(not args.streaming, "batch_size", "auto is not available with --streaming (a stream's epoch is laid out in "
+         "micro-batches before the model is built): give a number with --global_batch_size")
+
+
+def _lr_find(args, need):
+    """--lr_find and --lr auto (utils/training/lr_range.py): a sweep of this run's training steps before it."""
+    if not (args.lr_find or args.lr == "auto"):
+        return
+    key = "lr_find" if args.lr_find else "lr"
+    need(not args.eval_only, key, "sweeps training steps, and --eval_only trains none")
+    need(not args.streaming, key, "is not available with --streaming (the sweep would take the stream's first batches "
+         "out of the run's): give --lr")
+    need(not (args.lr_find and args.resume), "lr_find", "tests the LR of a run about to start: not with --resume")
+    need(not (args.lr == "auto" and args.lr_scale_batch), "lr_scale_batch", "scales a given --lr; --lr auto finds "
+         "the LR in force for this global batch: drop one of the two")
+    need(0 < args.lr_find_min < args.lr_find_max, "lr_find_min", f"must be > 0 and below --lr_find_max "
+         f"{args.lr_find_max:g}")
+    need(args.lr_find_steps >= 3, "lr_find_steps", "must be >= 3")
 
 
 def _steps(args, need):

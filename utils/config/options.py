@@ -78,8 +78,12 @@ def get_args_parser(prog="train_classification.py"):
 
 def resume_values(args):
     """{option: value} of the options `args` whose value a resumed run must share (resume_keys): what a checkpoint
-    records and a resumed run is compared with."""
-    return {key: getattr(args, key) for key in resume_keys()}
+    records and a resumed run is compared with. With --batch_size auto, the micro-batch and accumulation are the
+    checkpoint's (what its run found), so only its global batch is compared; with --lr auto, the LR is the checkpoint's.
+    """
+    found = ("batch_size", "grad_accum_steps") if args.batch_size == "auto" else ()
+    found += ("lr",) if args.lr == "auto" else ()
+    return {key: getattr(args, key) for key in resume_keys() if key not in found}
 
 
 def parse(argv=None, prog="train_classification.py"):

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from utils.config.checks import ConfigError
+from utils.config.training_options import learning_rate, micro_batch
 from utils.core.io import write_text_atomic
 
 # Defaults that follow from the data: a recipe (configs/) applied before --config and the command line.
@@ -28,10 +29,21 @@ def _check_yaml_value(action, value):
             v = float(v) if ok else v
         elif action.type is str:
             ok = isinstance(v, str)
+        elif action.type is micro_batch:
+            ok = (isinstance(v, int) and not isinstance(v, bool)) or v == "auto"
+        elif action.type is learning_rate:
+            if isinstance(v, str) and v != "auto":  # YAML 1.1 reads 1e-3 (no dot) as a string
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
+            ok = (isinstance(v, (int, float)) and not isinstance(v, bool)) or v == "auto"
+            v = float(v) if ok and v != "auto" else v
         else:  # flags: store_true / --x/--no-x
             ok = isinstance(v, bool)
         if not ok:
-            want = {int: "an integer", float: "a number", str: "a string"}.get(action.type, "true or false")
+            want = {int: "an integer", float: "a number", str: "a string",
+                    micro_batch: "an integer or auto", learning_rate: "a number or auto"}.get(action.type, "true or false")
             hint = " (YAML reads no/yes/off/on as booleans: quote the word)" if isinstance(v, bool) else ""
             raise ConfigError(f"{action.dest}: expected {want}, got {v!r}{hint}")
         if action.choices is not None and v not in action.choices:

@@ -6,6 +6,22 @@ import argparse
 from utils.training.objective import DISTILL_DEFAULTS
 
 
+def micro_batch(value):
+    """--batch_size: a count, or "auto" (found by utils/training/batch_size.py)."""
+    try:
+        return value if value == "auto" else int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither an integer nor auto") from None
+
+
+def learning_rate(value):
+    """--lr: a number, or "auto" (the LR range test's suggestion, utils/training/lr_range.py)."""
+    try:
+        return value if value == "auto" else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither a number nor auto") from None
+
+
 def add_model_options(p):
     """The network, what is done to it, and how it is optimised."""
     g = p.add_argument_group("model and optimisation")
@@ -52,8 +68,13 @@ def add_model_options(p):
     g.add_argument("--eval_only", resume_key=False, action="store_true",
                    help="validate the weights of --resume / --init_from / --pretrained and write results.json")
     g.add_argument("--epochs", resume_key=True, type=int, default=18, help="training epochs")
-    g.add_argument("--batch_size", resume_key=True,
-                   type=int, default=64, help="batch size per process (global = this x processes)")
+    g.add_argument("--batch_size", resume_key=True, type=micro_batch, default=64,
+                   help="batch size per process, a micro-batch (global = this x processes x --grad_accum_steps); "
+                        "auto (with --global_batch_size): the largest that fits the device, found before training "
+                        "and agreed by every process (docs/batch_and_lr.md)")
+    g.add_argument("--global_batch_size", resume_key=True, type=int, default=None, metavar="N",
+                   help="the global batch the recipe was tuned for, whatever the hardware: each process takes N / "
+                        "processes a step, in micro-batches of --batch_size (--grad_accum_steps follows)")
     g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=1, help="micro-batches per optimizer step")
     g.add_argument("--optimizer", resume_key=True, type=str, default="sgd",
                    help="sgd or adamw (torch's), or any optimizer of timm.optim by name: lamb, lars, lion, adan, "
@@ -64,7 +85,17 @@ def add_model_options(p):
                    help="the optimizer's betas (default: its own)")
     g.add_argument("--opt_kwargs", resume_key=True, type=str, nargs="+", default=None, metavar="KEY=VALUE",
                    help="more keyword arguments of the optimizer, each a Python literal (e.g. trust_clip=True)")
-    g.add_argument("--lr", resume_key=True, type=float, default=0.1, help="peak learning rate")
+    g.add_argument("--lr", resume_key=True, type=learning_rate, default=0.1,
+                   help="peak learning rate; auto: the LR range test's suggestion (--lr_find), then training with it "
+                        "(docs/batch_and_lr.md)")
+    g.add_argument("--lr_find", resume_key=False, action="store_true",
+                   help="run the LR range test (an exponential sweep of --lr_find_steps steps of this run's training "
+                        "from --lr_find_min to --lr_find_max), write lr_find.png and lr_find.csv, print the "
+                        "suggested peak LR, and exit")
+    g.add_argument("--lr_find_min", resume_key=False, type=float, default=1e-7, help="the LR range test's first LR")
+    g.add_argument("--lr_find_max", resume_key=False, type=float, default=10.0, help="the LR range test's last LR")
+    g.add_argument("--lr_find_steps", resume_key=False, type=int, default=100,
+                   help="the LR range test's optimizer steps (it stops earlier where the loss diverges)")
     g.add_argument("--momentum", resume_key=True, type=float, default=0.9, help="SGD momentum")
     g.add_argument("--nesterov", resume_key=True,
                    action=argparse.BooleanOptionalAction, default=True, help="SGD Nesterov momentum")

@@ -11,7 +11,7 @@ per test video on the host (float64: 20,000 videos x 400 classes = 64 MB).
 
 import torch
 
-from utils.evaluation.metrics import figure_name
+from utils.evaluation.metrics import dump_rank_sums, figure_name
 from utils.evaluation.scoring import scored_batches
 
 
@@ -67,3 +67,25 @@ def test_row(figures, views, task):
     return {"test_clips": views[0], "test_crops": views[1],
             **{figure_name(key, "video"): figures[key] for key in task.video_keys}, "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}
+
+
+def multiview_test(job, global_step):
+    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video, for the trained
+    weights and (--model_ema) the averaged ones, as validation scores both; its row (metrics.jsonl, dashboards)
+    and, with --dump_rank_metrics, eval/test/rank_<R>.json sums of the trained weights'."""
+    args, videos = job.args, len(job.test_loader.dataset.labels)
+    figures, own = test_videos(job, job.test_loader, videos)
+    views = (args.test_clips or 1, args.test_crops or 1)  # clips x crops of each video
+    row = test_row(figures, views, job.task)
+    line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video {job.task.line(figures)}, clip "
+            f"{job.task.clip_figure} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
+    if job.ema is not None:
+        ema = test_row(test_videos(job, job.test_loader, videos, job.ema.module)[0], views, job.task)
+        row.update({figure_name(key, ema=True): value for key, value in ema.items()
+                    if key.startswith(("video_", "clip_top1"))})
+        tracked = figure_name(job.task.tracked, "video", ema=True)
+        line += f"; EMA video {job.task.tracked_name} {row[tracked]:.4f} loss {row['video_ema_loss']:.4f}"
+    job.logger.write({"step": global_step, **row}, line)
+    if args.dump_rank_metrics:
+        dump_rank_sums(job.out / "eval" / "test", job.task.global_sums(figures), own, job.accelerator)
+    return row

@@ -53,6 +53,11 @@ def check_fsdp(args, accelerator):
         return None
     if accelerator.state.fsdp_plugin.fsdp_version != 2:  # the export and buffer sharing rely on FSDP2's state dicts
         return "fsdp: the script runs FSDP2 (fsdp_version: 2, as in accel_configs/fsdp.yaml); set it in your config"
+    if args.lr == "auto" or args.lr_find:
+        return "--lr auto, --lr_find: not available with FSDP yet; run the range test with a DDP config and give --lr"
+    if args.batch_size == "auto":
+        return ("--batch_size auto: not available with FSDP (its tries would hold the whole model on each device): "
+                "give a number with --global_batch_size, or use a DDP config")
     if args.model_ema:
         return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
     return None

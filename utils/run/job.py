@@ -29,11 +29,13 @@ from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
 from utils.models.device import for_device
 from utils.reporting.progress import StepLogger
+from utils.run.batch_probe import given_batch, random_state_kept, take_batch, trial_steps
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
 from utils.training.checkpoints import resume_position
 from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
+from utils.training.batch_size import BatchPlan, find_micro_batch
 from utils.training.objective import Objective
 from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
@@ -71,6 +73,8 @@ class Job:
     task: object = None  # what validation scores: one label a sample or several (utils/evaluation/tasks.py)
     balance: object = None  # the training split's class counts and the weights drawn from them (utils/training/balance.py)
     pictures: object = None  # the end-of-run pictures, drawn while the run ends (utils/reporting/drawing.py)
+    batch: BatchPlan = None  # how the global batch is taken: micro-batch, accumulation, processes
+    lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "valley")
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -135,24 +139,28 @@ def new_ema(model, chosen, accelerator):
     return ema
 
 
-def build_job(args, settings, accelerator, out):
+def build_job(args, settings, accelerator, out, batch=None, lr_found=None):
     """Data, model, optimizer and schedule for the options and their Settings (config/settings.py),
     prepared by Accelerate, as a Job; also returns the training sample count (None for a stream of
-    unknown size) and the loader workers per process."""
+    unknown size) and the loader workers per process. `batch`: the BatchPlan a range test before it found (None:
+    the options', tried here with --batch_size auto); `lr_found`: its suggestions, for the records."""
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
     metrics = load_metrics(args.metrics)  # main_process_first the main would fail alone, the others at its barrier)
     num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
+    settings, batch = take_batch(args, settings, accelerator, batch or given_batch(args, accelerator.num_processes))
     train_ds, val_ds, class_names, settings, targets = load_datasets(args, settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
     task = task_for(targets.multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
     balance = read_balance(settings.balance, source, train_ds, class_names, task, accelerator.print)  # class counts
+    teacher = build_teacher(args, class_names, inp, accelerator, task)
+    if args.batch_size == "auto":  # the largest micro-batch that fits, tried on the model: it needs the classes
+        settings, batch = probed_batch(args, settings, class_names, accelerator, teacher)
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
     draws = epoch_draws(settings.data, accelerator)  # --sampler balanced's epoch with --steps_per_epoch
     train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
                                               ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
                                               weights=balance.sample_weights, draws=draws)
     model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
-    teacher = build_teacher(args, class_names, inp, accelerator, task)
     if teacher is not None and distillation_head(model, inp.video):
         accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
                           "from the labels (their mean is scored)")
@@ -177,13 +185,36 @@ def build_job(args, settings, accelerator, out):
               best_score=[], patience=Patience(args.early_stop, args.early_stop_min_delta,
                                                figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}"),
               data=source.signature(train_ds, len(class_names)), test_loader=test_loader, ema=ema,
-              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance)
-    accelerator.print(f"{args.model} on {settings.source_name}: {source.sample_count(train_ds) or '?'} train / "
-                      f"{len(val_ds)} val {settings.sample_unit}, {len(class_names)} classes"
-                      f"{task.note}, {accelerator.num_processes} process(es) on "
-                      f"{accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
-                      f"{steps_per_epoch} steps/epoch -> {out}")
+              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance, batch=batch,
+              lr_found=lr_found)
+    accelerator.print(start_line(job, source.sample_count(train_ds), len(val_ds), num_workers))
     return job, source.sample_count(train_ds), num_workers
+
+
+def start_line(job, train_samples, val_samples, num_workers):
+    """What the run trains, on what, where: the line before its first step."""
+    settings, accelerator = job.settings, job.accelerator
+    return (f"{job.args.model} on {settings.source_name}: {train_samples or '?'} train / {val_samples} val "
+            f"{settings.sample_unit}, {len(job.class_names)} classes{job.task.note}, {accelerator.num_processes} "
+            f"process(es) on {accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
+            f"{job.steps_per_epoch} steps/epoch -> {job.out}")
+
+
+def probed_batch(args, settings, class_names, accelerator, teacher):
+    """--batch_size auto: (Settings, BatchPlan) of the largest micro-batch of the global batch that a training step of
+    the run's model fits on every process (utils/run/batch_probe.py), the random streams left as they were; the plan
+    put in force (take_batch)."""
+    def build():
+        model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator, say=lambda *_: None)
+        return model.to(accelerator.device), optimizer
+
+    with random_state_kept(accelerator.device):
+        attempt, release = trial_steps(build, accelerator, settings.input, args.epochs, settings.model, teacher)
+        try:
+            plan = find_micro_batch(accelerator, args.global_batch_size, attempt)
+        finally:
+            release()
+    return take_batch(args, settings, accelerator, plan)
 
 
 def prepare(accelerator, model, optimizer, scheduler, eval_only):
@@ -194,15 +225,17 @@ def prepare(accelerator, model, optimizer, scheduler, eval_only):
     return accelerator.prepare(model, optimizer, scheduler)
 
 
-def build_model_and_optimizer(args, settings, class_names, accelerator):
+def build_model_and_optimizer(args, settings, class_names, accelerator, say=None):
     """The model the options name, its weights, its switches (--grad_checkpointing, --sync_bn, --channels_last),
-    not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay)."""
+    not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay). `say`: where
+    its lines go (default: accelerator.print)."""
+    say = say or accelerator.print
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     chosen = settings.model
     model = new_model(chosen, class_names, chosen.pretrained, settings.input)
-    initialise(model, chosen, accelerator.print)
+    initialise(model, chosen, say)
     if chosen.grad_checkpointing:
-        accelerator.print(enable_grad_checkpointing(model, chosen.name))
+        say(enable_grad_checkpointing(model, chosen.name))
     model = for_device(model, accelerator, sync_bn=chosen.sync_bn, channels_last=chosen.channels_last)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
@@ -210,7 +243,7 @@ def build_model_and_optimizer(args, settings, class_names, accelerator):
     layers = layer_ids(model, args.model) if args.layer_decay is not None else None
     optimizer = build_optimizer(model, settings.optimizer, accelerator.num_processes, layers)
     if layers:
-        accelerator.print(layer_decay_note(layers, args.layer_decay))
+        say(layer_decay_note(layers, args.layer_decay))
     return model, optimizer
 
 

@@ -17,6 +17,7 @@ from utils.reporting.drawing import Drawing
 from utils.reporting.failures import failure_pictures, prediction_rows, write_failures
 from utils.reporting.html_report import write_html
 from utils.reporting.model_folder import save_model_folder
+from utils.evaluation.multiview import multiview_test
 from utils.run.trained import trained_run, write_record
 
 
@@ -29,7 +30,8 @@ def start_records(job, num_workers, previous_run=None):
             save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                         mixed_precision=accelerator.mixed_precision, notes=job.lr_notes)
         write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
-        write_record(out, trained_run(args, job.settings, job.class_names, job.task.multi_label))
+        write_record(out, trained_run(args, job.settings, job.class_names, job.task.multi_label, batch=job.batch,
+                                      lr_found=job.lr_found))
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, job.settings.trackers, out, config, run_id=previous_run)
@@ -77,9 +79,14 @@ def start_pictures(job, figures):
     job.pictures = Drawing.start(pictures)
 
 
-def report_results(job, results, figures, train_samples):
-    """results.json, the pictures and the per-class table (main process), and the closing line."""
+def report_results(job, summary, figures, train_samples, command):
+    """The results: the task's figures of the last validation and the run's `summary`, the multi-view test's (video),
+    the `command`; results.json, the pictures and the per-class table (main process), and the closing line."""
     accelerator, out, class_names = job.accelerator, job.out, job.class_names
+    results = {**job.task.results(figures, class_names), **summary}
+    if job.test_loader is not None:
+        results.update(multiview_test(job, results["global_step"]))
+    results["command"] = command
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
     skipped = sorted(errors)
@@ -87,12 +94,15 @@ def report_results(job, results, figures, train_samples):
                    nonfinite_steps_skipped=job.nonfinite_steps)
     results.update(job.balance.results(class_names))  # the class counts; --class_weights', --pos_weight's weights
     results["tracked_metric"] = job.task.tracked
+    results["batch"] = job.batch.record()  # micro-batch x accumulation x processes, and --batch_size auto's tries
+    if job.lr_found is not None:
+        results["lr_found"] = job.lr_found  # --lr auto: the range test's suggestions; the run trained at "valley"
     if job.pictures is None:  # (train and evaluate_only start them as soon as their figures are final)
         start_pictures(job, figures)
     if accelerator.is_main_process:
         if "temperature" in results:  # --calibrate: predict.py, ONNX and a teacher divide the logits by it
             write_record(out, trained_run(job.args, job.settings, class_names, job.task.multi_label,
-                                            results["temperature"]))
+                                            results["temperature"], job.batch, job.lr_found))
         report.write(out, results, figures, errors)
         confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses, job.task)
         pictures = job.pictures.collect()

@@ -47,13 +47,17 @@ class TrainedRun:
     # The weights file that the temperature and model/thresholds.json were fitted to: the ones model/ holds (the EMA's
     # with --model_ema). None: a run recorded before it was kept (they were taken to fit any weights).
     tuned_on: str = None
+    batch: dict = None  # how its global batch was taken (utils/training/batch_size.py BatchPlan.record); None: not said
+    lr_found: dict = None  # --lr auto: the LR range test's suggestions, its LR the "valley" (None: --lr was given)
 
 
-def trained_run(args, settings, classes, multi_label=False, temperature=1.0):
-    """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`)."""
+def trained_run(args, settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
+    """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`;
+    `batch`: its BatchPlan; `lr_found`: --lr auto's suggestions)."""
     return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
                       args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature,
-                      "model_ema.safetensors" if args.model_ema else "model.safetensors")
+                      "model_ema.safetensors" if args.model_ema else "model.safetensors",
+                      batch.record() if batch is not None else None, lr_found)
 
 
 def tuned_for(run, ema=False, checkpoint=None):

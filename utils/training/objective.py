@@ -16,6 +16,10 @@ from utils.models.libraries import check_model_name
 DISTILL_DEFAULTS = {"distill": "soft", "distill_alpha": 0.5, "distill_temperature": 1.0}
 
 
+class NonFiniteLoss(Exception):
+    """Training met more NaN/inf losses than --skip_nonfinite_steps allows."""
+
+
 @dataclass(frozen=True)
 class LossOptions:
     """What the options ask of the loss, read from them once (utils/config/settings.py); each field is its option's."""

@@ -149,7 +149,7 @@ def _check_optimizer(options, need):
     bad = [item for item in options.kwargs or () if not item.partition("=")[0] or "=" not in item]
     need(not bad, "opt_kwargs", f"{bad[0] if bad else ''!r}: give KEY=VALUE")
     try:
-        _optimizer([torch.nn.Parameter(torch.zeros(2, 2))], options, options.lr)
+        _optimizer([torch.nn.Parameter(torch.zeros(2, 2))], options, 0.1 if options.lr == "auto" else options.lr)
     except (TypeError, ValueError, RuntimeError) as e:
         need(False, "optimizer", f"{options.name} with --opt_eps/--opt_betas/--opt_kwargs "
              f"{opt_kwargs(options)}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
@@ -193,12 +193,12 @@ def check_options(optimizer, schedule, need):
     """The optimizer (OptimizerOptions) and the LR schedule laid out in epochs (ScheduleOptions)."""
     for key, value in (("epochs", schedule.epochs), ("batch_size", optimizer.batch_size),
                        ("grad_accum_steps", optimizer.grad_accum_steps)):
-        need(value >= 1, key, "must be >= 1")
+        need(value == "auto" or value >= 1, key, "must be >= 1")
     need(optimizer.lr_scale_batch is None or optimizer.lr_scale_batch >= 1, "lr_scale_batch", "must be >= 1")
     for key, value in (("weight_decay", optimizer.weight_decay), ("norm_weight_decay", optimizer.norm_weight_decay),
                        ("bias_weight_decay", optimizer.bias_weight_decay), ("min_lr", schedule.min_lr)):
         need(value >= 0, key, "must be >= 0")
-    need(optimizer.lr > 0, "lr", "must be > 0")
+    need(optimizer.lr == "auto" or optimizer.lr > 0, "lr", "must be > 0")
     need(optimizer.layer_decay is None or 0 < optimizer.layer_decay <= 1, "layer_decay", "must be in (0, 1]")
     # One cosine floor for every layer would lift the slow layers' LR towards it: the floor of each would have to
     # scale with its layer, which torch's schedulers do not do.
@@ -211,7 +211,7 @@ def check_options(optimizer, schedule, need):
     need(schedule.warmup_epochs is None or 0 <= schedule.warmup_epochs < schedule.epochs, "warmup_epochs",
          f"must be in [0, epochs={schedule.epochs})")
     warmup = warmup_epochs(schedule)
-    need(schedule.min_lr <= optimizer.lr, "min_lr", f"must not exceed lr={optimizer.lr}")
+    need(optimizer.lr == "auto" or schedule.min_lr <= optimizer.lr, "min_lr", f"must not exceed lr={optimizer.lr}")
     need(schedule.gamma > 0, "lr_gamma", "must be > 0")
     if schedule.kind == "step":
         need(schedule.milestones is not None, "lr_milestones", "required with lr_schedule step")

@@ -78,8 +78,11 @@ class MapLoader:
         return loader if self.decode is None else map(self.decode, loader)
 
     def close(self):
-        """Its kept workers stopped now. (A resumed epoch's loader, skip_first_batches', ends its own with the epoch.)"""
+        """Its kept workers stopped now, and Accelerate told that no epoch of it is under way (one left mid-way, by
+        --max_train_steps or the LR range test, would stay its record of the loader the loop is in). (A resumed
+        epoch's loader, skip_first_batches', ends its own with the epoch.)"""
         stop_workers(self.loader)
+        getattr(self.loader, "end", lambda: None)()
 
     def save_position(self, folder, rank):
         """Nothing of its own: the checkpoint's step count and the sampler's (seed, epoch) say where it stood."""

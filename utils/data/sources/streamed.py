@@ -125,9 +125,8 @@ def build_stream(data, rank, world, inp):
     stream = _normalise_stream(_open(data, data.train_split, streaming=True), data)
     # Only the validation split's files: a plain load_dataset would convert every split, the training one too.
     val = _open(data, val_split, streaming=False, data_files=_files(builder, val_split))
-    label = stream.features["label"]
-    kind = label  # a List(ClassLabel): several labels a row
-    label = class_labels(label)
+    kind = stream.features["label"]  # a List(ClassLabel): several labels a row
+    label = class_labels(kind)
     names = label.names if isinstance(label, datasets.ClassLabel) else None
     val = normalise(val, data, class_names=names)
     if names is not None and class_labels(val.features["label"]).names != names:
@@ -173,7 +172,7 @@ class Streamed(ImageFiles):
 
     def datasets(self, data, inp, rank=0, world=1):
         train, val, names, notes = build_stream(data, rank, world, inp)
-        _, val_preset = image_presets(inp)
+        _, val_preset = image_presets(inp, train.targets)
         train.on_device = data.decode_on_device
         return (train, with_transform(subset(val, data.max_val_samples), val_preset, decoded=False,
                                       on_device=data.decode_on_device, targets=train.targets), names,

@@ -9,10 +9,8 @@ from functools import partial
 
 from torchvision.transforms import v2
 
-from utils.data.datasets.labels import ClassIndex
 
-
-def train_preset(inp, size=None, targets=ClassIndex()):
+def train_preset(inp, targets, size=None):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
     Random crops of side `size` (default: the Input's train crop), of the area share and aspect ratio the Input's
     crop_box gives for data of `targets` (utils/data/datasets/labels.py)."""
@@ -39,9 +37,9 @@ def eval_preset(inp):
                        v2.CenterCrop(inp.val_crop_size)])
 
 
-def image_presets(inp, targets=ClassIndex()):
+def image_presets(inp, targets):
     """(train, val) presets of image files, Hub datasets and streams: ByEpoch(train_preset), Fixed(eval_preset)."""
-    return ByEpoch(partial(train_preset, inp, targets=targets), inp), Fixed(eval_preset(inp), inp.val_crop_size)
+    return ByEpoch(partial(train_preset, inp, targets), inp), Fixed(eval_preset(inp), inp.val_crop_size)
 
 
 class Fixed:

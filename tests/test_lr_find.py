@@ -1,0 +1,140 @@
+"""--lr_find and --lr auto: the LR range test on the run's own training steps, its loss the mean over every sample of
+every process, every process stopping at the same step; --lr auto trains bitwise as the suggestion typed by hand."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY, assert_same_weights, main_fails, read_json, run_main
+from ranks import ranks_ok
+
+from utils.training.lr_range import Curve, LossDiverged, sweep_lr, sweep_schedule
+
+BASE = [*TINY, "--epochs", "2", "--warmup_epochs", "0.5"]
+
+
+def rows(path):
+    return list(csv.DictReader(open(path)))
+
+
+def test_the_sweep_is_exponential_and_keeps_each_layers_ratio():
+    assert [round(sweep_lr(1e-4, 1.0, 5, s), 12) for s in range(5)] == [1e-4, 1e-3, 1e-2, 1e-1, 1.0]
+    weights = [torch.nn.Parameter(torch.zeros(2)) for _ in range(2)]
+    optimizer = torch.optim.SGD([{"params": [weights[0]], "lr": 0.5}, {"params": [weights[1]], "lr": 0.05}], lr=0.5)
+    schedule = sweep_schedule(optimizer, 1e-4, 1.0, 5)
+    seen = []
+    for _ in range(5):
+        seen.append([group["lr"] for group in optimizer.param_groups])
+        optimizer.step()
+        schedule.step()
+    assert [head for head, _ in seen] == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1.0], rel=1e-9)
+    assert all(slow == pytest.approx(head / 10, rel=1e-9) for head, slow in seen)  # --layer_decay's ratio kept
+
+
+def test_the_curve_is_smoothed_stops_where_it_diverges_and_suggests_inside_its_fall():
+    """A loss that falls between 1e-4 and 1e-2 and rises after: the smoothed curve (debiased: its first value is the
+    first loss) stops at the step past 4x its lowest; valley lies inside the fall, steepest where it is fastest."""
+    lrs = [sweep_lr(1e-6, 10, 60, s) for s in range(60)]
+    losses = [2.0 if lr < 1e-4 else 2.0 - 0.7 * math.log10(lr / 1e-4) if lr < 1e-2 else 0.6 * (lr / 1e-2) ** 0.9
+              for lr in lrs]
+    curve = Curve(60)
+    with pytest.raises(LossDiverged, match="^diverged at lr"):
+        for lr, loss in zip(lrs, losses):
+            curve.add(lr, loss)
+    assert curve.smoothed[0] == losses[0] and len(curve.lrs) < 60
+    assert curve.smoothed[-1] > 4 * min(curve.smoothed) >= curve.smoothed[-2]  # the first step past it
+    suggested = curve.suggestions()
+    assert 1e-4 < suggested["valley"] < 3e-2 and 1e-4 < suggested["steepest"] < 3e-2, suggested
+    assert suggested["valley"] == float(f"{suggested['valley']:.2g}")  # 2 digits: typed, the same float
+    nan = Curve()
+    nan.add(1e-3, 1.0)
+    with pytest.raises(LossDiverged):
+        nan.add(1e-2, float("nan"))
+    assert nan.suggestions() is None  # too short to read
+
+
+@pytest.mark.slow
+def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_not_search_again(tmp_path, capsys):
+    found = run_main([*BASE, "--lr", "auto", "--lr_find_steps", "30", "--save_every", "1", "--output_dir",
+                      tmp_path / "auto"])
+    said = capsys.readouterr().out
+    valley = found["lr_found"]["valley"]
+    assert read_json(tmp_path / "auto" / "run.json")["lr_found"] == found["lr_found"]
+    assert "lr: " + repr(valley) in (tmp_path / "auto" / "config.yaml").read_text().splitlines()  # the run's LR
+    assert said.count("lr_find: ") == 1 and "(--lr auto trains with it)" in said
+    curve = rows(tmp_path / "auto" / "lr_find.csv")
+    assert 3 <= len(curve) <= 30 and (tmp_path / "auto" / "lr_find.png").stat().st_size > 10_000
+    assert [float(r["lr"]) for r in curve] == pytest.approx([sweep_lr(1e-7, 10, 30, s) for s in range(len(curve))],
+                                                            rel=1e-5)
+    typed = run_main([*BASE, "--lr", repr(valley), "--output_dir", tmp_path / "typed"])
+    assert_same_weights(tmp_path / "auto", tmp_path / "typed")
+    assert typed["val_top1"] == found["val_top1"]
+    # resumed from its first epoch with --lr auto: the checkpoint's LR, no range test, the same end
+    written = (tmp_path / "auto" / "lr_find.csv").stat().st_mtime_ns
+    run_main([*BASE, "--lr", "auto", "--output_dir", tmp_path / "auto", "--resume",
+              tmp_path / "auto" / "checkpoints" / "epoch_0"])
+    said = capsys.readouterr().out
+    assert f"lr auto: {valley:g}, as the checkpoint was trained" in said and "lr_find:" not in said
+    assert (tmp_path / "auto" / "lr_find.csv").stat().st_mtime_ns == written
+    assert_same_weights(tmp_path / "auto", tmp_path / "typed")
+
+
+@pytest.mark.slow
+def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path):
+    """With loader workers: the sweep's job is closed at its end, its workers stopped with it (the run built after
+    it has its own)."""
+    import psutil
+
+    out, before = tmp_path / "run", {child.pid for child in psutil.Process().children(recursive=True)}
+    found = run_main([*BASE, "--num_workers", "1", "--lr_find", "--lr_find_steps", "30", "--output_dir", out])
+    left = [c for c in psutil.Process().children(recursive=True) if c.pid not in before and c.status() != "zombie"]
+    assert not left, left
+    assert set(found["lr_find"]) == {"valley", "steepest"}
+    assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["lr_find.csv", "lr_find.png"]  # no more
+
+
+@pytest.mark.slow
+def test_the_sweeps_loss_is_the_mean_over_every_process_one_or_two_alike(tmp_path):
+    """A model without BatchNorm or dropout (squeezenet1_1, --dropout 0): a global batch of 16 on one process or 8 + 8
+    on two is the same 16 samples and the same mean loss, step by step, until the steps' float sums part."""
+    job = ["--dataset", "synthetic", "--image_size", "32", "--num_classes", "5", "--synthetic_train_samples", "64",
+           "--synthetic_val_samples", "10", "--num_workers", "0", "--model", "squeezenet1_1", "--dropout", "0",
+           "--lr_find", "--lr_find_steps", "10", "--lr_find_max", "0.1", "--global_batch_size", "16"]
+    run_main([*job, "--batch_size", "16", "--output_dir", tmp_path / "one"])
+    ranks_ok([*job, "--batch_size", "8", "--output_dir", tmp_path / "two"], nproc=2)
+    one, two = rows(tmp_path / "one" / "lr_find.csv"), rows(tmp_path / "two" / "lr_find.csv")
+    assert len(one) == len(two) == 10
+    losses = np.array([[float(r["loss"]) for r in rs] for rs in (one, two)])
+    assert np.abs(losses[0] - losses[1]).max() < 1e-4, losses
+    assert np.ptp(losses[0]) > 1e-3  # the loss moved: the steps trained
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lr", "auto", "--eval_only", "--init_from", "x.safetensors"], "lr: sweeps training steps, and --eval_only"),
+    (["--lr_find", "--resume", "latest"], "lr_find: tests the LR of a run about to start: not with --resume"),
+    (["--lr", "auto", "--lr_scale_batch", "256"], "lr_scale_batch: scales a given --lr; --lr auto finds the LR"),
+    (["--lr_find", "--lr_find_min", "1", "--lr_find_max", "0.1"], "lr_find_min: must be > 0 and below --lr_find_max"),
+    (["--lr_find", "--lr_find_steps", "2"], "lr_find_steps: must be >= 3"),
+])
+def test_what_the_range_test_cannot_do_is_one_line(extra, message, tmp_path, capsys):
+    code, err = main_fails([*BASE, *extra, "--output_dir", tmp_path / "run"], capsys)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and len(errors) == 1 and message in errors[0], err
+    assert not (tmp_path / "run" / "lr_find.csv").exists()
+
+
+def test_a_long_flat_start_drifting_down_by_noise_is_not_taken_for_the_descent():
+    """The embedded digits' curve, in shape: flat (noise, and a slow drift down) up to about 0.05, a fall to 0.2, then
+    divergence. The valley and steepest LRs lie in the fall, not in the plateau's drift."""
+    rng = np.random.default_rng(0)
+    lrs = [sweep_lr(1e-7, 10, 100, s) for s in range(100)]
+    losses = [2.4 - 0.0005 * s + rng.normal(0, 0.03) if lr < 0.05 else 2.4 - 0.4 * math.log10(lr / 0.05) / math.log10(4)
+              if lr < 0.2 else 2.0 * (lr / 0.2) ** 2 for s, lr in enumerate(lrs)]
+    curve = Curve(100)
+    with pytest.raises(LossDiverged):
+        for lr, loss in zip(lrs, losses):
+            curve.add(lr, loss)
+    suggested = curve.suggestions()
+    assert 0.01 <= suggested["valley"] <= 0.25 and 0.01 <= suggested["steepest"] <= 0.25, suggested

@@ -1,0 +1,100 @@
+"""--lr_find and --lr auto: the LR range test run before the run (utils/training/lr_range.py for its arithmetic), on a
+job of its own that is freed after it; and what a resumed run takes instead of searching again (resumed_choices)."""
+
+import argparse
+import contextlib
+from dataclasses import replace
+
+from accelerate.utils import set_seed
+
+from utils.core.errors import ConfigError
+from utils.reporting.lr_find import SweepLogger, write_lr_find
+from utils.run.job import build_job
+from utils.training import checkpoints
+from utils.training.lr_range import LossDiverged, sweep_schedule
+from utils.training.objective import NonFiniteLoss
+
+
+def find_lr(args, settings, accelerator, out, train_epoch):
+    """--lr_find and --lr auto: the LR range test (utils/training/lr_range.py) as --lr_find_steps steps of this
+    run's own training loop (`train_epoch`, train_classification.train_one_epoch: accumulation, mixed precision, MixUp,
+    the NaN check) at an LR swept
+    exponentially from --lr_find_min to --lr_find_max, on a job of its own built as the run's (quietly; without EMA,
+    checkpoints or records) and freed after it: the run is then built from scratch, so that --lr auto trains as the run
+    with the suggestion typed by hand. Each step's loss is the mean over every sample of every process; every process
+    stops at the same step, where that mean diverges. Writes lr_find.png and lr_find.csv; returns ({"valley": lr,
+    "steepest": lr}, the BatchPlan the job took); (None, None) without either option."""
+    if not (args.lr_find or args.lr == "auto"):
+        return None, None
+    set_seed(args.seed)
+    steps, low, high = args.lr_find_steps, args.lr_find_min, args.lr_find_max
+    sweep = argparse.Namespace(**{**vars(args), "max_train_steps": steps, "checkpoint_every_steps": None,
+                                  "model_ema": False, "lr": high})
+    swept = replace(settings, model=replace(settings.model, ema=False), optimizer=replace(settings.optimizer, lr=high))
+    with quiet(accelerator):
+        job, _, _ = build_job(sweep, swept, accelerator, out)
+    job.scheduler = sweep_schedule(job.optimizer, low, high, steps)
+    job.logger = SweepLogger(accelerator, low, high, steps, job.steps_per_epoch)
+    stopped, epoch, global_step = f"the last at lr {high:g}", 0, 0  # (or where the loss diverged)
+    try:
+        while global_step < steps:
+            global_step = train_epoch(job, epoch, global_step).global_step
+            epoch += 1
+    except (LossDiverged, NonFiniteLoss) as e:
+        stopped = f"{e}" if isinstance(e, LossDiverged) else f"diverged at step {len(job.logger.curve.lrs) + 1}: {e}"
+    finally:
+        job.close()  # its workers, and an epoch left mid-way
+        accelerator.free_memory()  # Accelerate's references to its model, optimizer, scheduler and loaders
+    args.batch_size, args.grad_accum_steps = sweep.batch_size, sweep.grad_accum_steps  # what --batch_size auto found
+    curve = job.logger.curve
+    suggestions = curve.suggestions()
+    if accelerator.is_main_process:
+        write_lr_find(out, curve, suggestions, stopped)
+    unread = (f"the loss has no descent to read an LR from ({len(curve.lrs)} steps, {stopped}); sweep from a lower "
+              f"--lr_find_min or over more --lr_find_steps")
+    if suggestions is None and args.lr == "auto":
+        raise ConfigError(f"lr auto: {unread}, or give --lr")
+    said = unread if suggestions is None else (
+        f"{len(curve.lrs)} steps from {low:g} to {high:g} ({stopped}); suggested peak LR: valley "
+        f"{suggestions['valley']:g}{' (--lr auto trains with it)' if args.lr == 'auto' else ''}, steepest "
+        f"{suggestions['steepest']:g}")
+    accelerator.print(f"lr_find: {said} -> {out / 'lr_find.png'}, {out / 'lr_find.csv'}")
+    if args.lr_find:
+        accelerator.end_training()  # the range test alone: the run ends here
+    return suggestions, job.batch
+
+
+@contextlib.contextmanager
+def quiet(accelerator):
+    """The accelerator's lines silenced in the block (a job built a second time: its lines are said once)."""
+    accelerator.print = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        del accelerator.print  # the method again
+
+
+def resumed_choices(args, settings, folder, say):
+    """--batch_size auto and --lr auto, resumed from checkpoint `folder`: the Settings with the micro-batch,
+    accumulation and LR it was trained with, found when its run started (a resumed run never searches again: it must
+    train on bitwise); the options get them too."""
+    if folder is None or "auto" not in (args.batch_size, args.lr):
+        return settings
+    recorded = checkpoints.read_state(folder)["options"]
+    if args.batch_size == "auto":
+        args.batch_size, args.grad_accum_steps = recorded["batch_size"], recorded["grad_accum_steps"]
+        say(f"batch_size auto: micro-batch {args.batch_size} x {args.grad_accum_steps} accumulation step(s), as the "
+            f"checkpoint was trained (not tried again)")
+    if args.lr == "auto":
+        args.lr = recorded["lr"]
+        say(f"lr auto: {args.lr:g}, as the checkpoint was trained (the range test not run again)")
+    return replace(settings, optimizer=replace(settings.optimizer, lr=args.lr))  # the batch: build_job's take_batch
+
+
+def with_found_lr(args, settings, found):
+    """--lr auto: the options and Settings with the range test's valley as --lr, from here on the run that has it typed
+    (`found`: find_lr's suggestions; the Settings as they are without --lr auto)."""
+    if args.lr != "auto":
+        return settings
+    args.lr = found["valley"]
+    return replace(settings, optimizer=replace(settings.optimizer, lr=args.lr))
