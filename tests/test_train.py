@@ -13,7 +13,7 @@ RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train
                "global_step", "world_size", "train_time_s", "model", "dataset", "skipped_images", "class_names",
                "nonfinite_steps_skipped", "macro_f1", "macro_precision", "macro_recall", "per_class_accuracy",
                "per_class_images", "val_balanced_accuracy", "val_worst_recall", "train_class_counts", "tracked_metric",
-               "val_ece", "calibration_bins", "command"}
+               "val_ece", "calibration_bins", "command", "batch"}
 
 
 def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
@@ -24,6 +24,8 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
                                          "--save_every", "1", "--output_dir", str(out)])
     assert read_json(out / "results.json") == results
     assert set(results) == RESULT_KEYS
+    assert results["batch"] == {"global_batch_size": 8, "processes": 1, "batch_size": 8, "grad_accum_steps": 1,
+                                "found": False, "tried": []}  # how its global batch was taken, as typed
     assert {"top_losses.csv", "top_losses.png", "most_confused.csv", "calibration.png", "report.html"} <= \
         {p.name for p in out.iterdir()}  # where the model fails (test_failures.py says what they hold)
     assert len((out / "top_losses.csv").read_text().splitlines()) == 1 + 24
