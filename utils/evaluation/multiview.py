@@ -69,13 +69,12 @@ def test_row(figures, views, task):
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}
 
 
-def multiview_test(job, global_step):
-    """--test_clips N --test_crops M: every val video's N x M views, softmax averaged per video, for the trained
-    weights and (--model_ema) the averaged ones, as validation scores both; its row (metrics.jsonl, dashboards)
-    and, with --dump_rank_metrics, eval/test/rank_<R>.json sums of the trained weights'."""
-    args, videos = job.args, len(job.test_loader.dataset.labels)
+def multiview_test(job, global_step, views, dump_sums=False):
+    """--test_clips N --test_crops M (`views`: (N, M)): every val video's N x M views, softmax averaged per video, for
+    the trained weights and (--model_ema) the averaged ones, as validation scores both; its row (metrics.jsonl,
+    dashboards) and, with `dump_sums` (--dump_rank_metrics), eval/test/rank_<R>.json sums of the trained weights'."""
+    videos = len(job.test_loader.dataset.labels)
     figures, own = test_videos(job, job.test_loader, videos)
-    views = (args.test_clips or 1, args.test_crops or 1)  # clips x crops of each video
     row = test_row(figures, views, job.task)
     line = (f"test ({row['test_clips']} clips x {row['test_crops']} crops): video {job.task.line(figures)}, clip "
             f"{job.task.clip_figure} {row['clip_top1']:.4f} ({row['test_videos']} videos)")
@@ -86,6 +85,6 @@ def multiview_test(job, global_step):
         tracked = figure_name(job.task.tracked, "video", ema=True)
         line += f"; EMA video {job.task.tracked_name} {row[tracked]:.4f} loss {row['video_ema_loss']:.4f}"
     job.logger.write({"step": global_step, **row}, line)
-    if args.dump_rank_metrics:
+    if dump_sums:
         dump_rank_sums(job.out / "eval" / "test", job.task.global_sums(figures), own, job.accelerator)
     return row

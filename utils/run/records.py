@@ -85,7 +85,8 @@ def report_results(job, summary, figures, train_samples, command):
     accelerator, out, class_names = job.accelerator, job.out, job.class_names
     results = {**job.task.results(figures, class_names), **summary}
     if job.test_loader is not None:
-        results.update(multiview_test(job, results["global_step"]))
+        views = (job.args.test_clips or 1, job.args.test_crops or 1)  # clips x crops of each video
+        results.update(multiview_test(job, results["global_step"], views, job.args.dump_rank_metrics))
     results["command"] = command
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
