@@ -91,6 +91,8 @@ def test_two_processes_agree_on_what_fits_both_and_train_bitwise_as_typed_then_r
     assert_same_weights(tmp_path / "auto", typed)
     results = read_json(tmp_path / "auto" / "results.json")
     assert (results["batch"]["batch_size"], results["batch"]["grad_accum_steps"]) == (4, 2)
+    assert read_json(typed / "results.json")["batch"] == {"global_batch_size": 16, "processes": 2, "batch_size": 4,
+                                                         "grad_accum_steps": 2, "found": False, "tried": []}
     assert results["val_top1"] == read_json(typed / "results.json")["val_top1"]
 
 
@@ -152,8 +154,8 @@ def test_a_try_trains_one_step_at_the_runs_largest_input_on_a_twin_and_frees_it(
     from utils.config.options import parse_args
     from utils.run.batch_probe import largest_input, trial_steps
 
-    image = input_for(parse_args(["--image_size", "32", "--progressive_resize", "32", "64", "0", "2", "--epochs", "4"]))
-    assert largest_input(image, 4) == (3, 64, 64) and largest_input(image, 1) == (3, 32, 32)
+    image = input_for(parse_args(["--image_size", "32", "--progressive_resize", "32", "96", "0", "3", "--epochs", "4"]))
+    assert largest_input(image, 4) == (3, 96, 96) and largest_input(image, 1) == (3, 32, 32)  # the last epoch's
     clips = input_for(parse_args(["--dataset", "moving_digits", "--image_size", "16", "--clip_len", "4",
                                   "--num_segments", "2"]))
     assert largest_input(clips, 3) == (3, 8, 16, 16)
@@ -179,8 +181,27 @@ def test_a_try_trains_one_step_at_the_runs_largest_input_on_a_twin_and_frees_it(
     attempt, release = trial_steps(build, device, image, 4, chosen)
     before = seen["model"].conv.weight.detach().clone()
     attempt(6)
-    assert seen["shape"] == (6, 3, 64, 64)
+    assert seen["shape"] == (6, 3, 96, 96)
     assert not torch.equal(seen["model"].conv.weight, before)  # a step was taken, on the twin
     assert all("momentum_buffer" in seen["optimizer"].state[p] for p in seen["model"].parameters())
     assert all(p.grad is None for p in seen["model"].parameters())
     release()
+
+
+def test_the_plan_is_in_force_wherever_the_batch_is_read():
+    """take_batch: the options, the Settings' optimizer (the LR --lr_scale_batch puts in force) and data (a stream's
+    epoch), and the Accelerator's accumulation all get the plan's micro-batch and accumulation."""
+    import types
+
+    from utils.config.options import parse
+    from utils.run.batch_probe import take_batch
+    from utils.training.schedule import effective_lr
+
+    args, settings = parse([*BASE, "--global_batch_size", "16", "--batch_size", "4", "--lr", "0.4",
+                            "--lr_scale_batch", "16"])
+    accelerator = types.SimpleNamespace(gradient_accumulation_steps=1, print=lambda *_: None)
+    settings, plan = take_batch(args, settings, accelerator, plan_for(16, 1, 4))
+    assert (args.batch_size, args.grad_accum_steps, accelerator.gradient_accumulation_steps) == (4, 4, 4)
+    assert (settings.optimizer.batch_size, settings.optimizer.grad_accum_steps) == (4, 4)
+    assert (settings.data.batch_size, settings.data.grad_accum_steps) == (4, 4)
+    assert effective_lr(settings.optimizer, 1) == pytest.approx(0.4)  # 4 x 4 x 1 = the 16 it was tuned for

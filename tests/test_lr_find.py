@@ -53,15 +53,17 @@ def test_the_curve_is_smoothed_stops_where_it_diverges_and_suggests_inside_its_f
     with pytest.raises(LossDiverged):
         nan.add(1e-2, float("nan"))
     assert nan.suggestions() is None  # too short to read
+    assert len(nan.lrs) == len(nan.losses) == len(nan.smoothed) == 2  # the step it stopped at has its row too
 
 
 @pytest.mark.slow
 def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_not_search_again(tmp_path, capsys):
-    found = run_main([*BASE, "--lr", "auto", "--lr_find_steps", "30", "--save_every", "1", "--output_dir",
-                      tmp_path / "auto"])
+    found = run_main([*BASE, "--lr", "auto", "--lr_find_steps", "30", "--save_every", "1", "--global_batch_size", "8",
+                      "--batch_size", "auto", "--output_dir", tmp_path / "auto"])
     said = capsys.readouterr().out
     valley = found["lr_found"]["valley"]
     assert read_json(tmp_path / "auto" / "run.json")["lr_found"] == found["lr_found"]
+    assert found["batch"]["found"] and found["batch"]["tried"] == [[8, "fits"]]  # what the range test's job found
     assert "lr: " + repr(valley) in (tmp_path / "auto" / "config.yaml").read_text().splitlines()  # the run's LR
     assert said.count("lr_find: ") == 1 and "(--lr auto trains with it)" in said
     curve = rows(tmp_path / "auto" / "lr_find.csv")
@@ -73,8 +75,8 @@ def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_n
     assert typed["val_top1"] == found["val_top1"]
     # resumed from its first epoch with --lr auto: the checkpoint's LR, no range test, the same end
     written = (tmp_path / "auto" / "lr_find.csv").stat().st_mtime_ns
-    run_main([*BASE, "--lr", "auto", "--output_dir", tmp_path / "auto", "--resume",
-              tmp_path / "auto" / "checkpoints" / "epoch_0"])
+    run_main([*BASE, "--lr", "auto", "--global_batch_size", "8", "--batch_size", "auto", "--output_dir",
+              tmp_path / "auto", "--resume", tmp_path / "auto" / "checkpoints" / "epoch_0"])
     said = capsys.readouterr().out
     assert f"lr auto: {valley:g}, as the checkpoint was trained" in said and "lr_find:" not in said
     assert (tmp_path / "auto" / "lr_find.csv").stat().st_mtime_ns == written
@@ -138,3 +140,40 @@ def test_a_long_flat_start_drifting_down_by_noise_is_not_taken_for_the_descent()
             curve.add(lr, loss)
     suggested = curve.suggestions()
     assert 0.01 <= suggested["valley"] <= 0.25 and 0.01 <= suggested["steepest"] <= 0.25, suggested
+
+
+def test_the_valley_is_two_thirds_down_the_descent_and_the_steepest_where_it_falls_fastest():
+    """A curve laid out by hand: flat for 10 steps, then down 20 steps (slowly, fast in steps 20-24, slowly), its
+    lowest at step 29, rising after. The descent starts at the first step below 2 - 0.2 x (2 - lowest)."""
+    lrs = [sweep_lr(1e-5, 1, 40, s) for s in range(40)]
+    down = [2.0 - 0.02 * i for i in range(10)] + [1.8 - 0.1 * i for i in range(1, 6)] + \
+        [1.3 - 0.02 * i for i in range(1, 6)]  # steps 10-29: 2.0 ... 1.2
+    curve = Curve(40)
+    curve.lrs, curve.losses = lrs[:35], [2.0] * 10 + down + [1.3, 1.5, 1.8, 2.2, 2.8]
+    curve.smoothed = list(curve.losses)
+    start = next(i for i, v in enumerate(curve.smoothed) if v < 2.0 - 0.2 * (2.0 - 1.2))  # the first below 1.84
+    lowest = 29
+    assert curve.suggestions() == {"valley": float(f"{lrs[start + (2 * (lowest - start)) // 3]:.2g}"),
+                                   "steepest": float(f"{lrs[20]:.2g}")}  # the first of the fast steps
+
+
+@pytest.mark.parametrize("extra, said", [(["--lr", "auto"], "--lr auto, --lr_find: not available with FSDP"),
+                                         (["--lr_find"], "--lr auto, --lr_find: not available with FSDP"),
+                                         (["--global_batch_size", "16", "--batch_size", "auto"],
+                                          "--batch_size auto: not available with FSDP")])
+def test_fsdp_refuses_what_tries_steps_before_the_run(extra, said, monkeypatch):
+    """Under an FSDP config the range test and --batch_size auto are refused in one line (utils/run/accelerator.py
+    check_fsdp), not run on unsharded twins."""
+    import types
+
+    from accelerate.utils import DistributedType
+
+    from utils.config.options import parse_args
+    from utils.run.accelerator import check_fsdp
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    fsdp = types.SimpleNamespace(distributed_type=DistributedType.FSDP,
+                                 state=types.SimpleNamespace(fsdp_plugin=types.SimpleNamespace(fsdp_version=2)))
+    problem = check_fsdp(parse_args([*BASE, *extra]), fsdp)
+    assert problem is not None and problem.startswith(said), problem
+    assert check_fsdp(parse_args(BASE), fsdp) is None  # the plain run is FSDP's to train
