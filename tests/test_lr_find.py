@@ -119,6 +119,8 @@ def test_the_sweeps_loss_is_the_mean_over_every_process_one_or_two_alike(tmp_pat
     (["--lr", "auto", "--lr_scale_batch", "256"], "lr_scale_batch: scales a given --lr; --lr auto finds the LR"),
     (["--lr_find", "--lr_find_min", "1", "--lr_find_max", "0.1"], "lr_find_min: must be > 0 and below --lr_find_max"),
     (["--lr_find", "--lr_find_steps", "2"], "lr_find_steps: must be >= 3"),
+    (["--lr_find_steps", "50"], "lr_find_steps: sets the LR range test: add --lr_find or --lr auto"),
+    (["--lr_find_max", "1"], "lr_find_max: sets the LR range test: add --lr_find or --lr auto"),
 ])
 def test_what_the_range_test_cannot_do_is_one_line(extra, message, tmp_path, capsys):
     code, err = main_fails([*BASE, *extra, "--output_dir", tmp_path / "run"], capsys)

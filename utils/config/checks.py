@@ -38,7 +38,7 @@ def check_args(args, source, defaults, typed):
     sampling.check_options(data, need)
     schedule.check_options(typed["optimizer"], typed["schedule"], need)
     _batch(args, need)
-    _lr_find(args, need)
+    _lr_find(args, need, defaults)
     _steps(args, need)
     objective.check_options(typed["losses"], need)
     balance.check_options(typed["balance"], data, need)
@@ -60,9 +60,12 @@ def _batch(args, need):
          "micro-batches before the model is built): give a number with --global_batch_size")
 
 
-def _lr_find(args, need):
-    """--lr_find and --lr auto (utils/training/lr_range.py): a sweep of this run's training steps before it."""
+def _lr_find(args, need, defaults):
+    """--lr_find and --lr auto (utils/training/lr_range.py): a sweep of this run's training steps before it; its
+    settings refused without it (never ignored)."""
     if not (args.lr_find or args.lr == "auto"):
+        for key in ("lr_find_min", "lr_find_max", "lr_find_steps"):
+            need(getattr(args, key) == defaults[key], key, "sets the LR range test: add --lr_find or --lr auto")
         return
     key = "lr_find" if args.lr_find else "lr"
     need(not args.eval_only, key, "sweeps training steps, and --eval_only trains none")
