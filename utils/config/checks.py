@@ -44,6 +44,9 @@ def check_args(args, source, defaults, typed):
     balance.check_options(typed["balance"], data, need)
     _run(args, need)
     libraries.check_options(typed["model"], need, source.video)
+    for key in ("model_ema_decay", "model_ema_steps", "model_ema_warmup"):  # set without the average: refused, not lost
+        need(args.model_ema or getattr(args, key) == defaults[key], key, "sets the moving average of the weights: add "
+             "--model_ema")
     return _model_input(args, source, asked, fmt)
 
 

@@ -3,7 +3,9 @@ keep it (the one source of config; the tables: data_options.py, training_options
 recipes (recipes.py) and the checks (checks.py)."""
 
 import argparse
+import contextlib
 import functools
+import io
 import sys
 
 from utils.config.checks import ConfigError, check_args
@@ -16,11 +18,84 @@ from utils.data.sources.catalog import source_for
 from utils.data.sources.protocol import DataOptions
 
 
+TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")  # a switch's words in --name=WORD (any case)
+
+
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints the whole usage block on an error; we print one line and exit 2."""
+    """argparse prints the whole usage block on an error; we print one line and exit 2.
+
+    It also reads the forms a wandb sweep agent writes (`${args}`: --name=value for every option): a switch as
+    --model_ema=True / --nesterov=False, a list as --mean=[0.5, 0.5, 0.5]. argparse alone refuses a value given to
+    a switch ("ignored explicit argument") and would take a list's brackets for one value."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args, switched_off = self._sweep_forms(sys.argv[1:] if args is None else list(args))
+        namespace, rest = super().parse_known_args(args, namespace)
+        for dest in switched_off:  # --x=False of a switch that has no --no-x
+            setattr(namespace, dest, False)
+        return namespace, rest
+
+    def _sweep_forms(self, argv):
+        """`argv` with --switch=WORD and --list=[..] written as argparse reads them; and the dests of the
+        switches without a --no- form that a --name=False turns off."""
+        tokens, switched_off = [], []
+        for token in argv:
+            flag, _, value = token.partition("=")
+            action = self._option_string_actions.get(flag) if token.startswith("--") and "=" in token else None
+            if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+                if value.lower() not in TRUE + FALSE or flag.startswith("--no-"):
+                    self.error(f"argument {flag}: a switch takes no value, or True or False (got {value!r})")
+                on = value.lower() in TRUE
+                if on or isinstance(action, argparse.BooleanOptionalAction):
+                    tokens.append(flag if on else "--no-" + flag[2:])
+                else:
+                    switched_off.append(action.dest)
+            elif action is not None and action.nargs not in (None, "?") and value.startswith("["):
+                items = _listed(value)
+                if items is None:
+                    self.error(f"argument {flag}: {value!r} is not a list of values")
+                tokens += [flag, *map(str, items)]
+            else:
+                tokens.append(token)
+        return tokens, switched_off
+
+
+def _listed(text):
+    """The items of `text` written as a list ([1, 2] or ['a', 'b']), or None."""
+    import yaml  # also reads the recipes; a list as wandb writes it is a YAML flow sequence
+
+    try:
+        items = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return items if isinstance(items, list) and all(not isinstance(i, (list, dict)) for i in items) else None
+
+
+def argv_for(name, value, parser=None):
+    """The command-line tokens that give option `name` (a dest) `value`: --name=value, a switch as --name or --no-name
+    (--name=False without a --no- form), a list as --name v1 v2 ...: how a trial's options reach its run."""
+    action = next(a for a in (parser or get_args_parser())._actions if a.dest == name)
+    flag = action.option_strings[0]
+    if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+        return [flag if value else f"{flag}=False"]
+    if isinstance(value, (list, tuple)):
+        return [flag, *map(str, value)]
+    return [f"{flag}={value}"]
+
+
+def check_argv(argv):
+    """None if train_classification.py accepts the options `argv` (parsed and checked as a run would, nothing
+    started or written), else the one line it would stop with."""
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            parse(argv)
+    except SystemExit:
+        return errors.getvalue().strip().splitlines()[-1] if errors.getvalue().strip() else "refused"
+    return None
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from utils.config.checks import ConfigError
+from utils.config.data_options import stat_value
 from utils.config.training_options import learning_rate, micro_batch
 from utils.core.io import write_text_atomic
 
@@ -14,7 +15,7 @@ from utils.core.io import write_text_atomic
 DATA_RECIPES = {"moving_digits": Path(__file__).parents[2] / "configs" / "moving_digits_mc3_18.yaml"}
 
 
-def _check_yaml_value(action, value):
+def check_yaml_value(action, value):
     """Return `value` if it fits `action`'s type and choices; raise ConfigError otherwise."""
     def one(v):
         if action.type is int:
@@ -39,11 +40,15 @@ def _check_yaml_value(action, value):
                     pass
             ok = (isinstance(v, (int, float)) and not isinstance(v, bool)) or v == "auto"
             v = float(v) if ok and v != "auto" else v
+        elif action.type is stat_value:  # --mean/--std: numbers, or auto
+            ok = (isinstance(v, (int, float)) and not isinstance(v, bool)) or v == "auto"
+            v = float(v) if ok and v != "auto" else v
         else:  # flags: store_true / --x/--no-x
             ok = isinstance(v, bool)
         if not ok:
             want = {int: "an integer", float: "a number", str: "a string",
-                    micro_batch: "an integer or auto", learning_rate: "a number or auto"}.get(action.type, "true or false")
+                    micro_batch: "an integer or auto", learning_rate: "a number or auto",
+                    stat_value: "a number or auto"}.get(action.type, "true or false")
             hint = " (YAML reads no/yes/off/on as booleans: quote the word)" if isinstance(v, bool) else ""
             raise ConfigError(f"{action.dest}: expected {want}, got {v!r}{hint}")
         if action.choices is not None and v not in action.choices:
@@ -80,7 +85,7 @@ def load_recipe(path, parser):
             close = difflib.get_close_matches(str(key), actions, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"{key}: unknown key in {path}{hint}")
-    return {key: _check_yaml_value(actions[key], value) for key, value in data.items()}
+    return {key: check_yaml_value(actions[key], value) for key, value in data.items()}
 
 
 def save_config(args, path, notes=(), **resolved):

@@ -40,6 +40,7 @@ class MultiLabel:
     @staticmethod
     def exported_output(logits):
         return logits.sigmoid()
+    DEFAULT_TRACK = "map"  # the tracked figure without --track_metric
     TRACKED = {"map": ("val_map", "mAP"), "macro_f1": ("val_f1_macro", "macro F1")}
     UNTRACKED = "{} scores one label a sample; multi-label data tracks map or macro_f1"
     sum_keys = ("loss_sum", "true_positives", "false_positives", "false_negatives", "exact_matches")

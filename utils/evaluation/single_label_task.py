@@ -26,6 +26,7 @@ class SingleLabel:
     exported = "logits"  # what its exported graph outputs (predict.py --export_onnx)
     exported_output = None  # the logits as they are
     # --track_metric: the figure --keep_best, --early_stop and best/ follow (the EMA's with --model_ema), its name
+    DEFAULT_TRACK = "top1"  # the tracked figure without --track_metric
     TRACKED = {"top1": ("val_top1", "top-1"), "balanced_accuracy": ("val_balanced_accuracy", "balanced accuracy"),
                "macro_f1": ("val_macro_f1", "macro F1")}
     UNTRACKED = ("{} ranks each class's sigmoid scores of multi-label data; one label a sample tracks top1, "

@@ -44,11 +44,20 @@ def task_for(multi_label, num_classes, metrics=None, threshold=0.5, tta_kind=Non
     (`metrics`: the evaluate modules that score single-label figures; predict.py needs none. `track`:
     --track_metric, checked against the kind by utils/config/labels.py; None: top1, or map.)"""
     if multi_label:
-        return MultiLabel(num_classes, threshold, tta_kind, track or "map")
-    return SingleLabel(metrics, num_classes, tta_kind, track or "top1")
+        return MultiLabel(num_classes, threshold, tta_kind, track or MultiLabel.DEFAULT_TRACK)
+    return SingleLabel(metrics, num_classes, tta_kind, track or SingleLabel.DEFAULT_TRACK)
 
 
 def tracked_key(task, ema):
     """The figure best/, --keep_best and --early_stop follow: the task's, of the EMA with --model_ema."""
     return figure_name(task.tracked, ema=True) if ema else task.tracked
 
+
+
+def tracked_figure(multi_label, track=None, ema=False):
+    """The figure a run tracks, named as its validation rows name it: that of its kind's task (several labels a
+    sample: `multi_label`) for --track_metric `track` (None: the kind's default), the EMA's with `ema`; what
+    tracked_key says of the run's task, for a reader of its files (tune.py)."""
+    kind = task_kind(multi_label)
+    key = kind.TRACKED[track or kind.DEFAULT_TRACK][0]
+    return figure_name(key, ema=True) if ema else key

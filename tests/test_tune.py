@@ -1,0 +1,317 @@
+"""tune.py: a search on Optuna whose trials are launches of the script; and the argv forms of a wandb sweep agent.
+
+Checks of a space and of the options after `--` run tune.py's main() in this process (no trial starts). Studies run
+tune.py as its user does, a process that launches each trial (plain `python` for one process, `accelerate launch` for
+two), on tiny runs of the embedded digits: 200-300 images, 2-3 epochs.
+"""
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from conftest import ROOT, assert_same_weights, environment, read_json, resumed_from, run_main
+from ranks import ranks_ok
+
+sys.path.insert(0, str(ROOT))
+import tune  # noqa: E402
+
+TINY = ["--max_train_samples", "200", "--num_workers", "0"]
+TWO_PROCESSES = (f"{sys.executable} -m accelerate.commands.launch --config_file "
+                 f"{ROOT / 'accel_configs' / 'cpu_2proc.yaml'} --monitor_interval 0.1")
+ONE_PROCESS = sys.executable
+REFUSED = "train_classification.py: error: min_lr: must not exceed lr=0.001, got 0.01"  # each option alone passes
+
+
+def write_space(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def study(folder, *options, base=(), timeout=300):
+    """tune.py in its own process (its session: a signal to a trial's group never reaches pytest)."""
+    return subprocess.run([sys.executable, str(ROOT / "tune.py"), "--study", str(folder), *options, "--",
+                           *map(str, base)], cwd=ROOT, env=environment(), capture_output=True, text=True,
+                          timeout=timeout, start_new_session=True)
+
+
+def trials_table(folder):
+    with open(folder / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("space, base, said", [
+    ("lrr: {low: 0.01, high: 1.0}", [], "lrr: not an option of train_classification.py (in {space}); did you mean lr?"),
+    ("epochs: {low: 1.5, high: 3}", [], "epochs in {space}: expected an integer, got 1.5"),
+    ("report_to: {choices: [none, slack]}", [], "report_to in {space}: 'slack' is not one of none, wandb"),
+    ("optimizer: {choices: [sgd, adamx]}", [], "optimizer in {space}: the run refuses it: train_classification.py: "
+     "error: optimizer: neither sgd, adamw nor a timm.optim name (did you mean adamax"),
+    ("model_ema: {low: 0, high: 1}", [], "model_ema in {space}: --model_ema takes no number: give its choices"),
+    ("lr: {low: 0.0, high: 1.0, log: true}", [], "lr in {space}: needs low < high and low > 0 (log)"),
+    ("lr: {low: 0.1, high: 1.0, spread: 2}", [], "lr in {space}: a range has low and high (and log, step)"),
+    ("output_dir: {choices: [a, b]}", [], "output_dir: set by tune.py for each trial"),
+    ("label_smoothing: {choices: [0.1, 1.5]}", [], "label_smoothing in {space}: the run refuses it: "
+     "train_classification.py: error: label_smoothing: must be in [0, 1)"),
+    ("rand_augment: {low: 5, high: 9}", [], "rand_augment in {space}: the run refuses it: train_classification.py: "
+     "error: rand_augment: the embedded digits keep their own recipe"),
+    ("lr: {low: 0.01, high: 1.0}", ["--output_dir", "x"], "--output_dir: set by tune.py for each trial"),
+    ("lr: {low: 0.01, high: 1.0}", ["--label_smoothing", "2"], "the options after -- are refused: "
+     "train_classification.py: error: label_smoothing: must be in [0, 1)"),
+    ("lr: {low: 0.01, high: 1.0}", ["--sampler_grid"], "the options after -- are refused"),
+])
+def test_a_bad_space_or_bad_options_are_one_line_before_any_trial(tmp_path, capsys, space, base, said):
+    path = write_space(tmp_path / "space.yaml", space)
+    code = tune.main(["--study", str(tmp_path / "study"), "--trials", "2", "--space", path, "--", *base])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("tune.py: error: " + said.format(space=path)) and err.count("\n") == 1, err
+    assert not (tmp_path / "study").exists()  # nothing written
+
+
+def test_grid_needs_choices_and_the_baseline_is_no_grid_point(tmp_path, capsys):
+    path = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 1.0}\n")
+    assert tune.main(["--study", str(tmp_path / "s"), "--trials", "2", "--space", path, "--sampler", "grid"]) == 2
+    assert capsys.readouterr().err == "tune.py: error: sampler: grid needs choices for every option of the space, " \
+                                      "not ranges\n"
+    with pytest.raises(SystemExit) as stopped:
+        tune.main(["--study", str(tmp_path / "s"), "--trials", "2", "--sampler", "grid", "--baseline"])
+    assert stopped.value.code == 2 and "--baseline: a grid's trials are its points" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tune.main(["--study", str(tmp_path / "s"), "--trials", "2", "--pruner", "none", "--prune_startup", "1"])
+    assert "--prune_startup: the median pruner's" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_default_space_leaves_out_and_names_what_the_run_refuses(capsys):
+    args = tune.get_parser().parse_args(["--study", "unused", "--trials", "1"])
+    names = [p.name for p in tune.preflight(args, ["--dataset", "digits"])]
+    out = capsys.readouterr().out
+    assert "tune.py: left out of the default space: rand_augment (rand_augment: the embedded digits keep their own " \
+           "recipe" in out
+    assert "tune.py: left out of the default space: model_ema_decay (model_ema_decay: sets the moving average of the " \
+           "weights: add --model_ema" in out
+    assert names == ["lr", "weight_decay", "label_smoothing", "mixup_alpha", "cutmix_alpha"]
+    with_ema = [p.name for p in tune.preflight(args, ["--dataset", "digits", "--model_ema"])]
+    assert with_ema == names + ["model_ema_decay"]
+
+
+@pytest.mark.parametrize("space", sorted((ROOT / "configs").glob("tune_space*.yaml")), ids=lambda p: p.name)
+def test_the_shipped_spaces_load_and_the_digits_keep_most_of_them(space, capsys):
+    from utils.tuning.space import load_space
+
+    params = load_space(space)
+    args = tune.get_parser().parse_args(["--study", "unused", "--trials", "1", "--space", str(space)])
+    base = ["--dataset", "digits", "--imbalance", "100", "--model_ema"]
+    if space.name == "tune_space.yaml":  # the default: what the digits refuse is left out, not an error
+        args.space = None
+    kept = tune.preflight(args, base)
+    assert len(params) >= 5 and len(kept) >= len(params) - 1
+
+
+def valued_example(action):
+    """A value the option takes that is not its default (what a sweep would set it to)."""
+    from utils.config.data_options import stat_value
+    from utils.config.training_options import learning_rate, micro_batch
+
+    if action.choices is not None:
+        return [c for c in action.choices if c != action.default][-1]
+    one = {int: 3, float: 0.25, learning_rate: 0.25, micro_batch: 3, stat_value: 0.25}.get(action.type, "x")
+    if isinstance(action.nargs, int):
+        return [one] * action.nargs
+    return [one, one] if action.nargs in ("+", "*") else one
+
+
+def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends():
+    # The installed wandb's own function builds the agent's argv (${args}: --name=value; ${args_no_boolean_flags}:
+    # a true switch as --name, a false one left out); a change in wandb's forms fails here, not in a user's sweep.
+    import argparse
+
+    from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+
+    from utils.config.options import get_args_parser
+
+    parser = get_args_parser()
+    actions = [a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")]
+    switches = [a for a in actions if isinstance(a, (argparse._StoreTrueAction, argparse.BooleanOptionalAction))]
+    assert len(switches) >= 20
+    checked = 0
+    for action in actions:
+        values = [True, False] if action in switches else [valued_example(action)]
+        for value in values:
+            forms = create_sweep_command_args({"args": {action.dest: {"value": value}}})
+            for form in ("args", "args_no_boolean_flags"):
+                got = getattr(parser.parse_args(forms[form]), action.dest)
+                if form == "args_no_boolean_flags" and value is False:
+                    assert got == action.default, (action.dest, forms[form])  # left out: its default
+                else:
+                    assert got == value, (action.dest, value, forms[form], got)
+                checked += 1
+    assert checked > 2 * len(actions)
+    # a switch given a word that is not True or False, and a list that is not one: one line each
+    for bad, said in ((["--model_ema=maybe"], "argument --model_ema: a switch takes no value, or True or False"),
+                      (["--mean=[0.5, [1]]"], "argument --mean: '[0.5, [1]]' is not a list of values")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+def test_a_false_switch_from_a_sweep_turns_off_what_a_recipe_turned_on(tmp_path):
+    from utils.config.options import parse_args
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_ema: true\nnesterov: false\nchannels_last: true\n")
+    args = parse_args(["--config", str(recipe), "--model_ema=False", "--nesterov=True", "--channels_last=false"])
+    assert (args.model_ema, args.nesterov, args.channels_last) == (False, True, False)
+
+
+def test_the_wandb_sweep_config_launches_through_accelerate_and_its_parameters_parse():
+    from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+
+    from utils.config.options import parse_args
+
+    sweep = yaml.safe_load((ROOT / "configs" / "sweep_wandb.yaml").read_text())
+    # a list of words: one "accelerate launch" word would be run as a program of that name (wandb #4135)
+    assert sweep["command"][:4] == ["${env}", "accelerate", "launch", "${program}"] and sweep["command"][-1] == "${args}"
+    assert sweep["program"] == "train_classification.py"
+    for name, spec in sweep["parameters"].items():
+        values = spec.get("values") or [spec.get("value")] if "min" not in spec else [spec["min"], spec["max"]]
+        for value in values:
+            argv = create_sweep_command_args({"args": {name: {"value": value}}})["args"]
+            assert getattr(parse_args(argv), name) == value, (name, value)
+
+
+@pytest.mark.slow
+def test_a_pruned_trial_saves_on_both_ranks_and_best_yaml_trains_the_best_trial_again_bitwise(tmp_path):
+    # Trial 0, the baseline, trains at lr 1e-6 (its val loss stays at ln 10); trial 1's lr, 0.5-0.6, sends its loss
+    # far above that at epoch 1: the median rule (from one complete trial on) prunes it there. Two processes a trial.
+    space = write_space(tmp_path / "space.yaml", "lr: {low: 0.5, high: 0.6}\n")
+    folder = tmp_path / "study"
+    proc = study(folder, "--trials", "2", "--space", space, "--baseline", "--objective", "val_loss",
+                 "--prune_startup", "1", "--launch", TWO_PROCESSES, base=["--epochs", "2", "--lr", "1e-6", *TINY])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = trials_table(folder)
+    assert [(r["number"], r["state"], r["epochs"]) for r in rows] == [("0", "complete", "2"), ("1", "pruned", "1")]
+    assert rows[0]["lr"] == "" and 0.5 <= float(rows[1]["lr"]) <= 0.6
+    pruned = folder / "trials" / "0001"
+    console = (pruned / "console.log").read_text()
+    # every rank got the SIGTERM, saved its part of the checkpoint and left with 75 (the line is printed before)
+    assert len(re.findall(r"^train_classification\.py: interrupted by SIGTERM at step \d+: checkpoint saved",
+                          console, re.M)) == 2, console[-3000:]
+    assert list((pruned / "checkpoints").iterdir()) and not (pruned / "results.json").exists()
+    assert "tune.py: trial 1 pruned after 1 validations" in proc.stdout
+    # best.yaml: the baseline's options in force; trained again on two processes, its weights bitwise
+    best = yaml.safe_load((folder / "best.yaml").read_text())
+    assert best["lr"] == 1e-6 and "output_dir" not in best
+    ranks_ok(["--config", folder / "best.yaml", "--output_dir", tmp_path / "again"])
+    assert_same_weights(folder / "trials" / "0000", tmp_path / "again")
+    page = (folder / "study.html").read_text()
+    assert 'href="trials/0000/report.html"' in page and "data:image/png;base64," in page
+    assert (folder / "history.png").stat().st_size > 0
+
+
+def start_study(command):
+    return subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def after_first_validation(process, trial_folder, signum):
+    """Send `signum` to tune.py once the trial in `trial_folder` has validated its first epoch; tune.py's output."""
+    metrics = trial_folder / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and "val_loss" in metrics.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    os.kill(process.pid, signum)
+    return process.communicate(timeout=120)
+
+
+@pytest.mark.slow
+def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_trial_bitwise(tmp_path):
+    # SIGTERM to tune.py during trial 0: passed to the trial, which saves; tune.py exits 75. Started again, it
+    # continues trial 0; SIGKILLed during trial 1, whose launcher then gets SIGTERM as its parent dies: it saves too.
+    # The third start finishes trial 1 from its checkpoint (not from zero): each trial bitwise an uninterrupted run.
+    space = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 0.1, log: true}\n")
+    folder, base = tmp_path / "study", ["--epochs", "3", "--max_train_samples", "300", "--num_workers", "0"]
+    options = ["--trials", "2", "--space", space, "--pruner", "none", "--launch", ONE_PROCESS]
+    command = [sys.executable, str(ROOT / "tune.py"), "--study", str(folder), *options, "--", *base]
+    trials = [folder / "trials" / f"{n:04d}" for n in range(2)]
+
+    first = start_study(command)
+    out, err = after_first_validation(first, trials[0], signal.SIGTERM)
+    assert first.returncode == 75 and err.strip().splitlines()[-1] == (
+        "tune.py: stopped by SIGTERM; the running trial saved its checkpoint: rerun the same command to continue"), err
+    assert not (trials[0] / "results.json").exists() and list((trials[0] / "checkpoints").iterdir())
+    second = start_study(command)
+    out, err = after_first_validation(second, trials[1], signal.SIGKILL)
+    assert "tune.py: trial 0 continues (--resume latest)" in out and "tune.py: trial 0 complete" in out, out + err
+    proc = study(folder, *options, base=base)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tune.py: trial 1 continues (--resume latest)" in proc.stdout
+    rows = trials_table(folder)
+    assert [(r["number"], r["state"], r["epochs"]) for r in rows] == [("0", "complete", "3"), ("1", "complete", "3")]
+    for trial, row in zip(trials, rows):
+        console = (trial / "console.log").read_text()
+        assert "interrupted by SIGTERM" in console
+        assert resumed_from(console.split("--resume latest\n")[-1]) is not None  # continued, not restarted
+        run_main(["--config", trial / "config.yaml", "--output_dir", tmp_path / f"uninterrupted_{row['number']}"])
+        assert_same_weights(trial, tmp_path / f"uninterrupted_{row['number']}")
+        assert read_json(trial / "results.json")["val_top1"] == float(row["objective"])
+
+
+@pytest.mark.slow
+def test_two_tune_processes_share_one_journal_and_a_refused_combination_is_recorded_as_failed(tmp_path):
+    # A grid of 4 points, two of them refused by the script (--min_lr above --lr: each alone passes the checks before
+    # the trials): the two processes run the 4 points in all, none twice, and the study goes on past the failures.
+    space = write_space(tmp_path / "space.yaml", "lr: {choices: [0.1, 0.001]}\nmin_lr: {choices: [0.01]}\n"
+                        "label_smoothing: {choices: [0.0, 0.1]}\n")
+    folder = tmp_path / "study"
+    command = [sys.executable, str(ROOT / "tune.py"), "--study", str(folder), "--trials", "4", "--space", space,
+               "--sampler", "grid", "--pruner", "none", "--launch", ONE_PROCESS, "--",
+               "--epochs", "1", "--max_train_samples", "100", "--num_workers", "0"]
+    both = [subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in both]
+    assert [p.returncode for p in both] == [0, 0], outputs
+    rows = trials_table(folder)
+    assert len(rows) == 4
+    points = {(r["lr"], r["label_smoothing"]) for r in rows}
+    assert points == {(lr, s) for lr in ("0.1", "0.001") for s in ("0.0", "0.1")}  # none twice
+    for r in rows:
+        if r["lr"] == "0.001":
+            assert r["state"] == "failed" and r["line"] == REFUSED, r
+        else:
+            assert r["state"] == "complete" and float(r["objective"]) >= 0, r
+    started = [re.findall(r"^tune\.py: trial (\d+) starts", out, re.M) for out in outputs]
+    assert sorted(sum(started, [])) == ["0", "1", "2", "3"] and all(started), outputs  # each process ran some
+
+
+@pytest.mark.slow
+def test_failed_trials_in_a_row_stop_the_study_with_the_last_line(tmp_path):
+    space = write_space(tmp_path / "space.yaml", "lr: {choices: [0.001]}\nmin_lr: {choices: [0.01]}\n")
+    proc = study(tmp_path / "study", "--trials", "5", "--space", space, "--sampler", "random", "--max_failures", "2",
+                 "--launch", ONE_PROCESS, base=["--epochs", "1", *TINY])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == f"tune.py: error: 2 failed trials in a row; the last said: {REFUSED}"
+    assert [r["state"] for r in trials_table(tmp_path / "study")] == ["failed", "failed"]
+
+
+@pytest.mark.slow
+def test_with_wandb_every_trial_is_a_run_of_the_studys_group_and_the_study_logs_its_table(tmp_path):
+    space = write_space(tmp_path / "space.yaml", "label_smoothing: {choices: [0.05]}\n")
+    folder = tmp_path / "study"
+    proc = study(folder, "--study_name", "grpq7x", "--trials", "1", "--space", space, "--launch", ONE_PROCESS,
+                 base=["--epochs", "1", "--report_to", "wandb", *TINY])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial_run,) = (folder / "trials" / "0000" / "wandb").glob("offline-run-*")
+    (record,) = trial_run.glob("run-*.wandb")
+    assert b"grpq7x" in record.read_bytes()  # the study's name (in no path): the run's group, in its run record
+    assert "'label_smoothing': 0.05," in (trial_run / "logs" / "debug.log").read_text()  # its options, its config
+    (study_run,) = (folder / "wandb").glob("offline-run-*")
+    (table,) = (study_run / "files" / "media" / "table").glob("trials_*.table.json")
+    logged = read_json(table)
+    assert logged["columns"][:3] == ["number", "state", "objective"] and len(logged["data"]) == 1
+    assert logged["data"][0][:3] == [0, "complete", float(trials_table(folder)[0]["objective"])]
+    assert b"grpq7x" in next(study_run.glob("run-*.wandb")).read_bytes()

@@ -1,0 +1,129 @@
+"""One trial's run of train_classification.py, as its user would start it (`accelerate launch ...`), watched from
+outside: its own process group, its console in <run>/console.log, its validation rows read from <run>/metrics.jsonl
+as they are written. Stopped (pruned, or the study preempted) by SIGTERM to its whole group, as SLURM signals a job
+step: every rank finishes its step, saves a checkpoint and exits 75; nothing in the run waits on a decision."""
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import yaml
+
+from utils.evaluation.tasks import tracked_figure
+
+SCRIPT = Path(__file__).parents[2] / "train_classification.py"
+CONSOLE = "console.log"  # in the run folder: what the trial's processes printed
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+GROUP_EXIT_WAIT_S = 120  # how long a stopped trial's processes get to save and leave after their launcher
+
+
+@dataclass
+class Outcome:
+    """How a trial's run ended: complete (its figure: `value`), pruned, failed (its `line`), or interrupted (this
+    tune.py was stopped: the trial continues in the next one)."""
+    state: str
+    value: float = None
+    epochs: int = 0  # the validations it ran (an interrupted trial's: so far)
+    line: str = ""
+
+
+def _signalled_when_tune_dies():
+    """In the launcher, before it runs: when tune.py dies, even by SIGKILL, the launcher gets SIGTERM and passes it to
+    its ranks (a one-process launch's rank gets it from its own parent-death signal), so the trial saves a checkpoint
+    for the next tune.py instead of training on unowned."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _group_alive(pgid):
+    """Whether a process of group `pgid` still runs (a rank saving after its launcher left; zombies do not count)."""
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(process.pid) == pgid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+class TrialRun:
+    """`command` (the launcher's words, the script, its options) running in `folder` (its --output_dir)."""
+
+    def __init__(self, command, folder, env):
+        self.command, self.folder, self.env = command, Path(folder), env
+        self.process, self.signalled, self._offset, self._partial = None, None, 0, b""
+
+    def start(self):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / CONSOLE, "ab") as console:
+            console.write(f"$ {' '.join(self.command)}\n".encode())
+            console.flush()
+            self.process = subprocess.Popen(self.command, stdout=console, stderr=subprocess.STDOUT, env=self.env,
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_signalled_when_tune_dies)
+        return self
+
+    def running(self):
+        return self.process.poll() is None
+
+    def new_rows(self):
+        """The rows of metrics.jsonl written since the last call (a line still being written waits for the next)."""
+        try:
+            with open(self.folder / "metrics.jsonl", "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def stop(self, signum=signal.SIGTERM):
+        """Signal every process of the trial (its launcher, its ranks, their workers: they leave it to their rank)."""
+        self.signalled = self.signalled or signal.Signals(signum).name
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def wait(self):
+        """Its launcher's exit code, once every process of its group has ended (a rank may still be saving)."""
+        code = self.process.wait()
+        deadline = time.monotonic() + GROUP_EXIT_WAIT_S
+        while _group_alive(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return code
+
+    def last_line(self):
+        """What a failed run said last: its own one-line error if it printed one, else its console's last line."""
+        try:
+            lines = [line.strip() for line in (self.folder / CONSOLE).read_text(errors="replace").splitlines()]
+        except OSError:
+            return "(no output)"
+        lines = [line for line in lines if line]
+        own = [line for line in lines if line.startswith(f"{SCRIPT.name}:")]
+        return (own or lines or ["(no output)"])[-1]
+
+
+def objective_key(folder, objective):
+    """The figure of a validation row that a trial's objective is, once the run in `folder` has written its
+    config.yaml and run.json: `objective` val_loss, or the figure the run tracks (of its kind of labels, for its
+    --track_metric, the EMA's with --model_ema: what its best/ and --early_stop follow)."""
+    if objective == "val_loss":
+        return "val_loss"
+    try:
+        options = yaml.safe_load((folder / "config.yaml").read_text())
+        multi_label = json.loads((folder / "run.json").read_text()).get("multi_label", False)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None  # not written yet
+    return tracked_figure(multi_label, options.get("track_metric"), options.get("model_ema", False))
+
+
+def epochs_of(rows, key):
+    """{epoch: figure} of the validation rows among `rows` that hold `key` (a redone epoch: its last row)."""
+    return {round(row["epoch"]): row[key] for row in rows if key in row}
