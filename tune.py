@@ -27,7 +27,8 @@ from pathlib import Path
 
 PROG = "tune.py"
 EXIT_INTERRUPTED = 75  # as train_classification.py: rerun the same command to continue
-NOT_SEARCHED = ("--output_dir", "--resume", "--lr_find", "--eval_only")  # tune.py's to set, or not a training run
+NOT_SEARCHED = {"--output_dir": "set by tune.py for each trial", "--resume": "set by tune.py for each trial",
+                "--lr_find": "not a training run to search", "--eval_only": "not a training run to search"}
 
 
 def get_parser():
@@ -87,10 +88,9 @@ def preflight(args, base):
     from utils.tuning.space import DEFAULT_SPACE, load_space, refused
 
     given = [word.split("=", 1)[0] for word in base]
-    for option in NOT_SEARCHED:
+    for option, why in NOT_SEARCHED.items():
         if option in given:
-            raise ConfigError(f"{option}: {'set by tune.py for each trial' if option in NOT_SEARCHED[:2] else 'not a training run to search'}"
-                              f" (remove it from the options after --)")
+            raise ConfigError(f"{option}: {why} (remove it from the options after --)")
     if (line := check_argv(base)) is not None:
         raise ConfigError(f"the options after -- are refused: {line}")
     params = load_space(args.space or DEFAULT_SPACE)

@@ -183,6 +183,43 @@ def test_the_wandb_sweep_config_launches_through_accelerate_and_its_parameters_p
             assert getattr(parse_args(argv), name) == value, (name, value)
 
 
+def test_a_trials_command_and_environment(tmp_path):
+    from utils.tuning.study import Claim
+
+    claim = Claim(trial=None, values={"lr": 0.05, "model_ema": False, "mean": [0.5, 0.4, 0.3], "class_weights": None},
+                  folder=tmp_path / "trials" / "0003", resumed=True, owner=None, reported=set())
+    args = tune.get_parser().parse_args(["--study", "s", "--trials", "1", "--launch", "accelerate launch --num_processes 2",
+                                         "--devices", "2,3"])
+    command = tune.command_for(args, claim, ["--epochs", "2"])
+    port = command.index("--main_process_port")  # a free port of its own: two trials at once on one node
+    assert command[:3] == ["accelerate", "launch", "--num_processes"] and int(command[port + 1]) > 0
+    script = command.index(str(ROOT / "train_classification.py"))
+    assert command[script + 1:] == ["--epochs", "2", "--lr=0.05", "--model_ema=False", "--mean", "0.5", "0.4", "0.3",
+                                    "--output_dir", str(claim.folder), "--resume", "latest"]  # null: not given
+    args.launch = "accelerate launch --main_process_port 29999"
+    assert tune.command_for(args, claim, []).count("--main_process_port") == 1  # the user's port kept
+    env = tune.trial_env(args, "study_a")
+    assert (env["CUDA_VISIBLE_DEVICES"], env["WANDB_RUN_GROUP"]) == ("2,3", "study_a")
+
+
+def test_a_study_continued_with_another_space_or_base_options_is_refused(tmp_path, capsys):
+    space = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 0.1}\n")
+    other = write_space(tmp_path / "other.yaml", "lr: {low: 0.01, high: 0.2}\n")
+    args = tune.get_parser().parse_args(["--study", str(tmp_path / "s"), "--trials", "1", "--space", space])
+    from utils.tuning.study import StudyOptions, open_study
+
+    options = StudyOptions(tmp_path / "s", "s", None, "tpe", 0, "median", 5, False, "tracked", 1, ("--epochs", "1"))
+    open_study(options, tune.preflight(args, ["--epochs", "1"]))
+    before = sorted(p.name for p in (tmp_path / "s").iterdir())
+    cases = ((["--space", other], ["--epochs", "1"], "space"), (["--space", space], ["--epochs", "2"], "base"),
+             (["--space", space, "--objective", "val_loss"], ["--epochs", "1"], "objective"))
+    for own, base, said in cases:
+        code = tune.main(["--study", str(tmp_path / "s"), "--trials", "1", *own, "--", *base])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"tune.py: error: study: s was made with another {said} ("), err
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == before  # no trial started
+
+
 @pytest.mark.slow
 def test_a_pruned_trial_saves_on_both_ranks_and_best_yaml_trains_the_best_trial_again_bitwise(tmp_path):
     # Trial 0, the baseline, trains at lr 1e-6 (its val loss stays at ln 10); trial 1's lr, 0.5-0.6, sends its loss
@@ -264,11 +301,12 @@ def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_tri
 @pytest.mark.slow
 def test_two_tune_processes_share_one_journal_and_a_refused_combination_is_recorded_as_failed(tmp_path):
     # A grid of 4 points, two of them refused by the script (--min_lr above --lr: each alone passes the checks before
-    # the trials): the two processes run the 4 points in all, none twice, and the study goes on past the failures.
+    # the trials): the two processes run 3 trials in all (the grid would allow 4), none twice, and the study goes on
+    # past a failure.
     space = write_space(tmp_path / "space.yaml", "lr: {choices: [0.1, 0.001]}\nmin_lr: {choices: [0.01]}\n"
                         "label_smoothing: {choices: [0.0, 0.1]}\n")
     folder = tmp_path / "study"
-    command = [sys.executable, str(ROOT / "tune.py"), "--study", str(folder), "--trials", "4", "--space", space,
+    command = [sys.executable, str(ROOT / "tune.py"), "--study", str(folder), "--trials", "3", "--space", space,
                "--sampler", "grid", "--pruner", "none", "--launch", ONE_PROCESS, "--",
                "--epochs", "1", "--max_train_samples", "100", "--num_workers", "0"]
     both = [subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -276,26 +314,29 @@ def test_two_tune_processes_share_one_journal_and_a_refused_combination_is_recor
     outputs = [p.communicate(timeout=300)[0] for p in both]
     assert [p.returncode for p in both] == [0, 0], outputs
     rows = trials_table(folder)
-    assert len(rows) == 4
+    assert len(rows) == 3
     points = {(r["lr"], r["label_smoothing"]) for r in rows}
-    assert points == {(lr, s) for lr in ("0.1", "0.001") for s in ("0.0", "0.1")}  # none twice
+    assert len(points) == 3 and points <= {(lr, s) for lr in ("0.1", "0.001") for s in ("0.0", "0.1")}  # none twice
+    assert {r["state"] for r in rows} == {"failed", "complete"}
     for r in rows:
         if r["lr"] == "0.001":
             assert r["state"] == "failed" and r["line"] == REFUSED, r
         else:
             assert r["state"] == "complete" and float(r["objective"]) >= 0, r
     started = [re.findall(r"^tune\.py: trial (\d+) starts", out, re.M) for out in outputs]
-    assert sorted(sum(started, [])) == ["0", "1", "2", "3"] and all(started), outputs  # each process ran some
+    assert sorted(sum(started, [])) == ["0", "1", "2"] and all(started), outputs  # each process ran some
 
 
 @pytest.mark.slow
 def test_failed_trials_in_a_row_stop_the_study_with_the_last_line(tmp_path):
     space = write_space(tmp_path / "space.yaml", "lr: {choices: [0.001]}\nmin_lr: {choices: [0.01]}\n")
+    # (the study in a database this time: any Optuna storage URL)
     proc = study(tmp_path / "study", "--trials", "5", "--space", space, "--sampler", "random", "--max_failures", "2",
-                 "--launch", ONE_PROCESS, base=["--epochs", "1", *TINY])
+                 "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--launch", ONE_PROCESS, base=["--epochs", "1", *TINY])
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == f"tune.py: error: 2 failed trials in a row; the last said: {REFUSED}"
     assert [r["state"] for r in trials_table(tmp_path / "study")] == ["failed", "failed"]
+    assert (tmp_path / "study.db").stat().st_size > 0 and not (tmp_path / "study" / "journal.log").exists()
 
 
 @pytest.mark.slow
