@@ -220,6 +220,35 @@ def test_a_study_continued_with_another_space_or_base_options_is_refused(tmp_pat
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == before  # no trial started
 
 
+def test_the_same_seed_proposes_the_same_trials_whichever_process_asks(tmp_path):
+    # A trial's suggestions are drawn by a sampler seeded with (--seed, the trial's number): two studies of one seed
+    # propose the same first trials, and trial 1 is the same whether the process that ran trial 0 asks for it or not.
+    from optuna.trial import TrialState
+
+    from utils.tuning.space import load_space
+    from utils.tuning.study import StudyOptions, claim_next, open_study
+
+    params = load_space(write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 1.0, log: true}\n"
+                                    "mixup_alpha: {choices: [0.0, 0.2, 0.8]}\n"))
+
+    def proposed(name, seed):
+        options = StudyOptions(tmp_path / name, name, None, "tpe", seed, "median", 5, False, "tracked", 3, ())
+        studies = [open_study(options, params), open_study(options, params)]  # two processes' views of one study
+        values = []
+        for number, study in zip(range(3), (studies[0], studies[1], studies[0])):
+            claim = claim_next(study, options, params)
+            assert claim.trial.number == number
+            values.append(claim.values)
+            study.tell(claim.trial, state=TrialState.FAIL)
+            claim.owner.close()
+        assert claim_next(studies[1], options, params) is None  # 3 in all
+        return values
+
+    first = proposed("a", 0)
+    assert proposed("b", 0) == first and proposed("c", 1) != first
+    assert len({v["lr"] for v in first}) == 3
+
+
 @pytest.mark.slow
 def test_a_pruned_trial_saves_on_both_ranks_and_best_yaml_trains_the_best_trial_again_bitwise(tmp_path):
     # Trial 0, the baseline, trains at lr 1e-6 (its val loss stays at ln 10); trial 1's lr, 0.5-0.6, sends its loss
