@@ -38,6 +38,9 @@ def reject(argv, capsys):
     (["--clip_grad_norm", "0"], "clip_grad_norm: must be > 0"),
     (["--model_ema_decay", "1"], "model_ema_decay: must be in (0, 1)"),
     (["--model_ema_steps", "0"], "model_ema_steps: must be >= 1"),
+    (["--model_ema_decay", "0.99"], "model_ema_decay: sets the moving average of the weights: add --model_ema"),
+    (["--model_ema_steps", "4"], "model_ema_steps: sets the moving average of the weights: add --model_ema"),
+    (["--no-model_ema_warmup"], "model_ema_warmup: sets the moving average of the weights: add --model_ema"),
     (["--label_smoothing", "1"], "label_smoothing: must be in [0, 1)"),
     (["--min_lr", "1", "--lr", "0.1"], "min_lr: must not exceed lr=0.1"),
     (["--max_train_steps", "-1"], "max_train_steps: must be >= 0"),
@@ -108,10 +111,11 @@ def test_saved_config_reads_back_identically(tmp_path):
 
 def test_saved_config_with_mean_and_std_reads_back_identically(tmp_path):
     # --mean/--std take numbers or auto: a run's config.yaml holding them is a recipe too (best.yaml of tune.py is one)
-    args = parse_args(["--data_dir", str(tmp_path), "--mean", "0.5", "0.4", "0.3", "--std", "0.2", "0.2", "0.25"])
-    save_config(args, tmp_path / "config.yaml")
-    again = parse_args(["--config", str(tmp_path / "config.yaml")])
-    assert (again.mean, again.std) == ([0.5, 0.4, 0.3], [0.2, 0.2, 0.25])
+    for mean, std in (([0.5, 0.4, 0.3], [0.2, 0.2, 0.25]), (["auto"], ["auto"])):
+        args = parse_args(["--data_dir", str(tmp_path), "--mean", *map(str, mean), "--std", *map(str, std)])
+        save_config(args, tmp_path / "config.yaml")
+        again = parse_args(["--config", str(tmp_path / "config.yaml")])
+        assert (again.mean, again.std) == (mean, std)
 
 
 def test_yaml_keys_are_the_flag_names():
