@@ -57,6 +57,8 @@ def trials_table(folder):
     ("output_dir: {choices: [a, b]}", [], "output_dir: set by tune.py for each trial"),
     ("label_smoothing: {choices: [0.1, 1.5]}", [], "label_smoothing in {space}: the run refuses it: "
      "train_classification.py: error: label_smoothing: must be in [0, 1)"),
+    ("label_smoothing: {low: 0.0, high: 1.0}", [], "label_smoothing in {space}: the run refuses it: "
+     "train_classification.py: error: label_smoothing: must be in [0, 1)"),  # its high end
     ("rand_augment: {low: 5, high: 9}", [], "rand_augment in {space}: the run refuses it: train_classification.py: "
      "error: rand_augment: the embedded digits keep their own recipe"),
     ("lr: {low: 0.01, high: 1.0}", ["--output_dir", "x"], "--output_dir: set by tune.py for each trial"),
