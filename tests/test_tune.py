@@ -222,6 +222,25 @@ def test_a_study_continued_with_another_space_or_base_options_is_refused(tmp_pat
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == before  # no trial started
 
 
+def test_each_option_is_searched_over_the_distribution_its_space_says(tmp_path):
+    import optuna
+
+    from utils.tuning.space import load_space
+
+    params = load_space(write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 1.0, log: true}\n"
+                                    "label_smoothing: {low: 0.0, high: 0.2, step: 0.05}\nepochs: {low: 2, high: 8}\n"
+                                    "rand_augment: {low: 1, high: 9, step: 2}\nsampler: {choices: [shuffle, balanced]}\n"
+                                    "batch_size: {low: 16, high: 128, log: true}\n"))
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    values = {p.name: p.suggest(trial) for p in params}
+    got = {name: (type(d).__name__, getattr(d, "log", None), getattr(d, "step", None))
+           for name, d in trial.distributions.items()}
+    assert got == {"lr": ("FloatDistribution", True, None), "label_smoothing": ("FloatDistribution", False, 0.05),
+                   "epochs": ("IntDistribution", False, 1), "rand_augment": ("IntDistribution", False, 2),
+                   "sampler": ("CategoricalDistribution", None, None), "batch_size": ("IntDistribution", True, 1)}
+    assert isinstance(values["epochs"], int) and values["rand_augment"] % 2 == 1 and 0.01 <= values["lr"] <= 1.0
+
+
 def test_the_same_seed_proposes_the_same_trials_whichever_process_asks(tmp_path):
     # A trial's suggestions are drawn by a sampler seeded with (--seed, the trial's number): two studies of one seed
     # propose the same first trials, and trial 1 is the same whether the process that ran trial 0 asks for it or not.
