@@ -241,6 +241,22 @@ def test_each_option_is_searched_over_the_distribution_its_space_says(tmp_path):
     assert isinstance(values["epochs"], int) and values["rand_augment"] % 2 == 1 and 0.01 <= values["lr"] <= 1.0
 
 
+@pytest.mark.parametrize("options, multi_label, key", [
+    ({}, False, "val_top1"), ({"model_ema": True}, False, "val_ema_top1"),
+    ({"track_metric": "balanced_accuracy"}, False, "val_balanced_accuracy"), ({}, True, "val_map"),
+    ({"track_metric": "macro_f1", "model_ema": True}, True, "val_ema_f1_macro"),
+])
+def test_a_trials_objective_is_the_figure_its_run_tracks(tmp_path, options, multi_label, key):
+    import json
+
+    from utils.tuning.trial_run import objective_key
+
+    assert objective_key(tmp_path, "tracked") is None  # the run has not written its files yet
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"track_metric": None, "model_ema": False, **options}))
+    (tmp_path / "run.json").write_text(json.dumps({"multi_label": multi_label}))
+    assert objective_key(tmp_path, "tracked") == key and objective_key(tmp_path, "val_loss") == "val_loss"
+
+
 def test_the_same_seed_proposes_the_same_trials_whichever_process_asks(tmp_path):
     # A trial's suggestions are drawn by a sampler seeded with (--seed, the trial's number): two studies of one seed
     # propose the same first trials, and trial 1 is the same whether the process that ran trial 0 asks for it or not.
@@ -317,7 +333,7 @@ def after_first_validation(process, trial_folder, signum):
 
 @pytest.mark.slow
 def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_trial_bitwise(tmp_path):
-    # SIGTERM to tune.py during trial 0: passed to the trial, which saves; tune.py exits 75. Started again, it
+    # SIGTERM to tune.py during trial 0: passed to the trial's processes, which save; tune.py exits 75. Started again, it
     # continues trial 0; SIGKILLed during trial 1, whose launcher then gets SIGTERM as its parent dies: it saves too.
     # The third start finishes trial 1 from its checkpoint (not from zero): each trial bitwise an uninterrupted run.
     space = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 0.1, log: true}\n")
@@ -326,7 +342,10 @@ def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_tri
     command = [sys.executable, str(ROOT / "tune.py"), "--study", str(folder), *options, "--", *base]
     trials = [folder / "trials" / f"{n:04d}" for n in range(2)]
 
-    first = start_study(command)
+    # the first start launches through a shell that passes no signal on: tune.py signals every process of the group
+    wrapped = [*command[:command.index("--launch") + 1], f"sh -c '{sys.executable} \"$@\"; exit $?' sh",
+               *command[command.index("--launch") + 2:]]
+    first = start_study(wrapped)
     out, err = after_first_validation(first, trials[0], signal.SIGTERM)
     assert first.returncode == 75 and err.strip().splitlines()[-1] == (
         "tune.py: stopped by SIGTERM; the running trial saved its checkpoint: rerun the same command to continue"), err
