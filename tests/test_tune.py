@@ -292,8 +292,10 @@ def test_a_pruned_trial_saves_on_both_ranks_and_best_yaml_trains_the_best_trial_
     # far above that at epoch 1: the median rule (from one complete trial on) prunes it there. Two processes a trial.
     space = write_space(tmp_path / "space.yaml", "lr: {low: 0.5, high: 0.6}\n")
     folder = tmp_path / "study"
+    # (--max_failures 1: a pruned trial is no failure, the study goes on past it)
     proc = study(folder, "--trials", "2", "--space", space, "--baseline", "--objective", "val_loss",
-                 "--prune_startup", "1", "--launch", TWO_PROCESSES, base=["--epochs", "2", "--lr", "1e-6", *TINY])
+                 "--prune_startup", "1", "--max_failures", "1", "--launch", TWO_PROCESSES,
+                 base=["--epochs", "2", "--lr", "1e-6", *TINY])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = trials_table(folder)
     assert [(r["number"], r["state"], r["epochs"]) for r in rows] == [("0", "complete", "2"), ("1", "pruned", "1")]
