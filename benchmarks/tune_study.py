@@ -1,10 +1,10 @@
 """tune.py on the embedded long-tailed digits: what a seeded study finds, and what pruning saves.
 
     python benchmarks/tune_study.py                    # 16 trials, median pruner, then the same study unpruned
-    python benchmarks/tune_study.py --space configs/tune_space_long_tail.yaml   # LR, balancing: sampler, weights
+    python benchmarks/tune_study.py --space configs/search/long_tail.yaml   # LR, balancing: sampler, weights
     python benchmarks/tune_study.py --trials 8 --epochs 4 --out /tmp/tune_bench
 
-Two studies of the default space (configs/tune_space.yaml), each with --baseline (trial 0: the default recipe, nothing
+Two studies of the default space (configs/search/tune_space.yaml), each with --baseline (trial 0: the default recipe, nothing
 searched) and the same --seed, tracking balanced accuracy: one with the median pruner, one without. Each trial is a
 one-process run (`--launch python`) of `--dataset digits --imbalance 100` for --epochs epochs. Printed: the default
 recipe's balanced accuracy, the best trial's, the validations (epochs) each study ran and what pruning saved, and wall
@@ -45,7 +45,7 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/tune_bench")
-    p.add_argument("--space", default=None, help="a space file (default: tune.py's, configs/tune_space.yaml)")
+    p.add_argument("--space", default=None, help="a space file (default: tune.py's, configs/search/tune_space.yaml)")
     args = p.parse_args(argv)
     out = Path(args.out)
     pruned, pruned_wall = run_study(out / "median", args.trials, args.epochs, "median", args.seed, args.space)
@@ -57,7 +57,7 @@ def main(argv=None):
     saved = 1 - ran / ran_full
     states = {s: sum(r["state"] == s for r in pruned) for s in ("complete", "pruned", "failed")}
     print(f"digits --imbalance 100, {args.epochs} epochs a trial, {args.trials} trials, seed {args.seed}, "
-          f"balanced accuracy, space {args.space or 'configs/tune_space.yaml'}")
+          f"balanced accuracy, space {args.space or 'configs/search/tune_space.yaml'}")
     print(f"default recipe (trial 0): {baseline:.4f}")
     print(f"median pruner: best trial {best:.4f}; {states['complete']} complete, {states['pruned']} pruned, "
           f"{states['failed']} failed; {ran} epochs; wall {pruned_wall:.0f} s")

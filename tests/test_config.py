@@ -124,11 +124,7 @@ def test_yaml_keys_are_the_flag_names():
             assert f"--{action.dest}" in action.option_strings, action.dest
 
 
-# configs/ also holds tune.py's search spaces and a wandb sweep (tests/test_tune.py reads those): not recipes
-RECIPES = [p for p in sorted((ROOT / "configs").glob("*.yaml")) if not p.name.startswith(("tune_space", "sweep_"))]
-
-
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_recipes_parse(recipe, tmp_path):
     values = yaml.safe_load(recipe.read_text())
     data = []  # a recipe for files needs files: list files of videos, a folder of images (not read when parsing)

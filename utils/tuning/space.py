@@ -14,7 +14,7 @@ from utils.config.options import argv_for, check_argv, get_args_parser
 from utils.config.recipes import check_yaml_value
 from utils.config.training_options import learning_rate, micro_batch
 
-DEFAULT_SPACE = Path(__file__).parents[2] / "configs" / "tune_space.yaml"
+DEFAULT_SPACE = Path(__file__).parents[2] / "configs" / "search" / "tune_space.yaml"
 RANGE_KEYS = {"low", "high", "log", "step"}
 NUMBERS = {int: "int", float: "float", learning_rate: "float", micro_batch: "int"}  # an option's type: its range's
 
