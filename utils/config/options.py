@@ -8,6 +8,8 @@ import functools
 import io
 import sys
 
+import yaml
+
 from utils.config.checks import ConfigError, check_args
 from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
@@ -65,19 +67,23 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def _listed(text):
     """The items of `text` written as a list ([1, 2] or ['a', 'b']), or None."""
-    import yaml  # also reads the recipes; a list as wandb writes it is a YAML flow sequence
-
-    try:
+    try:  # a list as wandb writes it is a YAML flow sequence
         items = yaml.safe_load(text)
     except yaml.YAMLError:
         return None
     return items if isinstance(items, list) and all(not isinstance(i, (list, dict)) for i in items) else None
 
 
-def argv_for(name, value, parser=None):
-    """The command-line tokens that give option `name` (a dest) `value`: --name=value, a switch as --name or --no-name
-    (--name=False without a --no- form), a list as --name v1 v2 ...: how a trial's options reach its run."""
-    action = next(a for a in (parser or get_args_parser())._actions if a.dest == name)
+@functools.cache
+def _actions():
+    """{dest: its argparse action}, of the parser every run has."""
+    return {action.dest: action for action in get_args_parser()._actions}
+
+
+def argv_for(name, value):
+    """The command-line tokens that give option `name` (a dest) `value`: --name=value, a switch as --name or
+    --name=False, a list as --name v1 v2 ...: how a trial's options reach its run."""
+    action = _actions()[name]
     flag = action.option_strings[0]
     if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
         return [flag if value else f"{flag}=False"]

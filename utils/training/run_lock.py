@@ -127,6 +127,18 @@ class RunLock:
         self.file = None
 
 
+def is_held(out):
+    """Whether a live run holds the lock of run folder `out` (asked with a non-blocking flock, let go at once)."""
+    try:
+        with open(Path(out) / ".lock") as file:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except FileNotFoundError:
+        return False
+    except BlockingIOError:
+        return True
+    return False
+
+
 def lock_run_folder(accelerator, out):
     """The main process takes the folder's lock (None elsewhere); if it cannot, every rank fails with its line.
 

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from utils.config.checks import ConfigError
+from utils.training.run_lock import is_held
 from utils.tuning.space import grid_size
 from utils.tuning.trial_run import Outcome, epochs_of, objective_key
 
@@ -22,6 +23,7 @@ SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")
 JOURNAL = "journal.log"
 OWNER = ".owner"  # in a trial's run folder: locked by the tune.py process running it
+POLL_S = 0.5  # how often a running trial's metrics.jsonl is read
 RUN_LOCK_WAIT_S = 120  # how long a claimed orphan's run may still be saving (its ranks got SIGTERM as its owner died)
 
 
@@ -125,16 +127,10 @@ def _own(folder):
 
 def _run_unlocked(folder):
     """Whether the run in `folder` has let go of its lock (waits while a rank of a dead owner's trial still saves)."""
-    lock = folder / ".lock"
     deadline = time.monotonic() + RUN_LOCK_WAIT_S
-    while lock.exists():
-        with open(lock) as file:
-            try:
-                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return False
+    while is_held(folder):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.5)
     return True
 
@@ -179,7 +175,7 @@ def finish(study, claim, outcome):
     claim.owner.close()
 
 
-def run_trial(claim, run, objective, stop, poll_s=0.5):
+def run_trial(claim, run, objective, stop):
     """Run the claimed trial (`run`: its TrialRun, not started), report each validation row's figure to its study as
     the row appears, SIGTERM it when the pruner says so; its Outcome. `stop`: tune.py's own signal (its `.name` set
     once tune.py is told to stop: the trial, passed the signal, saves and is left RUNNING for the next tune.py)."""
@@ -200,7 +196,7 @@ def run_trial(claim, run, objective, stop, poll_s=0.5):
                     run.stop()
         if not alive:
             break
-        time.sleep(poll_s)
+        time.sleep(POLL_S)
     code = run.wait()
     stop.run = None
     epochs = len(reported)
