@@ -90,13 +90,17 @@ def test_the_slurm_script_trains_on_two_nodes_and_requeues_itself_on_sigterm(tmp
     job.send_signal(signal.SIGTERM)  # the batch shell only
     stopped = job.communicate(timeout=240)[0]
     assert job.returncode != 0 and not (out / "results.json").exists(), stopped[-3000:]
-    assert "interrupted by SIGTERM" in stopped
+    stopped_at = set(re.findall(r"interrupted by SIGTERM at step (\d+): checkpoint saved", stopped))
+    assert len(stopped_at) == 1, stopped[-3000:]
     assert log.read_text() == "requeue 4242\n"
     finished = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
                               start_new_session=True)
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
-    # Each node's log says it (accelerator.print speaks once per node): the same checkpoint.
-    resumed = set(re.findall(r"^resumed from (\S+): epoch", finished.stdout, flags=re.M))
-    assert len(resumed) == 1 and "step_" in resumed.pop()
+    # Each node's log says it (accelerator.print speaks once per node): the checkpoint the SIGTERM saved, at
+    # the step both nodes stopped at (step_N, or epoch_0 when the stop fell on the epoch's last step).
+    # (The nodes share one pipe here: their lines may run into each other.)
+    resumed = set(re.findall(r"resumed from (\S+): epoch \d+, step (\d+)", finished.stdout))
+    assert len(resumed) == 1, stopped[-2000:] + "\n".join(l for l in finished.stdout.splitlines() if "resum" in l)
+    assert resumed.pop()[1] == stopped_at.pop()
     results = read_json(out / "results.json")
     assert results["world_size"] == 2 and results["epochs_completed"] == 4
