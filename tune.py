@@ -21,7 +21,6 @@ import argparse
 import os
 import shlex
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -111,14 +110,9 @@ def preflight(args, base):
 def command_for(args, claim, base):
     """A trial's command line: the launcher, the script, the base options, the trial's, its run folder."""
     from utils.tuning.space import as_argv
-    from utils.tuning.trial_run import SCRIPT
+    from utils.tuning.trial_run import SCRIPT, launcher
 
-    launch = shlex.split(args.launch)
-    accelerate = launch[:2] == ["accelerate", "launch"] or "accelerate.commands.launch" in launch
-    if accelerate and not any(word.startswith("--main_process_port") for word in launch):
-        with socket.socket() as s:  # several trials at once on one node (two tune.py processes) need two ports
-            s.bind(("127.0.0.1", 0))
-            launch += ["--main_process_port", str(s.getsockname()[1])]
+    launch = launcher(shlex.split(args.launch))
     resume = ["--resume", "latest"] if claim.resumed else []
     return [*launch, str(SCRIPT), *base, *as_argv(claim.values), "--output_dir", str(claim.folder), *resume]
 

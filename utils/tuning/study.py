@@ -15,16 +15,13 @@ import optuna
 from optuna.trial import TrialState
 
 from utils.config.checks import ConfigError
-from utils.training.run_lock import is_held
 from utils.tuning.space import grid_size
-from utils.tuning.trial_run import Outcome, epochs_of, objective_key
+from utils.tuning.trial_run import Outcome, epochs_of, objective_key, own, run_unlocked
 
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")
 JOURNAL = "journal.log"
-OWNER = ".owner"  # in a trial's run folder: locked by the tune.py process running it
 POLL_S = 0.5  # how often a running trial's metrics.jsonl is read
-RUN_LOCK_WAIT_S = 120  # how long a claimed orphan's run may still be saving (its ranks got SIGTERM as its owner died)
 
 
 @dataclass(frozen=True)
@@ -113,28 +110,6 @@ def _claiming(folder):
             fcntl.flock(file, fcntl.LOCK_UN)
 
 
-def _own(folder):
-    """The open owner lock of run folder `folder`, or None if a live process holds it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    file = open(folder / OWNER, "a")
-    try:
-        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        file.close()
-        return None
-    return file
-
-
-def _run_unlocked(folder):
-    """Whether the run in `folder` has let go of its lock (waits while a rank of a dead owner's trial still saves)."""
-    deadline = time.monotonic() + RUN_LOCK_WAIT_S
-    while is_held(folder):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
-
-
 def trial_folder(options, number):
     return options.folder / "trials" / f"{number:04d}"
 
@@ -145,8 +120,8 @@ def claim_next(study, options, params):
     with _claiming(options.folder):
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             folder = trial_folder(options, frozen.number)
-            owner = _own(folder)
-            if owner is not None and _run_unlocked(folder):
+            owner = own(folder)
+            if owner is not None and run_unlocked(folder):
                 return Claim(optuna.Trial(study, frozen._trial_id), dict(frozen.params), folder, True, owner,
                              set(frozen.intermediate_values))
             if owner is not None:
@@ -159,7 +134,7 @@ def claim_next(study, options, params):
         folder = trial_folder(options, trial.number)
         baseline = options.baseline and trial.number == 0
         values = {} if baseline else {p.name: p.suggest(trial) for p in params}
-        return Claim(trial, values, folder, False, _own(folder), set())
+        return Claim(trial, values, folder, False, own(folder), set())
 
 
 def finish(study, claim, outcome):

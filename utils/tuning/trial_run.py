@@ -1,9 +1,12 @@
-"""One trial's run of train_classification.py, as its user would start it (`accelerate launch ...`), watched from
-outside: its own process group, its console in <run>/console.log, its validation rows read from <run>/metrics.jsonl
-as they are written. Stopped (pruned, or the study preempted) by SIGTERM to its whole group, as SLURM signals a job
-step: every rank finishes its step, saves a checkpoint and exits 75; nothing in the run waits on a decision."""
+"""One run of train_classification.py started by a driver (a trial of tune.py, a fold of crossval.py), as its user
+would start it (`accelerate launch ...`), watched from outside: its own process group, its console in
+<run>/console.log, its validation rows read from <run>/metrics.jsonl as they are written. Stopped (pruned, or the
+driver preempted) by SIGTERM to its whole group, as SLURM signals a job step: every rank finishes its step, saves a
+checkpoint and exits 75; nothing in the run waits on a decision. The driver process that runs it owns its folder
+through an flock (`own`), which dies with it: the next driver finds the run unowned and continues it."""
 
 import ctypes
+import fcntl
 import json
 import os
 import signal
@@ -16,11 +19,14 @@ import psutil
 import yaml
 
 from utils.evaluation.tasks import tracked_figure
+from utils.training.run_lock import is_held
 
 SCRIPT = Path(__file__).parents[2] / "train_classification.py"
 CONSOLE = "console.log"  # in the run folder: what the trial's processes printed
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 GROUP_EXIT_WAIT_S = 120  # how long a stopped trial's processes get to save and leave after their launcher
+OWNER = ".owner"  # in a run folder: locked by the driver process running it
+RUN_LOCK_WAIT_S = 120  # how long an orphaned run may still be saving (its ranks got SIGTERM as its owner died)
 
 
 @dataclass
@@ -38,6 +44,41 @@ def _signalled_when_tune_dies():
     its ranks (a one-process launch's rank gets it from its own parent-death signal), so the trial saves a checkpoint
     for the next tune.py instead of training on unowned."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def own(folder):
+    """The open owner lock of run folder `folder`, or None if a live process holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    file = open(folder / OWNER, "a")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.close()
+        return None
+    return file
+
+
+def run_unlocked(folder):
+    """Whether the run in `folder` has let go of its lock (waits while a rank of a dead owner's run still saves)."""
+    deadline = time.monotonic() + RUN_LOCK_WAIT_S
+    while is_held(folder):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def launcher(words):
+    """The launcher's words (shlex-split), with a free --main_process_port for `accelerate launch`: several runs at
+    once on one node (two drivers) need two ports."""
+    import socket
+
+    accelerate = words[:2] == ["accelerate", "launch"] or "accelerate.commands.launch" in words
+    if accelerate and not any(word.startswith("--main_process_port") for word in words):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            words = [*words, "--main_process_port", str(s.getsockname()[1])]
+    return words
 
 
 def _group_alive(pgid):
