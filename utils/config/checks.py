@@ -4,7 +4,7 @@ built: each bad combination stops the run with one line naming the option (Confi
 from utils.core.errors import ConfigError, at_least, requirement
 from utils.data.decoding import on_device as decoding_on_device
 from utils.data.loading import sampling
-from utils.data.sources import catalog, streamed, video_files
+from utils.data.sources import catalog, folds, streamed, video_files
 from utils.data.transforms import batch, input as inputs
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
@@ -27,6 +27,7 @@ def check_args(args, source, defaults, typed):
     # the input's crops, clips and progressive resizing; MixUp/CutMix and erasing (batch.py's); decoding on the device,
     # repeated augmentation.
     catalog.check_options(data, need)
+    folds.check_options(data, need)
     streamed.check_options(data, need)
     video_files.check_options(data, need, source)
     need(not (data.streaming and args.sync_bn), "sync_bn", "not with --streaming: a process past the end of its "

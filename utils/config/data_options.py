@@ -47,6 +47,26 @@ def add_data_options(p):
                    type=int, default=None, help="train on a seeded subset of this size")
     g.add_argument("--max_val_samples", resume_key=False,
                    type=int, default=None, help="validate on a seeded subset of this size")
+    g.add_argument("--folds", resume_key=True, type=int, default=None,
+                   help="k-fold cross-validation: cut the training split into K folds, stratified by class, and hold "
+                        "out fold --fold as the validation (the split's own validation is left aside); crossval.py "
+                        "runs all K")
+    g.add_argument("--fold", resume_key=True, type=int, default=None, help="with --folds K: the held-out fold, 0..K-1")
+    g.add_argument("--fold_seed", resume_key=True, type=int, default=0,
+                   help="with --folds: the seed the folds are drawn with (not --seed: every training seed sees the "
+                        "same folds)")
+    g.add_argument("--group_column", resume_key=True, type=str, default=None,
+                   help="with --folds: a column of --train_csv or of the dataset naming each sample's group (a "
+                        "patient, a site): a group's samples stay in one fold")
+    g.add_argument("--groups", resume_key=True, type=str, default=None,
+                   help="with --folds: a CSV of 'sample,group' lines (samples named by path, or by index in the "
+                        "training split): a group's samples stay in one fold")
+    g.add_argument("--exclude", resume_key=True, type=str, default=None,
+                   help="a CSV naming training samples to leave out (its 'sample' column, else its first; by path, or "
+                        "by index in the training split): crossval.py's label_issues.csv, for one")
+    g.add_argument("--flip_labels", resume_key=True, type=float, default=None,
+                   help="flip this fraction of the training labels to another class at random (a fixed seed, the "
+                        "same samples in every run; listed in flipped_labels.csv): an experiment's label noise")
     g.add_argument("--skip_bad_images", "--skip_bad_videos", resume_key=False,
                    dest="skip_bad_images", action="store_true",
                    help="skip images or videos that cannot be decoded (listed in bad_images.txt) instead of stopping")

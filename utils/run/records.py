@@ -18,6 +18,7 @@ from utils.reporting.failures import failure_pictures, prediction_rows, write_fa
 from utils.reporting.html_report import write_html
 from utils.reporting.model_folder import save_model_folder
 from utils.evaluation.multiview import multiview_test
+from utils.run.split_records import write_flipped, write_fold_predictions
 from utils.run.trained import trained_run, write_record
 
 
@@ -32,6 +33,8 @@ def start_records(job, num_workers, previous_run=None):
         write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
         write_record(out, trained_run(args, job.settings, job.class_names, job.task.multi_label, batch=job.batch,
                                       lr_found=job.lr_found))
+        if (remade := job.settings.source.remade) is not None and remade.flipped:  # --flip_labels
+            write_flipped(out, remade, job.class_names)
     config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, job.settings.trackers, out, config, run_id=previous_run)
@@ -40,8 +43,8 @@ def start_records(job, num_workers, previous_run=None):
 def export_weights(job, figures):
     """What the trained weights leave for their users once training is over (`figures`: its last validation's):
     model.safetensors (every rank takes part: FSDP gathers it), model_ema.safetensors, --calibrate's temperature
-    fitted to the validation split's logits, and model/ in its library's own form with, for multi-label data,
-    thresholds.json."""
+    fitted to the validation split's logits, model/ in its library's own form with, for multi-label data,
+    thresholds.json; with --folds, the held-out fold's probabilities (fold_predictions.csv)."""
     args, accelerator = job.args, job.accelerator
     accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain state dict
     if job.ema is not None and accelerator.is_main_process:
@@ -53,6 +56,8 @@ def export_weights(job, figures):
         if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
             write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
                                                            "tuned": dict(zip(job.class_names, tuned))})
+    if (remade := job.settings.source.remade) is not None and remade.held_out is not None:  # --folds
+        write_fold_predictions(job)
 
 
 def log_validation_media(job, step, figures, examples):

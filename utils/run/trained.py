@@ -49,15 +49,21 @@ class TrainedRun:
     tuned_on: str = None
     batch: dict = None  # how its global batch was taken (utils/training/batch_size.py BatchPlan.record); None: not said
     lr_found: dict = None  # --lr auto: the LR range test's suggestions, its LR the "valley" (None: --lr was given)
+    # What --folds (its fold and fold seed), --exclude and --flip_labels made of the training split (utils/data/sources/
+    # folds.py Remade.record); None: the split as the data has it
+    split: dict = None
 
 
 def trained_run(args, settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
     """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`;
-    `batch`: its BatchPlan; `lr_found`: --lr auto's suggestions)."""
+    `batch`: its BatchPlan; `lr_found`: --lr auto's suggestions; the split its source remade, once it built its
+    data)."""
+    remade = settings.source.remade
     return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
                       args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature,
                       "model_ema.safetensors" if args.model_ema else "model.safetensors",
-                      batch.record() if batch is not None else None, lr_found)
+                      batch.record() if batch is not None else None, lr_found,
+                      remade.record() if remade is not None else None)
 
 
 def tuned_for(run, ema=False, checkpoint=None):

@@ -5,7 +5,9 @@ import numpy as np
 from utils.data.datasets.images import with_transform
 from torchvision.transforms import v2
 
-from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files, rgb_only
+from utils.data.sources.folds import remake
+from utils.data.sources.protocol import (NO_COLUMNS, STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files,
+                                          rgb_only)
 from utils.data.sources.splits import SPLIT_SEED, long_tailed, subset
 from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import progressive_notes
@@ -53,7 +55,7 @@ class Digits(DataSource):
     """--dataset digits: decoded PIL images (nothing to decode in workers), its own size and statistics."""
 
     kind, own_input, eval_crop, size, stats = "digits", True, False, 32, (DIGITS_MEAN, DIGITS_STD)
-    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("digits"), **rgb_only("digits"),
+    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("digits"), **rgb_only("digits"), **NO_COLUMNS,
               **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment",
                                "train_crop_scale", "train_crop_ratio"),
                               OWN_RECIPE)}
@@ -63,10 +65,11 @@ class Digits(DataSource):
         train, note = long_tailed(splits["train"], data.imbalance)
         train = subset(train, data.max_train_samples)
         val = subset(splits["validation"], data.max_val_samples)
+        train, val, self.remade, remade = remake(train, val, data)
         size = inp.val_crop_size
         return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=data.seed),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True),
-                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, data.epochs))
+                train.features["label"].names, [note] * bool(note) + remade + progressive_notes(inp, data.epochs))
 
     def file_transform(self, inp):
         """Its eval resize, on PIL images as its validation's: lossless files of its images give the same pixels."""

@@ -9,7 +9,8 @@ from utils.data.decoding.images import read_bytes
 from utils.data.errors import DataError
 from utils.data.sources.folders import first_media_file, folder_files
 from utils.data.sources.hub import load_hub
-from utils.data.sources.label_files import first_csv_file, label_csv_splits
+from utils.data.sources.folds import remake
+from utils.data.sources.label_files import first_csv_file, label_csv_splits, read_csv_column
 from utils.data.sources.protocol import DataSource
 from utils.data.datasets.labels import is_multi_label, targets_for
 from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, image_and_label,
@@ -58,9 +59,13 @@ def _load_csv(data):
     train, val, names = label_csv_splits(data)
     features = datasets.Features(image=datasets.Image(), label=datasets.List(datasets.ClassLabel(names=names)))
     splits = {"train": train} if val is None else {"train": train, "validation": val}
-    return datasets.DatasetDict({split: datasets.Dataset.from_dict({"image": paths, "label": labels},
-                                                                   features=features)
-                                 for split, (paths, labels) in splits.items()})
+    loaded = datasets.DatasetDict({split: datasets.Dataset.from_dict({"image": paths, "label": labels},
+                                                                     features=features)
+                                   for split, (paths, labels) in splits.items()})
+    if data.group_column:  # --folds' groups: a column of the training CSV, in its rows' order
+        loaded["train"] = loaded["train"].add_column(data.group_column, read_csv_column(data.train_csv,
+                                                                                        data.group_column))
+    return loaded
 
 
 def _load(data):
@@ -100,25 +105,18 @@ def load_splits(data):
     if not len(loaded[data.train_split]):
         _fail(f"train_split: split {data.train_split!r} is empty")
     train = normalise(loaded[data.train_split], data)
+    if data.group_column:  # carried beside each row through the subsets, to the folds (utils/data/sources/folds.py)
+        train = train.add_column("group", group_values(loaded[data.train_split], data))
     names = class_labels(train.features["label"]).names
     val_split = data.val_split or next((s for s in VAL_SPLITS if s in loaded and s != data.train_split), None)
     if data.val_split and data.val_split not in loaded:
         _fail(f"val_split: no split {data.val_split!r}; splits are: {', '.join(loaded)}")
     _check_range(train, names)
-    if val_split is None:
-        if is_multi_label(train.features["label"]):
-            train, val, how = carve_multi_label(train, data.val_fraction)
-        else:
-            try:
-                carved = train.train_test_split(test_size=data.val_fraction, stratify_by_column="label",
-                                                seed=SPLIT_SEED)
-            except ValueError as e:  # a stratified carve needs an image of each class on both sides
-                _fail(f"val_fraction: cannot carve a stratified {data.val_fraction:.0%} of {len(train)} images in "
-                      f"{len(names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, or give a validation "
-                      f"split (--val_dir)")
-            train, val, how = carved["train"], carved["test"], "stratified"
-        notes.append(f"no validation split: carved {len(val)} images ({data.val_fraction:.0%}) from "
-                     f"{data.train_split!r}, {how}, seed {SPLIT_SEED}")
+    if val_split is None and data.folds:
+        val = None  # a fold of the training split is the validation
+    elif val_split is None:
+        train, val, note = _carve(train, data, names)
+        notes.append(note)
     else:
         if not len(loaded[val_split]):
             _fail(f"val_split: the validation split {val_split!r} is empty")
@@ -130,11 +128,38 @@ def load_splits(data):
             # Same classes in another order: remap by name, not by index.
             val = val.align_labels_with_mapping({name: i for i, name in enumerate(names)}, "label")
         notes.append(f"validation split: {val_split!r}")
-    _check_range(val, names)
+    if val is not None:
+        _check_range(val, names)
+        val = subset(val, data.max_val_samples)
     train, note = long_tailed(train, data.imbalance)
     notes += [note] if note else []
-    train, val = subset(train, data.max_train_samples), subset(val, data.max_val_samples)
+    train = subset(train, data.max_train_samples)
     return train, val, names, notes
+
+
+def _carve(train, data, names):
+    """(train, val, note): --val_fraction of a split without a validation split, stratified, seed SPLIT_SEED."""
+    if is_multi_label(train.features["label"]):
+        train, val, how = carve_multi_label(train, data.val_fraction)
+    else:
+        try:
+            carved = train.train_test_split(test_size=data.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
+        except ValueError as e:  # a stratified carve needs an image of each class on both sides
+            _fail(f"val_fraction: cannot carve a stratified {data.val_fraction:.0%} of {len(train)} images in "
+                  f"{len(names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, or give a validation "
+                  f"split (--val_dir)")
+        train, val, how = carved["train"], carved["test"], "stratified"
+    return train, val, (f"no validation split: carved {len(val)} images ({data.val_fraction:.0%}) from "
+                        f"{data.train_split!r}, {how}, seed {SPLIT_SEED}")
+
+
+def group_values(split, data):
+    """--group_column's value of each row of a training split, as loaded; one line when it has no such column."""
+    if data.train_dir or data.data_dir:
+        _fail("group_column: folders of images have no columns; name each sample's group with --groups FILE")
+    if data.group_column not in split.column_names:
+        _fail(f"group_column: no column {data.group_column!r}; columns are: {', '.join(split.column_names)}")
+    return split[data.group_column][:]
 
 
 def first_file(data):
@@ -196,6 +221,8 @@ class ImageFiles(DataSource):
 
     def datasets(self, data, inp, rank=0, world=1):
         train, val, names, notes = load_splits(data)
+        train, val, self.remade, remade = remake(train, val, data)
+        notes += remade
         on_device = data.decode_on_device  # bytes and draws, not pixels (utils/data/decoding/on_device.py)
         targets = targets_for(train.features["label"], len(names))  # a class index, or a multi-hot row
         train_preset, val_preset = image_presets(inp, targets)

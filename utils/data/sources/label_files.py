@@ -98,6 +98,16 @@ def label_csv_splits(data):
     return train, (val_paths, [[index[n] for n in row] for row in val_names]), classes
 
 
+def read_csv_column(csv_file, column):
+    """The values of a label CSV's `column`, one a row, in the order read_label_csv reads its rows."""
+    with open(csv_file, newline="") as f:
+        rows = [row for row in csv.reader(f) if any(cell.strip() for cell in row)]
+    header = [cell.strip() for cell in rows[0]]
+    if column not in header:
+        _fail(f"group_column: {csv_file} has no column {column!r}; its columns are: {', '.join(header)}")
+    return [row[header.index(column)].strip() for row in rows[1:]]
+
+
 def first_csv_file(csv_file, data_root=None, path_column=None):
     """The path of a label CSV's first file, read from its first rows only (None where they cannot be read: read
     again, and reported, when the data is built): the catalog's and the input's question, before the data is built."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from utils.data.datasets.clips import ArrayFrames
 from utils.data.sources.protocol import (EMBEDDED_SUBSETS, IMAGE_CROPS, POLICIES, STREAM_ONLY, SYNTHETIC_ONLY,
-                                        DataSource, no_files, no_imbalance, rgb_only)
+                                        DataSource, no_files, no_imbalance, no_remaking, rgb_only)
 from utils.data.sources.video_files import _clip_datasets
 from utils.data.transforms.video import video_eval
 
@@ -75,7 +75,7 @@ class MovingDigits(DataSource):
     kind, video, own_input, eval_crop, size = "moving_digits", True, True, False, CANVAS
     unused = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES, **EMBEDDED_SUBSETS, **no_files("moving_digits"),
               **rgb_only("moving_digits"),
-              **no_imbalance("moving_digits"),
+              **no_imbalance("moving_digits"), **no_remaking("moving_digits"),
               "crop_pct": "the moving digits are resized to --image_size, never cropped (a crop could hide the "
                           "motion that is the label)"}
     stats = (MOVING_DIGITS_MEAN, MOVING_DIGITS_STD)

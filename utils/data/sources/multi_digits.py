@@ -7,6 +7,7 @@ import numpy as np
 from utils.data.datasets.images import with_transform
 from utils.data.datasets.labels import MultiHot
 from utils.data.sources.digits import Digits, digits_eval, digits_train
+from utils.data.sources.folds import remake
 from utils.data.sources.protocol import no_files, no_imbalance
 from utils.data.sources.splits import subset
 from utils.data.transforms.images import ByEpoch, Fixed
@@ -71,9 +72,10 @@ class MultiDigits(Digits):
         splits = load_multi_digits()
         train = subset(splits["train"], data.max_train_samples)
         val = subset(splits["validation"], data.max_val_samples)
+        train, val, self.remade, remade = remake(train, val, data)
         names = train.features["label"].feature.names
         size = inp.val_crop_size
         targets = MultiHot(len(names))
         return (with_transform(train, ByEpoch(digits_train, inp), decoded=True, seed=data.seed, targets=targets),
                 with_transform(val, Fixed(digits_eval(size), size), decoded=True, targets=targets),
-                names, progressive_notes(inp, data.epochs))
+                names, remade + progressive_notes(inp, data.epochs))

@@ -28,6 +28,8 @@ place that tells which source the options name). The rest of the run asks it, ne
                         split (every rank the same, not its shard): what the class counts come from (--sampler
                         balanced, --class_weights, --logit_adjust, --pos_weight auto; utils/training/balance.py)
     signature(train, classes) what a resumed run must find again (utils/run/job.py compares it)
+    remade        after `datasets`, what --folds, --exclude and --flip_labels did to its training split (a Remade of
+                  utils/data/sources/folds.py), or None
 """
 
 import hashlib
@@ -88,6 +90,13 @@ class DataOptions:
     max_train_samples: int
     max_val_samples: int
     imbalance: float  # --imbalance: the training split made long-tailed
+    folds: int  # --folds K --fold I: fold I of the training split is the validation (utils/data/sources/folds.py)
+    fold: int
+    fold_seed: int
+    group_column: str
+    groups: str
+    exclude: str  # a CSV of training samples to leave out
+    flip_labels: float  # a fraction of training labels flipped at random
     num_classes: int  # the synthetic data's sizes
     synthetic_train_samples: int
     synthetic_val_samples: int
@@ -117,6 +126,18 @@ def rgb_only(kind):
     return dict.fromkeys(("bands", "pixel_max"), why)
 
 
+def no_remaking(kind):
+    """`unused` of data whose training split --folds, --exclude and --flip_labels cannot remake (utils/data/sources/
+    folds.py: map-style image data)."""
+    why = (f"remakes the training split of map-style image data (the embedded digits, folders, CSV files, Hub and "
+           f"save_to_disk datasets); this data ({kind}) is not remade")
+    return dict.fromkeys(("folds", "fold", "group_column", "groups", "exclude", "flip_labels"), why)
+
+
+NO_COLUMNS = {"group_column": "names a column of --train_csv or of a Hub/save_to_disk dataset; this data has none: "
+                              "name the groups with --groups FILE"}
+
+
 def no_files(kind):
     """`unused` of data without files to decode (embedded, generated)."""
     return {"decode_on_device": f"decodes image files (JPEG) and video files on the device; this data ({kind}) has "
@@ -133,6 +154,8 @@ class DataSource:
     size = 224
     stats = (IMAGENET_MEAN, IMAGENET_STD)
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY}
+
+    remade = None  # what --folds, --exclude, --flip_labels did to its training split (utils/data/sources/folds.py)
 
     def name(self, data):
         return data.dataset

@@ -14,7 +14,8 @@ from torchvision.transforms import v2
 from utils.data.datasets.images import with_transform
 from utils.data.decoding.bands import PixelFormat, file_decoder
 from utils.data.sources.digits import OWN_RECIPE, load_digits_dataset
-from utils.data.sources.protocol import STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files
+from utils.data.sources.folds import remake
+from utils.data.sources.protocol import NO_COLUMNS, STREAM_ONLY, SYNTHETIC_ONLY, VIDEO_ONLY, DataSource, no_files
 from utils.data.sources.splits import long_tailed, subset
 from utils.data.transforms.images import ByEpoch, Fixed
 from utils.data.transforms.input import AUTO, progressive_notes
@@ -69,7 +70,7 @@ class SpectralDigits(DataSource):
     """--dataset spectral_digits: 6-band 16-bit TIFFs in memory, their statistics computed over the training split."""
 
     kind, own_input, eval_crop, size, stats, file_pixels = "spectral_digits", True, False, 32, AUTO, True
-    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("spectral_digits"),
+    unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **STREAM_ONLY, **no_files("spectral_digits"), **NO_COLUMNS,
               **dict.fromkeys(("crop_pct", "val_resize_size", "interpolation", "auto_augment", "rand_augment",
                                "train_crop_scale", "train_crop_ratio"),
                               OWN_RECIPE)}
@@ -82,10 +83,11 @@ class SpectralDigits(DataSource):
         train, note = long_tailed(splits["train"], data.imbalance)
         train = subset(train, data.max_train_samples)
         val = subset(splits["validation"], data.max_val_samples)
+        train, val, self.remade, remade = remake(train, val, data)
         decode, size = file_decoder(inp), inp.val_crop_size
         return (with_transform(train, ByEpoch(spectral_train, inp), decoded=False, seed=data.seed, decode=decode),
                 with_transform(val, Fixed(spectral_eval(size), size), decoded=False, decode=decode),
-                train.features["label"].names, [note] * bool(note) + progressive_notes(inp, data.epochs))
+                train.features["label"].names, [note] * bool(note) + remade + progressive_notes(inp, data.epochs))
 
     def file_transform(self, inp):
         return spectral_eval(inp.val_crop_size)

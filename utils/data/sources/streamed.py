@@ -7,7 +7,7 @@ from pathlib import Path
 from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
 from utils.data.sources.image_files import ImageFiles
-from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY, no_imbalance, rgb_only
+from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY, no_imbalance, no_remaking, rgb_only
 from utils.data.datasets.labels import targets_for
 from utils.data.sources.splits import VAL_SPLITS, class_labels, image_and_label, normalise, subset
 from utils.data.loading.loaders import build_val_loader, loader_options
@@ -168,7 +168,7 @@ class Streamed(ImageFiles):
     labels_ahead = False  # a pass over its shards: read only for an option that needs the class counts
     unused = {**VIDEO_ONLY, **SYNTHETIC_ONLY, **rgb_only("a stream, decoded as RGB"),
               "max_train_samples": "cannot subset a stream: set its length with --steps_per_epoch",
-              **no_imbalance("a stream")}
+              **no_imbalance("a stream"), **no_remaking("a stream")}
 
     def datasets(self, data, inp, rank=0, world=1):
         train, val, names, notes = build_stream(data, rank, world, inp)

@@ -5,7 +5,7 @@ import torch
 from utils.core.seeding import EpochSeeded
 from utils.data.datasets.synthetic import SyntheticDataset
 from utils.data.sources.protocol import (EMBEDDED_SUBSETS, IMAGE_CROPS, STREAM_ONLY, VIDEO_ONLY, DataSource,
-                                        no_files, no_imbalance, rgb_only)
+                                        no_files, no_imbalance, no_remaking, rgb_only)
 
 GENERATED = "synthetic data is generated at --image_size: it has no crop to resize or augment"
 
@@ -15,7 +15,7 @@ class Synthetic(DataSource):
 
     kind, own_input, eval_crop, size, stats = "synthetic", True, False, 32, None
     unused = {**VIDEO_ONLY, **STREAM_ONLY, **no_files("synthetic"), **rgb_only("synthetic"),
-              **EMBEDDED_SUBSETS, **no_imbalance("synthetic"),
+              **EMBEDDED_SUBSETS, **no_imbalance("synthetic"), **no_remaking("synthetic"),
               **dict.fromkeys(IMAGE_CROPS, GENERATED),
               **dict.fromkeys(("crop_pct", "interpolation", "auto_augment", "rand_augment"), GENERATED),
               **dict.fromkeys(("mean", "std"), "synthetic input is generated as floats, not normalised")}

@@ -15,7 +15,7 @@ from utils.data.errors import DataError
 from utils.data.sources.folders import folder_files
 from utils.data.sources.label_files import label_csv_splits
 from utils.data.sources.protocol import (IMAGE_CROPS, POLICIES, STREAM_ONLY, SYNTHETIC_ONLY, DataSource, no_imbalance,
-                                         rgb_only)
+                                         no_remaking, rgb_only)
 from utils.data.sources.splits import SPLIT_SEED
 from utils.data.transforms.video import video_eval, video_test, video_train
 
@@ -123,7 +123,7 @@ def _subset(paths, labels, n):
 
 
 VIDEO_FILES_UNUSED = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES, **no_imbalance("video files"),
-                      **rgb_only("video")}  # what video files do not read
+                      **rgb_only("video"), **no_remaking("video")}  # what video files do not read
 # Kinetics-400's, which torchvision's video weights were trained with.
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
 

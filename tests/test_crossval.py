@@ -1,0 +1,277 @@
+"""k-fold cross-validation (--folds, crossval.py), out-of-fold predictions, label issues (cleanlab), --exclude and
+--flip_labels (utils/data/sources/folds.py, utils/run/split_records.py, utils/tuning/cross_validation.py and
+label_issues.py)."""
+
+import csv
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, environment, main_fails, read_json
+from ranks import run_ranks
+
+SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16"]  # odd-sized folds of 100 and 101
+
+
+def data_options(**changes):
+    from utils.config.options import parse
+
+    _, settings = parse(["--max_train_samples", "301"])
+    return dataclasses.replace(settings.data, **changes)
+
+
+def digits_train():
+    from utils.data.sources.digits import load_digits_dataset
+    from utils.data.sources.splits import subset
+
+    return subset(load_digits_dataset()["train"], 301)
+
+
+def folds_of(train, **changes):
+    """Each sample's fold, from K runs of `remake` (one a held-out fold), and the held-out names of each."""
+    from utils.data.sources.folds import remake
+
+    held = {}
+    for fold in range(changes["folds"]):
+        trained, val, remade, _ = remake(train, None, data_options(fold=fold, **changes))
+        held[fold] = remade
+        assert len(val) == len(remade.held_out) and val["label"][:] == [train["label"][i] for i in remade.held_index]
+        rest = [i for i in range(len(train)) if i not in set(remade.held_index)]  # trained on: the others, only
+        assert trained["label"][:] == [train["label"][i] for i in rest]
+    return held
+
+
+def test_the_folds_partition_the_training_split_stratified_whatever_the_training_seed():
+    train = digits_train()
+    held = folds_of(train, folds=4)
+    places = sorted(i for remade in held.values() for i in remade.held_index)
+    assert places == list(range(len(train)))  # every sample in exactly one fold
+    labels = np.asarray(train["label"][:])
+    for k in range(10):  # each class spread over the folds as evenly as it divides
+        counts = [int((labels[remade.held_index] == k).sum()) for remade in held.values()]
+        assert max(counts) - min(counts) <= 1, (k, counts)
+    again = folds_of(train, folds=4, seed=7)  # another --seed of training: the same folds
+    assert all(again[f].held_index == held[f].held_index for f in held)
+    other = folds_of(train, folds=4, fold_seed=1)  # another fold seed: other folds
+    assert any(other[f].held_index != held[f].held_index for f in held)
+
+
+def test_groups_never_straddle_folds(tmp_path):
+    train = digits_train()
+    groups = tmp_path / "groups.csv"
+    rng = np.random.default_rng(0)
+    patient = {str(i): f"p{rng.integers(40)}" for i in range(len(train))}
+    groups.write_text("sample,group\n" + "".join(f"{i},{g}\n" for i, g in patient.items()))
+    held = folds_of(train, folds=3, groups=str(groups))
+    fold_of_group = {}
+    for fold, remade in held.items():
+        for name in remade.held_out:
+            assert fold_of_group.setdefault(patient[name], fold) == fold
+    assert sorted(i for remade in held.values() for i in remade.held_index) == list(range(len(train)))
+
+
+def test_exclude_removes_exactly_the_named_samples_and_a_name_that_matches_none_is_one_line(tmp_path):
+    from utils.data.errors import DataError
+    from utils.data.sources.folds import remake
+
+    train = digits_train()
+    named = tmp_path / "issues.csv"
+    named.write_text("rank,sample\n1,17\n2,4\n3,300\n")
+    kept, _, remade, notes = remake(train, None, data_options(exclude=str(named)))
+    assert remade.excluded == 3 and len(kept) == len(train) - 3
+    left = [i for i in range(len(train)) if i not in (4, 17, 300)]
+    assert kept["label"][:] == [train["label"][i] for i in left]
+    named.write_text("sample\n17\n301\n")
+    with pytest.raises(DataError, match=r"exclude: 1 of the 2 samples .* not in the training split, e.g. '301'"):
+        remake(train, None, data_options(exclude=str(named)))
+
+
+def test_flipped_labels_are_the_same_in_every_fold_and_the_validation_split_is_untouched():
+    from utils.data.sources.folds import remake
+
+    train = digits_train()
+    labels = train["label"][:]
+    runs = [remake(train, None, data_options(flip_labels=0.1, folds=3, fold=fold)) for fold in range(3)]
+    flipped = runs[0][2].flipped
+    assert len(flipped) == 30 and all(run[2].flipped == flipped for run in runs)
+    assert all(labels[int(name)] == label != given for name, label, given in flipped)
+    held = {i: given for run in runs for i, given in zip(run[2].held_index, run[1]["label"][:])}
+    changed = {i for i in held if held[i] != labels[i]}
+    assert changed == {int(name) for name, _, _ in flipped}  # only those, each to its recorded label
+    val = object()
+    assert remake(train, val, data_options(flip_labels=0.1))[1] is val  # the split's own validation as it was
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--folds", "1", "--fold", "0"], "folds: must be >= 2"),
+    (["--folds", "3", "--fold", "3"], "fold: must be in 0..2 (--folds 3)"),
+    (["--folds", "3"], "folds: needs --fold I"),
+    (["--fold", "1"], "fold: needs --folds K"),
+    (["--dataset", "synthetic", "--folds", "3", "--fold", "0"], "folds: remakes the training split of map-style"),
+    (["--dataset", "moving_digits", "--folds", "3", "--fold", "0"], "folds: remakes the training split of map-style"),
+    (["--group_column", "patient", "--folds", "3", "--fold", "0"], "group_column: names a column of --train_csv"),
+    (["--folds", "3", "--fold", "0", "--max_val_samples", "10"], "max_val_samples: with --folds the held-out fold"),
+    (["--flip_labels", "1.5"], "flip_labels: must be in (0, 1)"),
+    (["--exclude", "/nonexistent.csv"], "exclude: no file /nonexistent.csv"),
+])
+def test_options_that_cannot_apply_are_one_line(argv, line, capsys):
+    code, err = main_fails(argv, capsys)
+    assert code == 2 and line in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_class_with_fewer_samples_than_folds_is_named(capsys):
+    code, err = main_fails(["--max_train_samples", "30", "--folds", "5", "--fold", "0", "--num_workers", "0"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "folds: class '" in err and "fewer than the 5 folds" in err, err
+
+
+def test_a_group_column_missing_or_with_empty_values_is_one_line(tmp_path, capsys):
+    from conftest import make_folder
+
+    root = make_folder(tmp_path / "images", {"cat": 6, "dog": 6})
+    files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    table = tmp_path / "train.csv"
+    table.write_text("path,labels,site\n" + "".join(f"{f},{f.parts[0]},{'s1' if i % 3 else ''}\n"
+                                                   for i, f in enumerate(files)))
+    base = ["--train_csv", table, "--data_root", root, "--folds", "2", "--fold", "0", "--num_workers", "0"]
+    code, err = main_fails([*base, "--group_column", "hospital"], capsys)
+    assert code == 2 and "group_column:" in err and "no column 'hospital'" in err and len(err.strip().splitlines()) == 1
+    code, err = main_fails([*base, "--group_column", "site"], capsys)
+    assert code == 2 and "group_column: 4 training samples have an empty 'site'" in err, err
+
+
+# One cross-validation the end-to-end tests share: 3 folds of 601 digits (held-out folds of 200, 200, 201), 5 % of the
+# labels flipped, each fold one process (its launcher adds nothing the tests look at); the smallest case found whose
+# folds learn enough for cleanlab to find 80 % of the flips (601 samples, 10 epochs: 24 of 30).
+CV = ["--max_train_samples", "601", "--num_workers", "0", "--image_size", "16", "--epochs", "10", "--batch_size", "32",
+      "--flip_labels", "0.05", "--checkpoint_every_steps", "2", "--keep_last", "2"]
+
+
+def crossval(out, *extra, **kw):
+    return subprocess.Popen([sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(out), "--folds", "3",
+                             "--launch", sys.executable, *extra, "--", *CV], cwd=ROOT, env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cv") / "cv"
+    job = crossval(out)
+    said = job.communicate(timeout=600)[0]
+    assert job.returncode == 0, said[-3000:]
+    return out, said
+
+
+def table(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def rescored(folder, argv):
+    """The held-out fold's class probabilities by a plain re-scoring of the fold run's saved weights, as predict.py
+    scores: its eval graph (the run's normalisation and model) on the validation's uint8 pixels."""
+    from utils.config.options import parse
+    from utils.inference import EvalGraph
+    from utils.run.trained import load_run
+
+    run, model = load_run(folder)
+    _, settings = parse([str(a) for a in argv])
+    _, val, _, _ = settings.source.datasets(settings.data, settings.input)
+    pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
+    with torch.no_grad():
+        return EvalGraph(model, run.input)(pixels).softmax(dim=1).numpy()
+
+
+def test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_probabilities(finished):
+    out, said = finished
+    oof = table(out / "oof_predictions.csv")
+    assert [int(row["index"]) for row in oof] == list(range(601))  # every training sample once, in the split's order
+    assert sorted(Counter(row["fold"] for row in oof).values()) == [200, 200, 201]
+    classes = [str(k) for k in range(10)]
+    for fold in range(3):
+        rows = [row for row in oof if row["fold"] == str(fold)]
+        probs = np.asarray([[float(row[c]) for c in classes] for row in rows])
+        expected = rescored(out / f"fold_{fold}", [*CV, "--folds", "3", "--fold", fold])
+        np.testing.assert_allclose(probs, expected, atol=2e-6)  # this fold's weights, none other's
+        split = read_json(out / f"fold_{fold}" / "run.json")["split"]
+        assert split == {"folds": 3, "fold": fold, "fold_seed": 0, "stratified": "by class", "flipped_labels": 30}
+    flips = [(out / f"fold_{fold}" / "flipped_labels.csv").read_text() for fold in range(3)]
+    assert flips[0] == flips[1] == flips[2] and len(flips[0].splitlines()) == 31
+
+
+def test_cv_results_give_each_figure_per_fold_with_its_mean_and_t_interval(finished):
+    from scipy import stats
+
+    out, said = finished
+    summary = read_json(out / "cv_results.json")
+    top1 = summary["figures"]["val_top1"]
+    folds = [read_json(out / f"fold_{f}" / "results.json")["val_top1"] for f in range(3)]
+    assert top1["folds"] == folds and sorted(summary["samples"]) == [200, 200, 201]
+    assert top1["mean"] == pytest.approx(np.mean(folds)) and top1["std"] == pytest.approx(np.std(folds, ddof=1))
+    half = stats.t.ppf(0.975, 2) * np.std(folds, ddof=1) / np.sqrt(3)
+    assert top1["ci95"] == pytest.approx([np.mean(folds) - half, np.mean(folds) + half])
+    assert {"val_balanced_accuracy", "val_loss", "macro_f1", "val_ece"} <= set(summary["figures"])
+    assert f"val_top1 {top1['mean']:.4f}" in said
+
+
+def test_the_flipped_labels_are_found_among_the_label_issues(finished):
+    out, said = finished
+    flipped = {row["sample"]: row for row in table(out / "fold_0" / "flipped_labels.csv")}
+    issues = table(out / "label_issues.csv")
+    caught = [row for row in issues if row["sample"] in flipped]
+    assert len(caught) / len(flipped) >= 0.8 and len(caught) / len(issues) >= 0.7, (len(caught), len(issues))
+    assert all(row["given_label"] == flipped[row["sample"]]["given_label"] for row in caught)
+    assert [int(row["rank"]) for row in issues] == list(range(1, len(issues) + 1))
+    assert (out / "label_issues.png").stat().st_size > 1000 and "Label issues" in (out / "report.html").read_text()
+
+
+def test_a_fold_on_two_processes_scores_each_held_out_sample_once_with_its_weights(finished, tmp_path):
+    out, _ = finished
+    argv = [*CV, "--folds", "3", "--fold", "2", "--epochs", "1", "--batch_size", "16"]
+    job = run_ranks([*argv, "--output_dir", tmp_path / "run"], nproc=2)
+    assert job.returncode == 0, job.report()
+    rows = table(tmp_path / "run" / "fold_predictions.csv")
+    one_process = [row["index"] for row in table(out / "oof_predictions.csv") if row["fold"] == "2"]
+    assert [row["index"] for row in rows] == one_process  # the same fold, each sample once: no padding repeated
+    probs = np.asarray([[float(row[str(k)]) for k in range(10)] for row in rows])
+    np.testing.assert_allclose(probs, rescored(tmp_path / "run", argv), atol=2e-6)
+
+
+def test_a_cross_validation_killed_during_its_second_fold_resumes_to_the_same_files(finished, tmp_path):
+    out, _ = finished
+    again = tmp_path / "cv"
+    job = crossval(again, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list((again / "fold_1" / "checkpoints").glob("step_*")):
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
+        time.sleep(0.1)
+    os.kill(job.pid, signal.SIGKILL)  # its fold's launcher gets SIGTERM (parent-death signal): it saves
+    job.communicate()
+    finished_again = crossval(again)
+    said = finished_again.communicate(timeout=600)[0]
+    assert finished_again.returncode == 0, said[-3000:]
+    assert "fold 0 of 3" not in said and "fold 1 of 3 continues (--resume latest)" in said
+    assert "resumed from" in (again / "fold_1" / "console.log").read_text()
+    for name in ("oof_predictions.csv", "label_issues.csv", "cv_results.json"):
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_a_folder_of_another_cross_validation_is_refused_and_kept(finished, tmp_path):
+    out, _ = finished
+    before = (out / "crossval.json").read_bytes()
+    job = subprocess.run([sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(out), "--folds", "4", "--",
+                          *CV], cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120)
+    assert job.returncode == 2 and "holds a cross-validation with another folds (3)" in job.stderr, job.stderr
+    assert (out / "crossval.json").read_bytes() == before
+    job = subprocess.run([sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(tmp_path / "x"), "--folds",
+                          "3", "--", "--fold", "1"], cwd=ROOT, env=environment(), capture_output=True, text=True,
+                         timeout=120)
+    assert job.returncode == 2 and "--fold: set by crossval.py" in job.stderr and not (tmp_path / "x").exists()

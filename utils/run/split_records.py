@@ -1,0 +1,60 @@
+"""What a run whose training split was remade (--folds, --flip_labels: utils/data/sources/folds.py) writes of it:
+flipped_labels.csv when it starts; fold_predictions.csv once trained, the held-out fold's class probabilities under the
+final weights (those model/ holds), which crossval.py gathers into the out-of-fold predictions."""
+
+import csv
+import io
+
+import torch
+
+from utils.core.io import write_text_atomic
+from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
+
+
+def write_flipped(out, remade, class_names):
+    """flipped_labels.csv: sample, its label, the label it was given instead."""
+    text = io.StringIO()
+    table = csv.writer(text)
+    table.writerow(["sample", "label", "given_label"])
+    table.writerows([name, class_names[label], class_names[given]] for name, label, given in remade.flipped)
+    write_text_atomic(out / "flipped_labels.csv", text.getvalue())
+
+
+def label_cell(label, class_names):
+    """A given label as a cell: its class's name; for several labels a sample (a multi-hot row), their names joined
+    by spaces."""
+    if isinstance(label, list):
+        return " ".join(class_names[k] for k, on in enumerate(label) if on)
+    return class_names[label]
+
+
+@torch.no_grad()
+def fold_probabilities(job):
+    """(each held-out sample's position in the validation set, its label, its class probabilities), gathered exactly
+    from every rank (utils/evaluation/scoring.py), under the weights model/ holds (the EMA's with --model_ema)."""
+    model = job.ema.module if job.ema is not None else job.model
+    job.share_buffers(only=model)
+    model.eval()
+
+    def score(batch):
+        return job.task.probabilities(model, job.inputs(batch["pixel_values"])).float(), batch["labels"]
+
+    batches = list(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
+    probabilities, labels, _ = kept_rows(batches)
+    return kept_positions(batches), labels, probabilities
+
+
+def write_fold_predictions(job):
+    """fold_predictions.csv (main process; every rank scores its shard): the sample's place in the training split and
+    its name there, its fold, its given label, then each class's probability, in the fold's order."""
+    remade = job.settings.source.remade
+    positions, labels, probabilities = fold_probabilities(job)
+    if not job.accelerator.is_main_process:
+        return
+    text = io.StringIO()
+    table = csv.writer(text)
+    table.writerow(["index", "sample", "fold", "label", *job.class_names])
+    for position, label, row in zip(positions.tolist(), labels.tolist(), probabilities.tolist()):
+        table.writerow([remade.held_index[position], remade.held_out[position], remade.fold,
+                        label_cell(label, job.class_names), *map(repr, row)])
+    write_text_atomic(job.out / "fold_predictions.csv", text.getvalue())
