@@ -84,10 +84,10 @@ def test_exclude_removes_exactly_the_named_samples_and_a_name_that_matches_none_
 
     train = digits_train()
     named = tmp_path / "issues.csv"
-    named.write_text("rank,sample\n1,17\n2,4\n3,300\n")
+    named.write_text("rank,sample\n1,17\n2,4\n3,300\n4,0\n")  # the first and the last samples among them
     kept, _, remade, notes = remake(train, None, data_options(exclude=str(named)))
-    assert remade.excluded == 3 and len(kept) == len(train) - 3
-    left = [i for i in range(len(train)) if i not in (4, 17, 300)]
+    assert remade.excluded == 4 and len(kept) == len(train) - 4
+    left = [i for i in range(len(train)) if i not in (0, 4, 17, 300)]
     assert kept["label"][:] == [train["label"][i] for i in left]
     named.write_text("sample\n17\n301\n")
     with pytest.raises(DataError, match=r"exclude: 1 of the 2 samples .* not in the training split, e.g. '301'"):
@@ -275,3 +275,46 @@ def test_a_folder_of_another_cross_validation_is_refused_and_kept(finished, tmp_
                           "3", "--", "--fold", "1"], cwd=ROOT, env=environment(), capture_output=True, text=True,
                          timeout=120)
     assert job.returncode == 2 and "--fold: set by crossval.py" in job.stderr and not (tmp_path / "x").exists()
+
+
+def test_multi_label_folds_partition_the_split_by_label_set_or_at_random():
+    from utils.data.sources.folds import remake
+    from utils.data.sources.multi_digits import load_multi_digits
+    from utils.data.sources.splits import subset
+
+    tiles = load_multi_digits()["train"]
+    keys = [tuple(sorted(row)) for row in tiles["label"][:]]
+    common = [i for i, key in enumerate(keys) if Counter(keys)[key] >= 3]  # each label set on every fold
+    for train, how in ((tiles.select(common), "by label set"), (subset(tiles, 200), "at random")):
+        places = []
+        for fold in range(3):
+            _, val, remade, _ = remake(train, None, data_options(folds=3, fold=fold))
+            places += remade.held_index
+            assert remade.how.startswith(how) and val["label"][:] == [train["label"][i] for i in remade.held_index]
+        assert sorted(places) == list(range(len(train)))
+
+
+def test_a_save_to_disk_datasets_group_column_keeps_each_group_in_one_fold(tmp_path):
+    import datasets
+    from PIL import Image
+
+    from utils.data.sources.folds import remake
+    from utils.data.sources.image_files import load_splits
+
+    images = [Image.new("RGB", (8, 8), (i * 9, 0, 0)) for i in range(24)]
+    sites = [f"site{i % 6}" for i in range(24)]
+    features = datasets.Features(image=datasets.Image(), label=datasets.ClassLabel(names=["a", "b"]),
+                                 site=datasets.Value("string"))
+    datasets.Dataset.from_dict({"image": images, "label": [i % 2 for i in range(24)], "site": sites},
+                               features=features).save_to_disk(str(tmp_path / "ds"))
+    seen = {}
+    for fold in range(3):
+        data = data_options(dataset=str(tmp_path / "ds"), group_column="site", folds=3, fold=fold,
+                            max_train_samples=None)
+        train, val, _, _ = load_splits(data)
+        assert val is None and len(train) == 24  # no --val_fraction carve: a fold is the validation
+        _, held, remade, _ = remake(train, val, data)
+        assert "groups kept whole" in remade.how and len(held) == len(remade.held_index)
+        for i in remade.held_index:
+            assert seen.setdefault(sites[i], fold) == fold
+    assert len(seen) == 6
