@@ -20,7 +20,6 @@ finished, DIR gets cv_results.json, oof_predictions.csv, label_issues.csv and .p
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -40,20 +39,6 @@ def get_parser():
     p.add_argument("--launch", default="accelerate launch", help="what starts a fold's run, before the script's path")
     p.add_argument("--devices", default=None, help="CUDA_VISIBLE_DEVICES of this process's runs, e.g. 0,1")
     return p
-
-
-class Stop:
-    """SIGTERM or SIGINT to crossval.py: the running fold is passed the signal, saves, and continues next time."""
-
-    def __init__(self):
-        self.name, self.run = None, None
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum, frame):
-        self.name = signal.Signals(signum).name
-        if self.run is not None:
-            self.run.stop()
 
 
 def write_records(cv):
@@ -92,6 +77,7 @@ def main(argv=None):
     from utils.config.checks import ConfigError
     from utils.core.errors import UserError
     from utils.tuning.cross_validation import CrossValidation, check_base, open_folder, run_folds, say
+    from utils.tuning.trial_run import Stop
 
     stop = Stop()
     try:

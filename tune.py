@@ -20,7 +20,6 @@ storage (a journal file in the study folder, or --storage URL). What the study f
 import argparse
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -64,20 +63,6 @@ def split_argv(argv):
         return argv, []
     at = argv.index("--")
     return argv[:at], argv[at + 1:]
-
-
-class Stop:
-    """SIGTERM or SIGINT to tune.py: the running trial is passed the signal, saves, and stays for the next tune.py."""
-
-    def __init__(self):
-        self.name, self.run = None, None
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum, frame):
-        self.name = signal.Signals(signum).name
-        if self.run is not None:
-            self.run.stop()
 
 
 def preflight(args, base):
@@ -206,6 +191,7 @@ def main(argv=None):
     if args.baseline and args.sampler == "grid":
         parser.error("--baseline: a grid's trials are its points; add the base values to the grid instead")
     from utils.config.checks import ConfigError
+    from utils.tuning.trial_run import Stop
 
     try:
         params = preflight(args, base)  # bad input: one line, exit 2, nothing written

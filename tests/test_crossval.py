@@ -89,6 +89,10 @@ def test_exclude_removes_exactly_the_named_samples_and_a_name_that_matches_none_
     assert remade.excluded == 4 and len(kept) == len(train) - 4
     left = [i for i in range(len(train)) if i not in (0, 4, 17, 300)]
     assert kept["label"][:] == [train["label"][i] for i in left]
+    for fold in range(3):  # folds of what is left: each held-out sample named as the split names it
+        _, val, remade, _ = remake(train, None, data_options(exclude=str(named), folds=3, fold=fold))
+        assert not {"0", "4", "17", "300"} & set(remade.held_out)
+        assert val["label"][:] == [train["label"][int(name)] for name in remade.held_out]
     named.write_text("sample\n17\n301\n")
     with pytest.raises(DataError, match=r"exclude: 1 of the 2 samples .* not in the training split, e.g. '301'"):
         remake(train, None, data_options(exclude=str(named)))
@@ -175,14 +179,14 @@ def table(path):
         return list(csv.DictReader(f))
 
 
-def rescored(folder, argv):
-    """The held-out fold's class probabilities by a plain re-scoring of the fold run's saved weights, as predict.py
-    scores: its eval graph (the run's normalisation and model) on the validation's uint8 pixels."""
+def rescored(folder, argv, ema=False):
+    """The held-out fold's class probabilities by a plain re-scoring of the fold run's saved weights (the EMA's with
+    `ema`), as predict.py scores: its eval graph (the run's normalisation and model) on the validation's uint8 pixels."""
     from utils.config.options import parse
     from utils.inference import EvalGraph
     from utils.run.trained import load_run
 
-    run, model = load_run(folder)
+    run, model = load_run(folder, ema=ema)
     _, settings = parse([str(a) for a in argv])
     _, val, _, _ = settings.source.datasets(settings.data, settings.input)
     pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
@@ -318,3 +322,15 @@ def test_a_save_to_disk_datasets_group_column_keeps_each_group_in_one_fold(tmp_p
         for i in remade.held_index:
             assert seen.setdefault(sites[i], fold) == fold
     assert len(seen) == 6
+
+
+def test_with_model_ema_the_fold_predictions_are_the_averaged_weights(tmp_path):
+    from conftest import run_main
+
+    argv = [*CV, "--folds", "3", "--fold", "0", "--epochs", "1", "--max_train_samples", "121", "--model_ema",
+            "--model_ema_decay", "0.5"]
+    run_main([*argv, "--output_dir", tmp_path / "run"])
+    rows = table(tmp_path / "run" / "fold_predictions.csv")
+    probs = np.asarray([[float(row[str(k)]) for k in range(10)] for row in rows])
+    np.testing.assert_allclose(probs, rescored(tmp_path / "run", argv, ema=True), atol=2e-6)  # what model/ holds
+    assert np.abs(probs - rescored(tmp_path / "run", argv)).max() > 1e-3  # not the raw weights'

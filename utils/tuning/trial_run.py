@@ -46,6 +46,21 @@ def _signalled_when_tune_dies():
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
+class Stop:
+    """SIGTERM or SIGINT to the driver (tune.py, crossval.py): `name` says which; the run it is running (`run`, a
+    TrialRun) is passed the signal, saves a checkpoint, and is left for the next driver to continue."""
+
+    def __init__(self):
+        self.name, self.run = None, None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame):
+        self.name = signal.Signals(signum).name
+        if self.run is not None:
+            self.run.stop()
+
+
 def own(folder):
     """The open owner lock of run folder `folder`, or None if a live process holds it."""
     folder.mkdir(parents=True, exist_ok=True)
