@@ -5,6 +5,7 @@ label_issues.py)."""
 import csv
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,14 +180,14 @@ def table(path):
         return list(csv.DictReader(f))
 
 
-def rescored(folder, argv, ema=False):
+def rescored(folder, argv, ema=False, checkpoint=None):
     """The held-out fold's class probabilities by a plain re-scoring of the fold run's saved weights (the EMA's with
     `ema`), as predict.py scores: its eval graph (the run's normalisation and model) on the validation's uint8 pixels."""
     from utils.config.options import parse
     from utils.inference import EvalGraph
     from utils.run.trained import load_run
 
-    run, model = load_run(folder, ema=ema)
+    run, model = load_run(folder, ema=ema, checkpoint=checkpoint)
     _, settings = parse([str(a) for a in argv])
     _, val, _, _ = settings.source.datasets(settings.data, settings.input)
     pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
@@ -252,6 +253,9 @@ def test_a_fold_on_two_processes_scores_each_held_out_sample_once_with_its_weigh
 def test_a_cross_validation_killed_during_its_second_fold_resumes_to_the_same_files(finished, tmp_path):
     out, _ = finished
     again = tmp_path / "cv"
+    again.mkdir()  # its first fold finished as the uninterrupted one's did (the same run: the test's time spared)
+    shutil.copy(out / "crossval.json", again)
+    shutil.copytree(out / "fold_0", again / "fold_0", ignore=shutil.ignore_patterns("checkpoints"))
     job = crossval(again, start_new_session=True)
     deadline = time.monotonic() + 300
     while not list((again / "fold_1" / "checkpoints").glob("step_*")):
@@ -334,3 +338,15 @@ def test_with_model_ema_the_fold_predictions_are_the_averaged_weights(tmp_path):
     probs = np.asarray([[float(row[str(k)]) for k in range(10)] for row in rows])
     np.testing.assert_allclose(probs, rescored(tmp_path / "run", argv, ema=True), atol=2e-6)  # what model/ holds
     assert np.abs(probs - rescored(tmp_path / "run", argv)).max() > 1e-3  # not the raw weights'
+
+
+def test_with_keep_best_the_fold_predictions_are_the_best_weights(tmp_path):
+    from conftest import run_main
+
+    argv = [*CV, "--folds", "3", "--fold", "1", "--epochs", "3", "--max_train_samples", "121", "--keep_best", "1"]
+    run_main([*argv, "--output_dir", tmp_path / "run"])
+    rows = table(tmp_path / "run" / "fold_predictions.csv")
+    probs = np.asarray([[float(row[str(k)]) for k in range(10)] for row in rows])
+    best = rescored(tmp_path / "run", argv, checkpoint=tmp_path / "run" / "best")
+    np.testing.assert_allclose(probs, best, atol=2e-6)
+    assert np.abs(probs - rescored(tmp_path / "run", argv)).max() > 1e-3  # not the final weights'

@@ -1,6 +1,7 @@
 """What a run whose training split was remade (--folds, --flip_labels: utils/data/sources/folds.py) writes of it:
 flipped_labels.csv when it starts; fold_predictions.csv once trained, the held-out fold's class probabilities under the
-final weights (those model/ holds), which crossval.py gathers into the out-of-fold predictions."""
+final weights (those model/ holds), or with --keep_best its best (best/), which crossval.py gathers into the
+out-of-fold predictions."""
 
 import csv
 import io
@@ -9,6 +10,8 @@ import torch
 
 from utils.core.io import write_text_atomic
 from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
+from utils.models.weights import read_state_dict
+from utils.run.job import new_model
 
 
 def write_flipped(out, remade, class_names):
@@ -28,11 +31,22 @@ def label_cell(label, class_names):
     return class_names[label]
 
 
+def scored_model(job):
+    """The weights a fold is scored with: --keep_best's best/ when it kept any (a fresh copy of the model, every rank
+    the same), else the final ones model/ holds (the EMA's with --model_ema)."""
+    best = job.out / "best" / "model.safetensors"
+    if job.args.keep_best and best.is_file():
+        model = new_model(job.settings.model, job.class_names, False, job.settings.input)
+        model.load_state_dict(read_state_dict(best))
+        return model.to(job.accelerator.device)
+    return job.ema.module if job.ema is not None else job.model
+
+
 @torch.no_grad()
 def fold_probabilities(job):
     """(each held-out sample's position in the validation set, its label, its class probabilities), gathered exactly
-    from every rank (utils/evaluation/scoring.py), under the weights model/ holds (the EMA's with --model_ema)."""
-    model = job.ema.module if job.ema is not None else job.model
+    from every rank (utils/evaluation/scoring.py), under the fold's final weights, or its best with --keep_best."""
+    model = scored_model(job)
     job.share_buffers(only=model)
     model.eval()
 
