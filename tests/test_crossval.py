@@ -235,6 +235,8 @@ def test_the_flipped_labels_are_found_among_the_label_issues(finished):
     assert len(caught) / len(flipped) >= 0.8 and len(caught) / len(issues) >= 0.7, (len(caught), len(issues))
     assert all(row["given_label"] == flipped[row["sample"]]["given_label"] for row in caught)
     assert [int(row["rank"]) for row in issues] == list(range(1, len(issues) + 1))
+    quality = [float(row["quality"]) for row in issues]  # ranked worst first, by self-confidence as scored
+    assert quality == sorted(quality)
     assert (out / "label_issues.png").stat().st_size > 1000 and "Label issues" in (out / "report.html").read_text()
 
 
@@ -278,6 +280,10 @@ def test_a_folder_of_another_cross_validation_is_refused_and_kept(finished, tmp_
     job = subprocess.run([sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(out), "--folds", "4", "--",
                           *CV], cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120)
     assert job.returncode == 2 and "holds a cross-validation with another folds (3)" in job.stderr, job.stderr
+    job = subprocess.run([sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(out), "--folds", "3", "--",
+                          *CV, "--epochs", "11"], cwd=ROOT, env=environment(), capture_output=True, text=True,
+                         timeout=120)
+    assert job.returncode == 2 and "holds a cross-validation with another base" in job.stderr, job.stderr
     assert (out / "crossval.json").read_bytes() == before
     job = subprocess.run([sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(tmp_path / "x"), "--folds",
                           "3", "--", "--fold", "1"], cwd=ROOT, env=environment(), capture_output=True, text=True,
@@ -350,3 +356,20 @@ def test_with_keep_best_the_fold_predictions_are_the_best_weights(tmp_path):
     best = rescored(tmp_path / "run", argv, checkpoint=tmp_path / "run" / "best")
     np.testing.assert_allclose(probs, best, atol=2e-6)
     assert np.abs(probs - rescored(tmp_path / "run", argv)).max() > 1e-3  # not the final weights'
+
+
+def test_two_crossval_processes_share_the_folds_each_run_once(tmp_path):
+    base = [*CV, "--max_train_samples", "121", "--epochs", "1"]
+    command = [sys.executable, str(ROOT / "crossval.py"), "--output_dir", str(tmp_path / "cv"), "--folds", "3",
+               "--launch", sys.executable, "--", *base]
+    jobs = [subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True) for _ in range(2)]
+    said = [job.communicate(timeout=600)[0] for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], said
+    for fold in range(3):  # each fold started once, by one of them
+        console = (tmp_path / "cv" / f"fold_{fold}" / "console.log").read_text()
+        assert console.count("$ ") == 1 and sum(f"fold {fold} of 3 starts" in s for s in said) == 1
+    assert len(table(tmp_path / "cv" / "oof_predictions.csv")) == 121
+    job = subprocess.run([*command[:5], "1", "--", *base], cwd=ROOT, env=environment(), capture_output=True,
+                         text=True, timeout=120)
+    assert job.returncode == 2 and "folds: must be >= 2" in job.stderr, job.stderr
