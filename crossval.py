@@ -79,7 +79,6 @@ def main(argv=None):
     from utils.tuning.cross_validation import CrossValidation, check_base, open_folder, run_folds, say
     from utils.tuning.trial_run import Stop
 
-    stop = Stop()
     try:
         if args.folds < 2:
             raise ConfigError(f"folds: must be >= 2, got {args.folds}")
@@ -90,6 +89,7 @@ def main(argv=None):
         env = {**os.environ, "WANDB_RUN_GROUP": cv.folder.name, "WANDB_JOB_TYPE": "fold"}
         if args.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = args.devices
+        stop = Stop()  # from here on: the running fold is passed the signal
         state = run_folds(cv, env, stop, say)
         if state == "interrupted":
             say(f"stopped by {stop.name}; the running fold saved its checkpoint: rerun the same command to continue",
