@@ -54,6 +54,9 @@ def pytest_xdist_auto_num_workers(config):
 # The longest tests (seconds measured on a slow day, 2026-12-03): started first, half on each xdist worker, so that
 # neither worker is left running one of them alone at the end of the suite while the other waits.
 LONG_FIRST = ["tests/test_train.py::test_default_job_reaches_99_percent",  # 190
+              # the shared cross-validation (119 s on 2026-12-05, 605 img/s), then its kill/resume (43)
+              "tests/test_crossval.py::test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_"
+              "probabilities",
               "tests/test_video_train.py::test_moving_digits_needs_time_a_frame_model_cannot_tell_the_direction",  # 117
               "tests/test_many_machines.py::test_the_slurm_script_trains_on_two_nodes_and_requeues_itself_on_sigterm",
               "tests/test_pv_models.py::test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_"

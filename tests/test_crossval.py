@@ -168,11 +168,22 @@ def crossval(out, *extra, **kw):
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cv") / "cv"
-    job = crossval(out)
-    said = job.communicate(timeout=600)[0]
-    assert job.returncode == 0, said[-3000:]
-    return out, said
+    """The shared cross-validation, run once per session: the first xdist worker to ask runs it, the other waits for
+    it under a lock in the session's common temporary folder and reads it (none of the tests writes to it)."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp().parent  # one folder for every worker of this session
+    out, said = root / "crossval_shared" / "cv", root / "crossval_shared" / "said.txt"
+    with open(root / "crossval_shared.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not said.is_file():
+            shutil.rmtree(out.parent, ignore_errors=True)
+            out.parent.mkdir()
+            job = crossval(out)
+            printed = job.communicate(timeout=600)[0]
+            assert job.returncode == 0, printed[-3000:]
+            said.write_text(printed)
+    return out, said.read_text()
 
 
 def table(path):
@@ -195,6 +206,7 @@ def rescored(folder, argv, ema=False, checkpoint=None):
         return EvalGraph(model, run.input)(pixels).softmax(dim=1).numpy()
 
 
+@pytest.mark.slow
 def test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_probabilities(finished):
     out, said = finished
     oof = table(out / "oof_predictions.csv")
@@ -212,6 +224,7 @@ def test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_probabi
     assert flips[0] == flips[1] == flips[2] and len(flips[0].splitlines()) == 31
 
 
+@pytest.mark.slow
 def test_cv_results_give_each_figure_per_fold_with_its_mean_and_t_interval(finished):
     from scipy import stats
 
@@ -227,6 +240,7 @@ def test_cv_results_give_each_figure_per_fold_with_its_mean_and_t_interval(finis
     assert f"val_top1 {top1['mean']:.4f}" in said
 
 
+@pytest.mark.slow
 def test_the_flipped_labels_are_found_among_the_label_issues(finished):
     out, said = finished
     flipped = {row["sample"]: row for row in table(out / "fold_0" / "flipped_labels.csv")}
@@ -240,6 +254,7 @@ def test_the_flipped_labels_are_found_among_the_label_issues(finished):
     assert (out / "label_issues.png").stat().st_size > 1000 and "Label issues" in (out / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_fold_on_two_processes_scores_each_held_out_sample_once_with_its_weights(finished, tmp_path):
     out, _ = finished
     argv = [*CV, "--folds", "3", "--fold", "2", "--epochs", "1", "--batch_size", "16"]
@@ -252,6 +267,7 @@ def test_a_fold_on_two_processes_scores_each_held_out_sample_once_with_its_weigh
     np.testing.assert_allclose(probs, rescored(tmp_path / "run", argv), atol=2e-6)
 
 
+@pytest.mark.slow
 def test_a_cross_validation_killed_during_its_second_fold_resumes_to_the_same_files(finished, tmp_path):
     out, _ = finished
     again = tmp_path / "cv"
@@ -275,6 +291,7 @@ def test_a_cross_validation_killed_during_its_second_fold_resumes_to_the_same_fi
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_a_folder_of_another_cross_validation_is_refused_and_kept(finished, tmp_path, capsys):
     import crossval  # in this process: what is refused is refused before any fold starts
 
@@ -289,6 +306,7 @@ def test_a_folder_of_another_cross_validation_is_refused_and_kept(finished, tmp_
     assert "--fold: set by crossval.py" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_multi_label_folds_partition_the_split_by_label_set_or_at_random():
     from utils.data.sources.folds import remake
     from utils.data.sources.multi_digits import load_multi_digits
@@ -332,6 +350,7 @@ def test_a_save_to_disk_datasets_group_column_keeps_each_group_in_one_fold(tmp_p
     assert len(seen) == 6
 
 
+@pytest.mark.slow
 def test_with_model_ema_the_fold_predictions_are_the_averaged_weights(tmp_path):
     from conftest import run_main
 
@@ -344,6 +363,7 @@ def test_with_model_ema_the_fold_predictions_are_the_averaged_weights(tmp_path):
     assert np.abs(probs - rescored(tmp_path / "run", argv)).max() > 1e-3  # not the raw weights'
 
 
+@pytest.mark.slow
 def test_with_keep_best_the_fold_predictions_are_the_best_weights(tmp_path):
     from conftest import run_main
 
@@ -356,6 +376,7 @@ def test_with_keep_best_the_fold_predictions_are_the_best_weights(tmp_path):
     assert np.abs(probs - rescored(tmp_path / "run", argv)).max() > 1e-3  # not the final weights'
 
 
+@pytest.mark.slow
 def test_two_crossval_processes_share_the_folds_each_run_once(tmp_path, capsys):
     import crossval
 
