@@ -6,10 +6,8 @@ out-of-fold predictions."""
 import csv
 import io
 
-import torch
-
 from utils.core.io import write_text_atomic
-from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
+from utils.evaluation.calibration import validation_logits
 from utils.models.weights import read_state_dict
 from utils.run.job import new_model
 
@@ -42,20 +40,11 @@ def scored_model(job):
     return job.ema.module if job.ema is not None else job.model
 
 
-@torch.no_grad()
 def fold_probabilities(job):
     """(each held-out sample's position in the validation set, its label, its class probabilities), gathered exactly
-    from every rank (utils/evaluation/scoring.py), under the fold's final weights, or its best with --keep_best."""
-    model = scored_model(job)
-    job.share_buffers(only=model)
-    model.eval()
-
-    def score(batch):
-        return job.task.probabilities(model, job.inputs(batch["pixel_values"])).float(), batch["labels"]
-
-    batches = list(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
-    probabilities, labels, _ = kept_rows(batches)
-    return kept_positions(batches), labels, probabilities
+    from every rank (calibration's validation_logits), under the fold's final weights, or its best with --keep_best."""
+    logits, labels, positions = validation_logits(job, scored_model(job))
+    return positions, labels, job.task.activate(logits)
 
 
 def write_fold_predictions(job):
