@@ -9,6 +9,7 @@
     python predict.py runs/<run> --export_onnx model.onnx             # uint8 (N, 3, [T,] H, W) in, logits out
                                                                       # (a run of --bands: their raw values, float32)
     python predict.py runs/<multi-label run> tiles/ --threshold tuned  # every label at its class's tuned threshold
+    python predict.py runs/<run> photos/ --embeddings feats.parquet   # each file's feature vector too (or .npy)
 
 What the run recorded (run.json: its model and input), its class names (labels.json) and its eval transform
 are used, never its training data (a copied run folder works anywhere): the same resize, crop, normalisation
@@ -26,8 +27,7 @@ A run's --calibrate temperature and tuned thresholds fit the weights model/ hold
 """
 
 import argparse
-import csv
-import io
+import contextlib
 import json
 from pathlib import Path
 
@@ -58,11 +58,29 @@ def get_args(argv=None):
     p.add_argument("--export_onnx", type=str, default=None, metavar="FILE",
                    help="write the eval graph (uint8 pixels or clips in, or a multispectral run's raw band values as float32; "
                         "logits out, dynamic batch) as ONNX")
+    p.add_argument("--embeddings", type=str, default=None, metavar="FILE",
+                   help="also write each file's feature vector, in input order, to FILE: .npy (float32, one row a "
+                        "file, NaN for a file that cannot be decoded) or .parquet (columns path and embedding)")
+    p.add_argument("--embedding_layer", type=str, default=None, metavar="NAME",
+                   help="--embeddings: this layer's output flattened (a name of model.named_modules()) instead of "
+                        "what the classifier reads (the penultimate layer)")
     args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def check_args(p, args):
+    """The parser's `p.error` (exit 2) for options that do not go together."""
     if args.top_k < 1 or args.batch_size < 1 or args.num_workers < 0:
         p.error("--top_k and --batch_size must be >= 1, --num_workers >= 0")
     if args.output and Path(args.output).suffix not in (".csv", ".jsonl"):
         p.error(f"--output: {args.output} must end in .csv or .jsonl")
+    if args.embeddings and Path(args.embeddings).suffix not in (".npy", ".parquet"):
+        p.error(f"--embeddings: {args.embeddings} must end in .npy or .parquet")
+    if args.embedding_layer and not args.embeddings:
+        p.error("--embedding_layer: names the layer --embeddings reads; add --embeddings FILE or drop it")
+    if args.embeddings and not args.inputs:
+        p.error("--embeddings: give the image files or folders to embed")
     if not args.inputs and not args.export_onnx:
         p.error("give image files or folders to predict, or --export_onnx FILE")
     if args.threshold not in (None, "tuned"):
@@ -72,7 +90,6 @@ def get_args(argv=None):
             p.error(f"--threshold: {args.threshold!r} is neither a number nor 'tuned'")
         if not 0 < args.threshold < 1:
             p.error(f"--threshold: {args.threshold} must be in (0, 1)")
-    return args
 
 
 def fail(message):
@@ -94,7 +111,7 @@ def main(argv=None):
     # unless the CPU is asked for (see build_accelerator in train_classification.py).
     accelerator = Accelerator(cpu=not torch.accelerator.is_available())
     try:
-        for target in (opts.output,):  # nothing already written is replaced unless asked
+        for target in (opts.output, opts.embeddings):  # nothing already written is replaced unless asked
             if target and Path(target).exists() and not opts.overwrite:
                 raise RunError(f"{target} exists; pass --overwrite to replace it")
         if opts.ema and opts.checkpoint:
@@ -156,7 +173,8 @@ def label_thresholds(run, task, opts):
 
 def predict(accelerator, run, task, model, files, opts, thresholds=None):
     """One row per file, in input order, on the main process (None elsewhere), scored by the run's `task`;
-    `thresholds`: a multi-label run's per class."""
+    `thresholds`: a multi-label run's per class. With --embeddings, each row holds its file's feature vector too
+    ("embedding": the mean over its views, as its probabilities are)."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -164,48 +182,55 @@ def predict(accelerator, run, task, model, files, opts, thresholds=None):
     from utils.data.transforms.batch import BatchInput
     from utils.evaluation.scoring import scored_batches
     from utils.inference import eval_dataset
+    from utils.models.features import Features
+    from utils.run.trained import unwrapped
 
-    names = run.classes
-    top_k = min(opts.top_k, len(names))
     dataset, per_file = eval_dataset(run, files, multi_view=opts.multi_view)
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, the padding dropped when gathered
     model = model.to(accelerator.device).eval()
     inputs = BatchInput(run.input.mean_std, pixel_max=run.input.pixel_max)  # normalisation alone, as validation feeds it
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
+    features = Features(unwrapped(model), run.model, opts.embedding_layer) if opts.embeddings else None
 
     def score(batch):
         pixels = batch["pixel_values"]
         crops = pixels.shape[1] if opts.multi_view else 1  # multi-view items: (B, crops, C, T, H, W)
         p = task.probabilities(model, inputs(pixels.flatten(0, 1) if opts.multi_view else pixels))
-        return (p.view(len(pixels), crops, -1).mean(dim=1),)
+        fields = (p.view(len(pixels), crops, -1).mean(dim=1),)
+        if features is not None:
+            fields += (features.take(len(pixels) * crops).view(len(pixels), crops, -1).mean(dim=1),)
+        return fields
 
-    pending = (torch.zeros(0, len(names), dtype=torch.float64), torch.zeros(0, dtype=torch.bool))
-    probs, labels, valid, chosen = [], [], [], []
-    for scored in scored_batches(accelerator, loader, score, bad_files):  # in item order: a file's items together
-        pending = tuple(torch.cat([a, b.to(a.dtype)]) for a, b in zip(pending, (scored.fields[0], scored.valid)))
-        done = len(pending[0]) // per_file * per_file
-        (p, ok), pending = _per_file(*(t[:done] for t in pending), per_file), tuple(t[done:] for t in pending)
-        if thresholds is not None:  # every label at or above its class's threshold
-            chosen += (p >= torch.tensor(thresholds, dtype=p.dtype)).tolist()
-        top = p.topk(top_k, dim=1)
-        probs.append(top.values)
-        labels.append(top.indices)
-        valid.append(ok)
+    pending, done_files = None, []
+    with features or contextlib.nullcontext():
+        for scored in scored_batches(accelerator, loader, score, bad_files):  # in item order: a file's items together
+            fresh = (*scored.fields, scored.valid)
+            pending = fresh if pending is None else tuple(torch.cat([a, b]) for a, b in zip(pending, fresh))
+            done = len(pending[0]) // per_file * per_file
+            done_files.append(_per_file([t[:done] for t in pending], per_file))
+            pending = tuple(t[done:] for t in pending)
     errors = _gathered_errors(accelerator, bad_files.found)
     if not accelerator.is_main_process:
         return None
-    probs, labels, valid = torch.cat(probs), torch.cat(labels), torch.cat(valid)
-    assert len(probs) == len(files)
-    return _rows(files, probs.tolist(), labels.tolist(), valid.tolist(), names, errors,
-                 chosen if thresholds is not None else None)
+    *values, valid = (torch.cat(column) for column in zip(*done_files))
+    assert len(valid) == len(files)
+    rows = _rows(files, values[0], valid, run.classes, errors, min(opts.top_k, len(run.classes)), thresholds)
+    if features is not None:
+        for row, vector, ok in zip(rows, values[1], valid.tolist()):
+            row["embedding"] = vector if ok else None
+    return rows
 
 
-def _rows(files, probs, labels, valid, names, errors, chosen=None):
-    """One row per file: its top-k labels and probabilities, or its error; with `chosen` (multi-label: each
-    class's decision at its threshold) the labels predicted too."""
+def _rows(files, probs, valid, names, errors, top_k, thresholds=None):
+    """One row per file: its top-k labels and probabilities, or its error; with `thresholds` (multi-label: each
+    class's) the labels predicted too."""
+    import torch
+
+    top = probs.topk(top_k, dim=1)
+    chosen = (probs >= torch.tensor(thresholds, dtype=probs.dtype)).tolist() if thresholds is not None else None
     rows = []
-    for n, (f, p, i, ok) in enumerate(zip(files, probs, labels, valid)):
+    for n, (f, p, i, ok) in enumerate(zip(files, top.values.tolist(), top.indices.tolist(), valid.tolist())):
         if ok:
             rows.append({"path": str(f), "labels": [names[j] for j in i], "probs": [round(x, 6) for x in p]})
         else:
@@ -215,12 +240,14 @@ def _rows(files, probs, labels, valid, names, errors, chosen=None):
     return rows
 
 
-def _per_file(probs, ok, per_file):
-    """A file's probabilities: the mean over its items that decoded (a video's clips, as the run's
-    multi-view test averages them); valid when any did."""
-    probs, ok = probs.view(-1, per_file, probs.shape[1]), ok.view(-1, per_file)
-    mean = (probs * ok[..., None]).sum(dim=1) / ok.sum(dim=1).clamp(min=1)[:, None]
-    return mean, ok.any(dim=1)
+def _per_file(columns, per_file):
+    """Each file's values (a column of float tensors, then the validity): the mean over its items that decoded (a
+    video's clips, as the run's multi-view test averages them), in float64; valid when any did."""
+    *values, ok = columns
+    ok = ok.view(-1, per_file)
+    counts = ok.sum(dim=1).clamp(min=1)[:, None]
+    means = [(v.double().view(len(ok), per_file, -1) * ok[..., None]).sum(dim=1) / counts for v in values]
+    return (*means, ok.any(dim=1))
 
 
 def _gathered_errors(accelerator, errors):
@@ -233,7 +260,9 @@ def _gathered_errors(accelerator, errors):
 
 
 def report(rows, names, opts):
-    """The table on the console (the first 20 rows of a long one), accuracy against class folders, the file."""
+    """The table on the console (the first 20 rows of a long one), accuracy against class folders, the files."""
+    from utils.inference import write_embeddings, write_rows
+
     width = max(len(r["path"]) for r in rows[:20])
     for r in rows[:20]:
         shown = "  ".join(f"{label} {p:.4f}" for label, p in zip(r["labels"], r["probs"])) or f"({r.get('error')})"
@@ -253,26 +282,9 @@ def report(rows, names, opts):
     if opts.output:
         write_rows(rows, Path(opts.output))
         print(f"{len(rows)} rows -> {opts.output}")
-
-
-def write_rows(rows, path):
-    from utils.core.io import write_text_atomic
-
-    if path.suffix == ".jsonl":
-        text = "".join(json.dumps(r) + "\n" for r in rows)
-    else:
-        k = max(len(r["labels"]) for r in rows)
-        out = io.StringIO()
-        writer = csv.writer(out)
-        multi = any("predicted" in r for r in rows)  # multi-label: the labels predicted, space-separated
-        writer.writerow(["path"] + ["predicted"] * multi + [f"{kind}_{i + 1}" for i in range(k)
-                                                           for kind in ("label", "prob")] + ["error"])
-        for r in rows:
-            pairs = [v for pair in zip(r["labels"], r["probs"]) for v in pair]
-            writer.writerow([r["path"], *([" ".join(r["predicted"])] if multi else []), *pairs,
-                             *[""] * (2 * k - len(pairs)), r.get("error", "")])
-        text = out.getvalue()
-    write_text_atomic(path, text)
+    if opts.embeddings:
+        dim = write_embeddings(rows, Path(opts.embeddings))
+        print(f"{len(rows)} embeddings of {dim} values -> {opts.embeddings}")
 
 
 if __name__ == "__main__":

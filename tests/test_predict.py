@@ -105,6 +105,85 @@ def test_two_processes_predict_each_file_once_in_input_order(digits_run, tmp_pat
                                                               atol=1e-5) for x, y in zip(a, b))
 
 
+def classified(run, vectors):
+    """A single-label run's probabilities from feature vectors put through its model's own classifier."""
+    from utils.models.libraries import classifier
+    from utils.run.trained import load_run, unwrapped
+
+    trained, model = load_run(run)
+    with torch.no_grad():
+        return classifier(unwrapped(model), trained.model)(vectors).softmax(dim=1)
+
+
+def test_embeddings_are_what_the_classifier_reads_in_input_order_on_one_and_two_processes(digits_run, tmp_path,
+                                                                                         capsys):
+    """--embeddings: each file's vector put through the run's classifier gives that file's row of probabilities
+    (so it is what the classifier read, and in input order); 2 processes write the same rows as 1 (25 files:
+    odd, padded); a file that cannot be decoded is a NaN row (.npy) or a null (.parquet)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    import predict
+
+    root, _ = digits_run
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    files = sorted((root / "val" / "3").glob("*.png"))[:12] + [tmp_path / "bad.png"] + \
+        sorted((root / "val" / "8").glob("*.png"))[:12]
+    common = ["--batch_size", "4", "--skip_bad", "--top_k", "10", "--output"]
+    ranks_ok([root / "run", *files, *common, tmp_path / "one.jsonl", "--embeddings", tmp_path / "one.npy"], nproc=1,
+             launcher=False, target="predict:main")
+    ranks_ok([root / "run", *files, *common, tmp_path / "two.jsonl", "--embeddings", tmp_path / "two.parquet"],
+             nproc=2, target="predict:main")
+    rows, one = rows_of(tmp_path / "one.jsonl"), np.load(tmp_path / "one.npy")
+    assert one.dtype == np.float32 and one.shape == (25, 512) and "embedding" not in rows[0]
+    assert np.isnan(one[12]).all() and not np.isnan(np.delete(one, 12, axis=0)).any() and rows[12]["error"]
+    probs = classified(root / "run", torch.from_numpy(np.delete(one, 12, axis=0)))
+    table = [dict(zip(r["labels"], r["probs"])) for r in rows if r["labels"]]
+    expected = torch.tensor([[row[str(c)] for c in range(10)] for row in table])
+    assert torch.allclose(probs, expected, atol=2e-6)
+    two = pq.read_table(tmp_path / "two.parquet").to_pydict()
+    assert two["path"] == [str(f) for f in files] == [r["path"] for r in rows]
+    assert two["embedding"][12] is None
+    difference = np.abs(np.array([v for v in two["embedding"] if v is not None]) - np.delete(one, 12, axis=0))
+    assert difference.max() <= 1e-4, difference.max()  # other batches: other float sums
+
+
+def test_a_named_layer_is_embedded_flattened_and_a_wrong_name_is_one_line(digits_run, tmp_path, capsys):
+    import numpy as np
+
+    import predict
+
+    root, _ = digits_run
+    files = sorted((root / "val" / "5").glob("*.png"))[:3]
+    pooled = predict.main([str(root / "run"), *map(str, files), "--embeddings", str(tmp_path / "pool.npy"),
+                           "--embedding_layer", "avgpool", "--num_workers", "0"])
+    default = predict.main([str(root / "run"), *map(str, files), "--embeddings", str(tmp_path / "fc.npy"),
+                            "--num_workers", "0"])
+    assert np.array_equal(np.load(tmp_path / "pool.npy"), np.load(tmp_path / "fc.npy"))  # avgpool feeds fc
+    assert [r["probs"] for r in pooled] == [r["probs"] for r in default]
+    predict.main([str(root / "run"), *map(str, files), "--embeddings", str(tmp_path / "map.npy"),
+                  "--embedding_layer", "layer4", "--num_workers", "0"])
+    assert np.load(tmp_path / "map.npy").shape == (3, 512 * 1 * 1)  # 32 px in: layer4's 1 x 1 map
+    predict.main([str(root / "run"), *map(str, files), "--embeddings", str(tmp_path / "l3.npy"),
+                  "--embedding_layer", "layer3.1", "--num_workers", "0"])
+    assert np.load(tmp_path / "l3.npy").shape == (3, 256 * 2 * 2)
+    capsys.readouterr()
+    kept = (tmp_path / "pool.npy").read_bytes()
+    for target, argv, line in (
+            ("new.npy", ["--embedding_layer", "layer9"], "embedding_layer: resnet18 has no layer 'layer9' (did you mean"),
+            ("pool.npy", [], "pool.npy exists; pass --overwrite to replace it")):
+        with pytest.raises(SystemExit) as e:
+            predict.main([str(root / "run"), *map(str, files), "--embeddings", str(tmp_path / target), *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and line in err[0], err
+    assert not (tmp_path / "new.npy").exists() and (tmp_path / "pool.npy").read_bytes() == kept
+    for argv, line in ((["--embeddings", "x.csv"], "must end in .npy or .parquet"),
+                       (["--embedding_layer", "fc"], "add --embeddings FILE")):
+        with pytest.raises(SystemExit) as e:
+            predict.get_args([str(root / "run"), str(files[0]), *argv])
+        assert e.value.code == 2 and line in capsys.readouterr().err
+
+
 def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_path):
     """predict.py on a folder run (crop_pct 0.8: resize the short side to 20, centre crop 16) gives each file the
     pixels its validation set gives it, bit for bit; a train transform (random crop, flip) would not."""
@@ -287,6 +366,27 @@ def test_predict_on_a_video_run_reproduces_its_val_and_multi_view_figures(video_
     assert [r["path"] for r in again] == [str(folder)]
     assert again[0]["labels"] == rows[0]["labels"]
     assert torch.allclose(torch.tensor(again[0]["probs"]), torch.tensor(rows[0]["probs"]), atol=2e-6)
+
+
+@pytest.mark.slow
+def test_a_video_runs_embeddings_are_what_its_transformers_classifier_reads(video_run, videos, tmp_path):
+    """A transformers VideoMAE: the vector is what its `classifier` reads (after its fc_norm); --multi_view averages
+    the views' vectors as it averages their probabilities."""
+    import numpy as np
+
+    import predict
+
+    root, _ = video_run
+    rows = predict.main([str(root / "run"), str(videos / "va"), "--top_k", "2", "--num_workers", "0",
+                         "--embeddings", str(tmp_path / "clip.npy")])
+    vectors = torch.from_numpy(np.load(tmp_path / "clip.npy"))
+    assert vectors.shape == (5, 32)
+    expected = torch.tensor([[dict(zip(r["labels"], r["probs"]))[c] for c in ("left", "right")] for r in rows])
+    assert torch.allclose(classified(root / "run", vectors), expected, atol=2e-6)
+    predict.main([str(root / "run"), str(videos / "va"), "--multi_view", "--num_workers", "0",
+                  "--embeddings", str(tmp_path / "views.npy")])
+    views = np.load(tmp_path / "views.npy")
+    assert views.shape == (5, 32) and not np.allclose(views, vectors.numpy(), atol=1e-4)
 
 
 @pytest.mark.slow

@@ -1,7 +1,10 @@
 """Using a trained run (predict.py): what it recorded and its weights (utils/run/trained.py), its own eval transform
-over files (images, or videos with the run's clip sampling), and the eval graph (uint8 pixels in, logits out) for
-ONNX."""
+over files (images, or videos with the run's clip sampling), the eval graph (uint8 pixels in, logits out) for
+ONNX, and the files predict.py writes (rows, embeddings)."""
 
+import csv
+import io
+import json
 import os
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from utils.data.decoding.images import IMAGE_SUFFIXES
 from utils.data.decoding.video import FRAME_SUFFIXES, VIDEO_READERS, VIDEO_SUFFIXES
 from utils.data.sources.catalog import source_named
 from utils.data.transforms.images import Fixed
+from utils.core.io import write_bytes_atomic, write_text_atomic
 from utils.data.transforms.video import video_eval, video_test
 from utils.run.trained import RunError, load_run, tuned_for  # noqa: F401 (predict.py's, with what follows)
 
@@ -143,3 +147,47 @@ def export_onnx(model, inp, path, overwrite=False, task=None):
     with torch.no_grad():
         expected = graph(check).numpy()
     return float(abs(session.run(None, {"pixels": check.numpy()})[0] - expected).max())
+
+
+def write_rows(rows, path):
+    """predict.py's rows to a .jsonl (one object a row, its embedding left out) or .csv file, whole."""
+    if path.suffix == ".jsonl":
+        text = "".join(json.dumps({k: v for k, v in r.items() if k != "embedding"}) + "\n" for r in rows)
+    else:
+        k = max(len(r["labels"]) for r in rows)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        multi = any("predicted" in r for r in rows)  # multi-label: the labels predicted, space-separated
+        writer.writerow(["path"] + ["predicted"] * multi + [f"{kind}_{i + 1}" for i in range(k)
+                                                           for kind in ("label", "prob")] + ["error"])
+        for r in rows:
+            pairs = [v for pair in zip(r["labels"], r["probs"]) for v in pair]
+            writer.writerow([r["path"], *([" ".join(r["predicted"])] if multi else []), *pairs,
+                             *[""] * (2 * k - len(pairs)), r.get("error", "")])
+        text = out.getvalue()
+    write_text_atomic(path, text)
+
+
+def write_embeddings(rows, path):
+    """The rows' embeddings to `path`, whole (a temporary name, then renamed): .npy, a float32 (files, dim) array, NaN
+    for a file that could not be decoded; .parquet, a path column and an embedding column (null for those). Their
+    dimension."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = max((len(r["embedding"]) for r in rows if r["embedding"] is not None), default=0)
+    vectors = np.full((len(rows), dim), np.nan, dtype=np.float32)
+    for i, r in enumerate(rows):
+        if r["embedding"] is not None:
+            vectors[i] = r["embedding"].numpy()
+    out = io.BytesIO()
+    if path.suffix == ".npy":
+        np.save(out, vectors)
+    else:
+        mask = pa.array([r["embedding"] is None for r in rows])
+        embedding = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim, mask=mask)
+        pq.write_table(pa.table({"path": [r["path"] for r in rows], "embedding": embedding}), out)
+    write_bytes_atomic(path, out.getvalue())
+    return dim
+

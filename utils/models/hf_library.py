@@ -186,6 +186,14 @@ class Transformers(Library):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return "grad_checkpointing: transformers' gradient_checkpointing_enable()"
 
+    def classifier(self, model):
+        """`classifier` (or the last module outside the base model: a VideoMAE's fc_norm comes before it)."""
+        head = getattr(model, "classifier", None)
+        outside = [m for n, m in model.named_children() if n != model.base_model_prefix]
+        if head is None and not outside:
+            raise ModelError(f"transformers' {type(model).__name__} has no classifier outside its base model")
+        return head if head is not None else outside[-1]
+
     def classifier_parameters(self, model):
         """Everything outside the base model."""
         prefix = model.base_model_prefix + "."

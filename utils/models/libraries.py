@@ -122,10 +122,19 @@ def classifier_parameters(model, name):
     """The parameters --freeze_backbone leaves trainable, found the way each library defines its head:
     timm's get_classifier(), everything outside a transformers model's base model, torchvision's last Linear."""
     lib, _ = library(name)
-    params = lib.classifier_parameters(model)
+    try:
+        params = lib.classifier_parameters(model)
+    except ModelError as e:
+        raise ModelError(f"freeze_backbone: {e}; nothing to train alone") from None
     if not params:
         raise ModelError(f"freeze_backbone: {name} has no classifier parameters to train alone")
     return params
+
+
+def classifier(model, name):
+    """The model's final classifier layer as its library defines it (what it reads: the model's features)."""
+    lib, _ = library(name)
+    return lib.classifier(model)
 
 
 def layer_ids(model, name):

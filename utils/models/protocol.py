@@ -69,9 +69,14 @@ class Library:
         description of what was done, or a ModelError when the model has nothing to checkpoint."""
         raise ModelError(f"grad_checkpointing: not available for {self.name} models; drop the option")
 
+    def classifier(self, model):
+        """The model's final classifier layer, found the way the library defines it: what it reads is the model's
+        feature vector (the penultimate layer: predict.py --embeddings, the probes)."""
+        raise NotImplementedError
+
     def classifier_parameters(self, model):
         """The parameters of the model's classifier head, found the way the library defines it."""
-        raise NotImplementedError
+        return list(self.classifier(model).parameters())
 
     def save(self, model, arch, folder, inputs, class_names):
         """`model` written to `folder` in the form the library itself loads; `inputs`: the eval input

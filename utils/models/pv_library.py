@@ -135,8 +135,8 @@ class PyTorchVideo(Library):
                              f"the option")
         return f"grad_checkpointing: {count} blocks recompute their activations in the backward pass"
 
-    def classifier_parameters(self, model):
-        return list(model.blocks[-1].proj.parameters())
+    def classifier(self, model):
+        return model.blocks[-1].proj
 
     def save(self, model, arch, folder, inputs, class_names):
         from safetensors.torch import save_file

@@ -91,8 +91,9 @@ class Timm(Library):
                              f"the option") from None
         return "grad_checkpointing: timm's set_grad_checkpointing(True)"
 
-    def classifier_parameters(self, model):
-        return list(model.get_classifier().parameters())
+    def classifier(self, model):
+        head = model.get_classifier()
+        return head[0] if isinstance(head, tuple) else head  # a distilled ViT's (head, head_dist): the class token's
 
     def save(self, model, arch, folder, inputs, class_names):
         from timm.models import save_for_hf

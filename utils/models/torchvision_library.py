@@ -144,7 +144,7 @@ def _head(model):
     """The classifier: the last Linear layer of a torchvision classification model."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     if not linears:
-        raise ModelError(f"freeze_backbone: {type(model).__name__} has no Linear classifier to train alone")
+        raise ModelError(f"{type(model).__name__} has no Linear classifier")
     return linears[-1]
 
 
@@ -213,9 +213,9 @@ class Torchvision(Library):
                              f"drop the option")
         return f"grad_checkpointing: {count} blocks recompute their activations in the backward pass"
 
-    def classifier_parameters(self, model):
+    def classifier(self, model):
         """The last Linear layer."""
-        return list(_head(model).parameters())
+        return _head(model)
 
     def save(self, model, arch, folder, inputs, class_names):
         from safetensors.torch import save_file

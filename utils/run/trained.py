@@ -86,6 +86,11 @@ class Tempered(torch.nn.Module):
         return self.model(pixels) / self.temperature
 
 
+def unwrapped(model):
+    """The model as its library built it, without load_run's Tempered wrapper."""
+    return model.model if isinstance(model, Tempered) else model
+
+
 def write_record(out, run):
     """<out>/run.json: what a user of the TrainedRun `run`'s weights needs of it (its classes: labels.json)."""
     record = {key: value for key, value in dataclasses.asdict(run).items() if key != "classes"}
