@@ -205,7 +205,7 @@ def after_epoch(job, epoch, global_step, finished):
         job.accelerator.print(job.patience.line())
         finished = True  # the end-of-training checkpoint follows, not an epoch's
     if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
-        best_model = job.ema.module if job.ema else job.bare_model()
+        best_model = job.saved_model(ema=job.ema is not None)
         key = tracked_key(job.task, job.ema)
         checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_score, {
             "epoch": epoch, "global_step": global_step, **job.task.results(figures, job.class_names),

@@ -115,6 +115,7 @@ def classified(run, vectors):
         return classifier(unwrapped(model), trained.model)(vectors).softmax(dim=1)
 
 
+@pytest.mark.slow
 def test_embeddings_are_what_the_classifier_reads_in_input_order_on_one_and_two_processes(digits_run, tmp_path,
                                                                                          capsys):
     """--embeddings: each file's vector put through the run's classifier gives that file's row of probabilities
@@ -148,6 +149,7 @@ def test_embeddings_are_what_the_classifier_reads_in_input_order_on_one_and_two_
     assert difference.max() <= 1e-4, difference.max()  # other batches: other float sums
 
 
+@pytest.mark.slow
 def test_a_named_layer_is_embedded_flattened_and_a_wrong_name_is_one_line(digits_run, tmp_path, capsys):
     import numpy as np
 

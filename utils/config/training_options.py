@@ -42,6 +42,16 @@ def add_model_options(p):
     g.add_argument("--freeze_backbone", resume_key=True,
                    action="store_true", help="train the classifier only (torchvision: the last "
                    "Linear; timm: get_classifier(); transformers: what is outside the base model)")
+    g.add_argument("--lora", resume_key=True, type=int, default=0, metavar="RANK",
+                   help="LoRA adapters of this rank (peft) on the model's attention (--lora_targets); only they "
+                        "and the classifier train; the saved weights have them merged (an ordinary model)")
+    g.add_argument("--lora_alpha", resume_key=True, type=float, default=None,
+                   help="--lora's scale numerator: the adapters' update is scaled by alpha / rank (default: the rank)")
+    g.add_argument("--lora_dropout", resume_key=True, type=float, default=0.0, help="dropout on the adapters' input")
+    g.add_argument("--lora_targets", resume_key=True, nargs="+", default=None, metavar="NAME",
+                   help="the layers --lora adapts: each a name or the end of one after a dot (qkv, "
+                        "layer4.0.conv1); default: timm ViTs' attn.qkv and attn.proj, transformers' query and value, "
+                        "torchvision ViTs' MLP (mlp.0, mlp.3)")
     g.add_argument("--model_ema", resume_key=True, action="store_true",
                    help="keep an exponential moving average of the weights; validation scores it too (val_ema_*)")
     g.add_argument("--model_ema_decay", resume_key=True, type=float, default=0.9998, help="EMA decay per update")

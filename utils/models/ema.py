@@ -38,8 +38,8 @@ def update_ema(ema, model, global_step, every):
         ema.update_parameters(model)
 
 
-def save_ema(ema, path):
-    """The averaged weights as a plain state dict, loadable like model.safetensors."""
+def save_ema(module, path):
+    """The averaged weights (the EMA's `module`) as a plain state dict, loadable like model.safetensors."""
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().cpu().contiguous() for k, v in ema.module.state_dict().items()}, str(path))
+    save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(path))

@@ -186,6 +186,14 @@ class Transformers(Library):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return "grad_checkpointing: transformers' gradient_checkpointing_enable()"
 
+    def lora_targets(self, model):
+        """The attention's query and value projections, as transformers names them (query/value, q_proj/v_proj)."""
+        names = {name.rpartition(".")[2] for name, _ in model.named_modules()}
+        for pair in (["query", "value"], ["q_proj", "v_proj"]):
+            if set(pair) <= names:
+                return pair
+        return None
+
     def classifier(self, model):
         """`classifier` (or the last module outside the base model: a VideoMAE's fc_norm comes before it)."""
         head = getattr(model, "classifier", None)

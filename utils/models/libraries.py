@@ -17,6 +17,7 @@ from utils.core.errors import ConfigError
 from utils.models.errors import ModelError
 from utils.models.grad_checkpointing import keep_batchnorm_statistics
 from utils.models.hf_library import Transformers
+from utils.models.lora import LoraOptions
 from utils.models.pv_library import PyTorchVideo
 from utils.models.temporal_shift import add_temporal_shift
 from utils.models.timm_library import Timm
@@ -44,6 +45,15 @@ class ModelOptions:
     ema_decay: float
     ema_warmup: bool
     ema_steps: int  # optimizer steps between two updates of the average
+    lora: int = 0  # --lora's rank (0: none), --lora_alpha, --lora_dropout, --lora_targets (utils/models/lora.py)
+    lora_alpha: float = None
+    lora_dropout: float = 0.0
+    lora_targets: tuple = None
+
+    @property
+    def adapters(self):
+        """--lora's LoraOptions; None without adapters."""
+        return LoraOptions(self.lora, self.lora_alpha, self.lora_dropout, self.lora_targets) if self.lora else None
 
 
 LIBRARIES = (Timm(), Transformers(), PyTorchVideo())  # by prefix; a name with none of theirs is torchvision's
@@ -229,6 +239,16 @@ def initialise(model, options, log=print):
             p.requires_grad_(p in trainable)
 
 
+def add_adapters(model, name, adapters, log=print):
+    """--lora's adapters (LoraOptions `adapters`; None: none) on the model `name` names (utils/models/lora.py)."""
+    if adapters is None:
+        return model
+    from utils.models.lora import add_lora
+
+    lib, _ = library(name)
+    return add_lora(model, adapters, lib, classifier_parameters(model, name), log)
+
+
 def check_options(options, need, video):
     """The model's name (in its library's namespace), its weights, its regularisation (`options`: ModelOptions); a
     video model needs `video` data."""
@@ -244,6 +264,14 @@ def check_options(options, need, video):
          "timm give the tag in the name (--model timm/resnet50.a1_in1k --pretrained), for hf/ the repo")
     need(video or not is_video_model(options.name), "model", "a video model needs video data (--train_list, "
          "a folder of videos, --dataset moving_digits)")
+    need(options.lora >= 0, "lora", "is the adapters' rank: a positive number (0: no adapters)")
+    for key, ok in (("lora_alpha", options.lora_alpha is None), ("lora_dropout", options.lora_dropout == 0),
+                    ("lora_targets", options.lora_targets is None)):
+        need(options.lora or ok, key, "sets the LoRA adapters: add --lora RANK")
+    need(options.lora_alpha is None or options.lora_alpha > 0, "lora_alpha", "must be > 0")
+    need(0 <= options.lora_dropout < 1, "lora_dropout", "must be in [0, 1)")
+    need(not (options.lora and options.freeze_backbone), "lora", "trains adapters beside the head; --freeze_backbone "
+         "trains the head alone: drop one of the two")
     need(not options.temporal_shift or video and not is_video_model(options.name), "temporal_shift",
          "shifts channels in time inside a 2D image model scoring video frames (TSM): give video data and an "
          "image model (resnet50, timm/resnet50...)")

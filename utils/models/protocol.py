@@ -78,6 +78,11 @@ class Library:
         """The parameters of the model's classifier head, found the way the library defines it."""
         return list(self.classifier(model).parameters())
 
+    def lora_targets(self, model):
+        """--lora's default layers of `model` as peft's LoraConfig takes them (names, or a regex of whole names); None
+        when the library has no default for it."""
+        return None
+
     def save(self, model, arch, folder, inputs, class_names):
         """`model` written to `folder` in the form the library itself loads; `inputs`: the eval input
         (image_size, resize, interpolation, mean, std)."""

@@ -91,6 +91,12 @@ class Timm(Library):
                              f"the option") from None
         return "grad_checkpointing: timm's set_grad_checkpointing(True)"
 
+    def lora_targets(self, model):
+        """A ViT's attention: its fused qkv projection and its output projection (not the patch embedding's proj)."""
+        if any(name.endswith("attn.qkv") for name, _ in model.named_modules()):
+            return r".*\.attn\.(qkv|proj)"
+        return None
+
     def classifier(self, model):
         head = model.get_classifier()
         return head[0] if isinstance(head, tuple) else head  # a distilled ViT's (head, head_dist): the class token's

@@ -213,6 +213,13 @@ class Torchvision(Library):
                              f"drop the option")
         return f"grad_checkpointing: {count} blocks recompute their activations in the backward pass"
 
+    def lora_targets(self, model):
+        """A ViT's MLP, its two Linear layers (its attention is torch's MultiheadAttention, whose weights its forward
+        reads directly: utils/models/lora.py)."""
+        if isinstance(model, torchvision.models.VisionTransformer):
+            return r".*\.mlp\.(0|3)"
+        return None
+
     def classifier(self, model):
         """The last Linear layer."""
         return _head(model)

@@ -58,6 +58,8 @@ def check_fsdp(args, accelerator):
     if args.batch_size == "auto":
         return ("--batch_size auto: not available with FSDP (its tries would hold the whole model on each device): "
                 "give a number with --global_batch_size, or use a DDP config")
+    if args.lora:
+        return "--lora: not available with FSDP yet (its frozen weights are untried in shards); use a DDP config"
     if args.model_ema:
         return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
     return None

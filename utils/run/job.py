@@ -26,8 +26,10 @@ from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
-from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
+from utils.models.libraries import (add_adapters, build_model, distillation_head, enable_grad_checkpointing, initialise,
+                                    layer_ids)
 from utils.models.device import for_device
+from utils.models.lora import merged
 from utils.reporting.progress import StepLogger
 from utils.run.batch_probe import given_batch, random_state_kept, take_batch, trial_steps
 from utils.run.teacher import build_teacher
@@ -81,6 +83,11 @@ class Job:
         the compiled wrapper by re-pointing it at the bare module: training would go on without DDP.)"""
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
 
+    def saved_model(self, ema=False):
+        """The module whose weights a file for users holds (model.safetensors, model_ema.safetensors, best/, model/):
+        the trained one unwrapped, or the EMA's; --lora's adapters merged into it (an ordinary model)."""
+        return merged(self.ema.module if ema else self.bare_model())
+
     def share_buffers(self, only=None):
         """Rank 0's buffers (BatchNorm's running statistics) to every rank, before scoring and saving, so that
         every rank scores what is saved (rank 0's), and a resumed run scores what the uninterrupted one did.
@@ -117,8 +124,7 @@ class Job:
             return None
         # The default memory format: --channels_last tensors are not contiguous, and safetensors stores
         # contiguous ones only.
-        source = self.ema.module if self.ema else self.bare_model()
-        return copy.deepcopy(source).to("cpu", memory_format=torch.contiguous_format)
+        return copy.deepcopy(self.saved_model(ema=self.ema is not None)).to("cpu", memory_format=torch.contiguous_format)
 
 
 def new_model(chosen, class_names, pretrained, inp):
@@ -234,6 +240,7 @@ def build_model_and_optimizer(args, settings, class_names, accelerator, say=None
     chosen = settings.model
     model = new_model(chosen, class_names, chosen.pretrained, settings.input)
     initialise(model, chosen, say)
+    model = add_adapters(model, chosen.name, chosen.adapters, say)  # --lora: on the weights just loaded, before the EMA copies them
     if chosen.grad_checkpointing:
         say(enable_grad_checkpointing(model, chosen.name))
     model = for_device(model, accelerator, sync_bn=chosen.sync_bn, channels_last=chosen.channels_last)

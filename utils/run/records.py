@@ -46,9 +46,9 @@ def export_weights(job, figures):
     fitted to the validation split's logits, model/ in its library's own form with, for multi-label data,
     thresholds.json; with --folds, the held-out fold's probabilities (fold_predictions.csv)."""
     args, accelerator = job.args, job.accelerator
-    accelerator.save_model(job.bare_model(), str(job.out))  # <out>/model.safetensors, a plain state dict
+    accelerator.save_model(job.saved_model(), str(job.out))  # <out>/model.safetensors, a plain state dict
     if job.ema is not None and accelerator.is_main_process:
-        save_ema(job.ema, job.out / "model_ema.safetensors")
+        save_ema(job.saved_model(ema=True), job.out / "model_ema.safetensors")
     temperature = calibrate(job, figures) if args.calibrate else None
     if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
         folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names, job.out / "model",

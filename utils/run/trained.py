@@ -17,7 +17,8 @@ from utils.config.options import parse
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
 from utils.data.transforms.input import Input
-from utils.models.libraries import build_model
+from utils.models.libraries import add_adapters, build_model
+from utils.models.lora import LoraOptions, merged
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
 
@@ -52,6 +53,7 @@ class TrainedRun:
     # What --folds (its fold and fold seed), --exclude and --flip_labels made of the training split (utils/data/sources/
     # folds.py Remade.record); None: the split as the data has it
     split: dict = None
+    lora: dict = None  # its --lora adapters (utils/models/lora.py LoraOptions), which its checkpoints hold unmerged
 
 
 def trained_run(args, settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
@@ -63,7 +65,8 @@ def trained_run(args, settings, classes, multi_label=False, temperature=1.0, bat
                       args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature,
                       "model_ema.safetensors" if args.model_ema else "model.safetensors",
                       batch.record() if batch is not None else None, lr_found,
-                      remade.record() if remade is not None else None)
+                      remade.record() if remade is not None else None,
+                      dataclasses.asdict(settings.model.adapters) if settings.model.adapters else None)
 
 
 def tuned_for(run, ema=False, checkpoint=None):
@@ -137,11 +140,15 @@ def load_run(run_dir, ema=False, checkpoint=None):
     model = build_model(run.model, num_classes=len(run.classes), video=run.input.video, class_names=run.classes,
                         temporal_shift=run.input.frames if run.temporal_shift else None,  # TSM, as the run trained
                         in_chans=run.input.channels)
+    if checkpoint and run.lora:  # a checkpoint holds the adapters apart: loaded so, then merged into the weights
+        model = add_adapters(model, run.model, LoraOptions(**{**run.lora, "targets": tuple(run.lora["targets"] or ())
+                                                              or None}), log=lambda line: None)
     try:
         model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:
         raise RunError(f"{weights}: does not fit {run.model} with {len(run.classes)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
+    model = merged(model)
     calibrated = run.temperature != 1.0 and tuned_for(run, ema, checkpoint)  # T only where it was fitted
     return run, (Tempered(model, run.temperature) if calibrated else model).eval()
 
