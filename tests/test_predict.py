@@ -149,6 +149,31 @@ def test_embeddings_are_what_the_classifier_reads_in_input_order_on_one_and_two_
     assert difference.max() <= 1e-4, difference.max()  # other batches: other float sums
 
 
+def test_a_clips_vector_from_an_image_model_is_its_frames_mean_and_two_passes_give_their_mean():
+    """TSN (an image model scoring a clip's frames): the clip's vector is the mean of its frames' pooled features, as
+    the plain image model computes them; two forward passes for one batch (--tta flip) give the mean of the two."""
+    from utils.models.features import Features
+    from utils.models.libraries import build_model
+
+    torch.manual_seed(0)
+    names = ["a", "b", "c"]
+    model = build_model("resnet18", num_classes=3, video=True, class_names=names).eval()
+    image = build_model("resnet18", num_classes=3, class_names=names).eval()
+    image.load_state_dict(model.state_dict())
+    trunk = torch.nn.Sequential(*list(image.children())[:-1])  # everything before fc: the pooled features
+    clips = torch.randn(2, 3, 4, 32, 32, generator=torch.Generator().manual_seed(1))
+    per_frame = lambda c: trunk(c.transpose(1, 2).reshape(8, 3, 32, 32)).flatten(1).view(2, 4, -1).mean(dim=1)
+    with Features(model, "resnet18") as features, torch.no_grad():
+        model(clips)
+        one = features.take(2)
+        model(clips)
+        model(clips.flip(-1))
+        both = features.take(2)
+        assert torch.allclose(one, per_frame(clips), atol=1e-5)
+        assert torch.allclose(both, (per_frame(clips) + per_frame(clips.flip(-1))) / 2, atol=1e-5)
+        assert not torch.allclose(one, both, atol=1e-3)
+
+
 @pytest.mark.slow
 def test_a_named_layer_is_embedded_flattened_and_a_wrong_name_is_one_line(digits_run, tmp_path, capsys):
     import numpy as np

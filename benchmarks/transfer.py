@@ -1,0 +1,123 @@
+"""Transfer to new classes offline: a backbone trained on the digits 0-4, adapted to the digits 5-9 by fine-tuning the
+whole model, the head alone (--freeze_backbone), or LoRA adapters (--lora); top-1, wall time and trainable parameters
+side by side, with training from scratch as the floor.
+
+    python benchmarks/transfer.py                          # resnet18 and a small ViT, 6 epochs on 5-9
+    python benchmarks/transfer.py --models resnet18 --epochs 3 --out runs/bench_transfer_short
+
+The embedded digits (1,437 train / 360 validation images, 8x8 scans at 32 px) are written as two image folders: A holds
+the classes 0-4, B the classes 5-9, each with its train and val split. Each model trains on A (--pretrain_epochs),
+then each way of adapting it starts from A's model.safetensors (--init_from; A's 5-way classifier is loaded as B's
+starting head, the class count being the same) and trains on B. The small ViT is a transformers ViT built from a
+config (4 blocks of width 96, 4 px patches: nothing downloaded); LoRA adapts its query and value projections (its
+default), and for resnet18 the convolutions of its last two stages (--resnet_targets), which have no default.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESNET_TARGETS = ["layer3.0.conv1", "layer3.0.conv2", "layer3.1.conv1", "layer3.1.conv2",
+                  "layer4.0.conv1", "layer4.0.conv2", "layer4.1.conv1", "layer4.1.conv2"]
+
+
+def write_folders(root):
+    """The digits as <root>/{A,B}/{train,val}/<class>/<n>.png; A the classes 0-4, B 5-9."""
+    from utils.data.sources.digits import load_digits_dataset
+
+    if (root / "B" / "val").is_dir():
+        return
+    for split, rows in load_digits_dataset().items():
+        for i, row in enumerate(rows):
+            part = "A" if row["label"] < 5 else "B"
+            folder = root / part / ("train" if split == "train" else "val") / str(row["label"])
+            folder.mkdir(parents=True, exist_ok=True)
+            row["image"].save(folder / f"{i:04d}.png")
+
+
+def small_vit(folder):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    if not (folder / "config.json").is_file():
+        config = ViTConfig(image_size=32, patch_size=4, hidden_size=96, num_hidden_layers=4, num_attention_heads=3,
+                           intermediate_size=192, num_labels=5)
+        ViTForImageClassification(config).save_pretrained(folder)
+    return f"hf/{folder}"
+
+
+def train(argv, out, log):
+    """One run of the script on one process: (its results.json, its wall time in seconds, its start-up lines)."""
+    if (out / "results.json").is_file():  # kept from an earlier call: --out is a cache
+        return json.loads((out / "results.json").read_text()), json.loads((out / "wall.json").read_text()), ""
+    started = time.perf_counter()
+    with open(log, "w") as f:
+        code = subprocess.run([sys.executable, "train_classification.py", *map(str, argv), "--output_dir", str(out)],
+                              cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        sys.exit(f"a run failed ({code}): see {log}")
+    wall = time.perf_counter() - started
+    (out / "wall.json").write_text(json.dumps(wall))
+    return json.loads((out / "results.json").read_text()), wall, Path(log).read_text()
+
+
+def parameter_counts(name, mode, lines):
+    """(trainable, total) parameters of `name` for 5 classes adapted by `mode`."""
+    from utils.models.libraries import build_model, classifier_parameters
+
+    found = re.search(r"trainable parameters ([\d,]+) of ([\d,]+)", lines)
+    if found:
+        return tuple(int(n.replace(",", "")) for n in found.groups())
+    model = build_model(name, num_classes=5, class_names=[str(c) for c in range(5, 10)])
+    total = sum(p.numel() for p in model.parameters())
+    return (sum(p.numel() for p in classifier_parameters(model, name)) if mode == "head" else total), total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/bench_transfer")
+    p.add_argument("--models", nargs="+", default=["resnet18", "vit"], choices=["resnet18", "vit"])
+    p.add_argument("--pretrain_epochs", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--lora", type=int, default=8, help="the adapters' rank")
+    args = p.parse_args()
+    out = (ROOT / args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    write_folders(out / "digits")
+    data = lambda part: ["--train_dir", out / "digits" / part / "train", "--val_dir", out / "digits" / part / "val",
+                         "--image_size", "32", "--num_workers", "2"]
+    rows = []
+    for model in args.models:
+        name = small_vit(out / "small_vit") if model == "vit" else model
+        recipe = ["--optimizer", "adamw", "--lr", "1e-3", "--weight_decay", "0.05"] if model == "vit" else []
+        base = out / model / "A"
+        train(["--model", name, *recipe, *data("A"), "--epochs", args.pretrain_epochs], base, out / f"{model}_A.log")
+        targets = ["--lora_targets", *RESNET_TARGETS] if model == "resnet18" else []
+        modes = {"scratch": [], "full": ["--init_from", base / "model.safetensors"],
+                 "head": ["--init_from", base / "model.safetensors", "--freeze_backbone"],
+                 "lora": ["--init_from", base / "model.safetensors", "--lora", args.lora, *targets]}
+        for mode, extra in modes.items():
+            lr = ["--lr", "0.01"] if mode in ("head", "lora") and model == "vit" else []
+            results, wall, lines = train(["--model", name, *recipe, *lr, *data("B"), "--epochs", args.epochs, *extra],
+                                         out / model / mode, out / f"{model}_{mode}.log")
+            if not lines:
+                lines = (out / f"{model}_{mode}.log").read_text()
+            trainable, total = parameter_counts(name, mode, lines)
+            rows.append((model, mode, results["val_top1"], results["train_time_s"], wall, trainable, total))
+    print(f"digits 5-9 ({args.epochs} epochs) from a backbone trained on 0-4 ({args.pretrain_epochs} epochs); "
+          f"LoRA rank {args.lora}")
+    print("| model | adapted | val top-1 | training s | wall s | trainable parameters |")
+    print("|---|---|---|---|---|---|")
+    for model, mode, top1, train_s, wall, trainable, total in rows:
+        print(f"| {model} | {mode} | {top1:.4f} | {train_s:.1f} | {wall:.1f} | {trainable:,} of {total:,} "
+              f"({100 * trainable / total:.2f} %) |")
+
+
+if __name__ == "__main__":
+    main()
