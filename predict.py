@@ -246,7 +246,7 @@ def _per_file(columns, per_file):
     *values, ok = columns
     ok = ok.view(-1, per_file)
     counts = ok.sum(dim=1).clamp(min=1)[:, None]
-    means = [(v.double().view(len(ok), per_file, -1) * ok[..., None]).sum(dim=1) / counts for v in values]
+    means = [(v.double().view(len(ok), per_file, v.shape[1]) * ok[..., None]).sum(dim=1) / counts for v in values]
     return (*means, ok.any(dim=1))
 
 

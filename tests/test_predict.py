@@ -124,8 +124,6 @@ def test_embeddings_are_what_the_classifier_reads_in_input_order_on_one_and_two_
     import numpy as np
     import pyarrow.parquet as pq
 
-    import predict
-
     root, _ = digits_run
     (tmp_path / "bad.png").write_bytes(b"not a png")
     files = sorted((root / "val" / "3").glob("*.png"))[:12] + [tmp_path / "bad.png"] + \
@@ -410,10 +408,27 @@ def test_a_video_runs_embeddings_are_what_its_transformers_classifier_reads(vide
     assert vectors.shape == (5, 32)
     expected = torch.tensor([[dict(zip(r["labels"], r["probs"]))[c] for c in ("left", "right")] for r in rows])
     assert torch.allclose(classified(root / "run", vectors), expected, atol=2e-6)
-    predict.main([str(root / "run"), str(videos / "va"), "--multi_view", "--num_workers", "0",
+    predict.main([str(root / "run"), str(videos / "va"), "--multi_view", "--num_workers", "0", "--batch_size", "2",
                   "--embeddings", str(tmp_path / "views.npy")])
     views = np.load(tmp_path / "views.npy")
     assert views.shape == (5, 32) and not np.allclose(views, vectors.numpy(), atol=1e-4)
+    # by hand: each of the 3 clips x 2 crops of a video through the model alone, their vectors averaged
+    from utils.data.transforms.batch import BatchInput
+    from utils.inference import eval_dataset, load_run, list_inputs
+    from utils.models.features import Features
+    from utils.run.trained import unwrapped
+
+    run, model = load_run(root / "run")
+    dataset, clips = eval_dataset(run, list_inputs([videos / "va"], video=True), multi_view=True)
+    normalise = BatchInput(run.input.mean_std, pixel_max=run.input.pixel_max)
+    with Features(unwrapped(model), run.model) as features, torch.no_grad():
+        each = []
+        for i in range(len(dataset)):
+            crops = dataset[i]["pixel_values"]  # (crops, C, T, H, W)
+            model(normalise(crops))
+            each.append(features.take(len(crops)))
+    expected = torch.stack(each).view(5, clips * 2, -1).mean(dim=1)
+    assert clips == 3 and torch.allclose(torch.from_numpy(views), expected, atol=1e-5)
 
 
 @pytest.mark.slow
