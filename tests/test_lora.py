@@ -51,6 +51,8 @@ def test_only_the_adapters_and_the_head_train_and_the_merged_model_is_the_plain_
     lines = []
     plain, net = adapted(name, *options, size=size, log=lines.append)
     assert sum(isinstance(m, LoraLayer) for m in net.modules()) == adapted_layers
+    alpha = float(options[options.index("--lora_alpha") + 1]) if "--lora_alpha" in options else float(options[0])
+    assert {m.scaling["default"] for m in net.modules() if isinstance(m, LoraLayer)} == {alpha / float(options[0])}
     head = {id(p) for p in classifier_parameters(net, name)}
     trainable = {n for n, p in net.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n or id(p) in head for n, p in net.named_parameters() if p.requires_grad)
@@ -123,7 +125,7 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
            "--weight_decay", "0.01", "--model_ema", "--model_ema_decay", "0.5", "--no-model_ema_warmup")
     whole, out = tmp_path / "whole", tmp_path / "run"
     ranks_ok(resume_job(images, whole, 1, *job), nproc=2)
-    argv = resume_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "3")
+    argv = resume_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "3", "--keep_best", "1")
     ranks_killed(argv, "step:7", nproc=2)
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_6"
@@ -133,8 +135,12 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
 
     from safetensors.torch import load_file
 
-    for weights in ("model.safetensors", "model_ema.safetensors"):
-        assert not any("lora_" in k or "base_layer" in k for k in load_file(out / weights)), weights
+    from utils.models.libraries import build_model
+
+    plain = set(build_model(name, num_classes=3, class_names=["cat", "dog", "eel"]).state_dict())
+    for weights in ("model.safetensors", "model_ema.safetensors", "best/model.safetensors"):
+        assert set(load_file(out / weights)) == plain, weights  # merged: the plain model's names, no adapters
+    assert not any("lora_" in k or "base_layer" in k for k in load_file(out / "model" / "model.safetensors"))
     for ema, key in ((False, ""), (True, "ema_")):
         rows = predict.main([str(out), str(images / "va"), "--top_k", "3", "--num_workers", "0"] + ["--ema"] * ema)
         true = [r["path"].split("/")[-2] for r in rows]
