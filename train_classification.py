@@ -68,6 +68,7 @@ from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
 from utils.evaluation.metrics import figure_name
 from utils.evaluation.tasks import tracked_key
 from utils.models.ema import update_ema
+from utils.models.lora import FROZEN_FILE, write_frozen
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
 from utils.run.accelerator import build_accelerator, check_fsdp
@@ -418,11 +419,14 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validati
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
              "options": resume_values(job.args), "data": job.data,
              "validation_pending": validation_pending, "val_score": val_score, "tracker_run_id": job.tracker_run_id,
-             "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity}
+             "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity,
+             **({"frozen_sha256": job.frozen} if job.frozen else {})}  # --lora: the weights checkpoints leave out
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved
     own = partial(job.train_loader.save_position, rank=job.accelerator.process_index)  # a stream's position
     folder = checkpoints.save(job.accelerator, job.out, name, state, own_files=own)
+    if job.frozen and job.accelerator.is_main_process:  # --lora: the frozen weights once, beside the checkpoints
+        write_frozen(job.bare_model(), job.out / FROZEN_FILE)
     if job.accelerator.is_main_process:
         checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
     job.accelerator.print(f"checkpoint: {folder}")

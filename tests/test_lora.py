@@ -4,8 +4,8 @@ bitwise; predict.py and ONNX score as the run validated; what cannot apply is on
 
 import pytest
 import torch
-from conftest import assert_same_weights, parse_fails, read_json, resume_job, resumed_from
-from ranks import ranks_killed, ranks_ok
+from conftest import assert_same_weights, parse_fails, read_json, resume_job, resumed_from, snapshot
+from ranks import ranks_killed, ranks_ok, run_ranks
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning")
 
@@ -127,13 +127,31 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
     ranks_ok(resume_job(images, whole, 1, *job), nproc=2)
     argv = resume_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "3", "--keep_best", "1")
     ranks_killed(argv, "step:7", nproc=2)
+    # the checkpoint holds the adapters, the classifier and the buffers, not the frozen weights: those are built again,
+    # and other ones (the folder's saved weights: --pretrained) are refused in one line, the checkpoints kept
+    from safetensors import safe_open
+
+    latest = out / "checkpoints" / "step_6"
+    with safe_open(str(latest / "model.safetensors"), framework="pt") as saved:
+        kept = set(saved.keys())
+    assert kept and all("lora_" in k or k.startswith("classifier.") for k in kept), sorted(kept)[:5]
+    average = torch.load(latest / "custom_checkpoint_0.pkl", weights_only=True)  # the EMA, likewise
+    assert all("lora_" in k or ".classifier." in k or k == "n_averaged" for k in average), sorted(average)[:5]
+    before = snapshot(out / "checkpoints")
+    refused = run_ranks([*argv, "--resume", "latest", "--pretrained"], nproc=2)
+    lines = [line for line in refused.stderr.splitlines() if "train_classification.py" in line]
+    assert refused.returncode == 2 and "was trained on other frozen weights than this run built" in lines[0], \
+        refused.report()
+    assert snapshot(out / "checkpoints") == before
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
+    from safetensors.torch import load_file
+
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_6"
     assert_same_weights(out, whole)
+    ema, ema_whole = load_file(out / "model_ema.safetensors"), load_file(whole / "model_ema.safetensors")
+    assert all(torch.equal(v, ema_whole[k]) for k, v in ema.items())  # the average, kept without its frozen part
     results = read_json(out / "results.json")
     assert results["val_loss"] == read_json(whole / "results.json")["val_loss"]
-
-    from safetensors.torch import load_file
 
     from utils.models.libraries import build_model
 
@@ -158,3 +176,11 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
     predict.main([str(out), "--export_onnx", str(tmp_path / "model.onnx")])
     said = capsys.readouterr().out
     assert float(said.rsplit("max abs diff ", 1)[1].split()[0]) <= 1e-4, said
+    # the run folder's frozen weights replaced by others: a checkpoint is not put together with them
+    from safetensors.torch import save_file
+
+    save_file({k: v + 1 for k, v in load_file(out / "frozen.safetensors").items()}, out / "frozen.safetensors")
+    with pytest.raises(SystemExit) as stopped:
+        predict.main([str(out), str(images / "va"), "--checkpoint", str(final)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1 and "holds other frozen weights than" in err[0], err

@@ -27,9 +27,31 @@ def _ema_update(decay, warmup):
     return update
 
 
-def build_ema(model, device, decay, warmup):
-    """The averaged copy of `model` (its unwrapped module) on `device`, at `decay` (timm's warmup of it: `warmup`)."""
-    return AveragedModel(model, device=device, multi_avg_fn=_ema_update(decay, warmup), use_buffers=True)
+class _TrainedOnly(AveragedModel):
+    """An average whose state (what a checkpoint keeps) leaves out the parameters that do not train: their average is
+    themselves, which a resumed run builds again (--lora's frozen backbone)."""
+
+    def state_dict(self, *args, **kwargs):
+        state = super().state_dict(*args, **kwargs)
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                state.pop(name, None)
+        return state
+
+    def load_state_dict(self, state, strict=True, assign=False):
+        frozen = {name for name, p in self.named_parameters() if not p.requires_grad}
+        missing, unexpected = super().load_state_dict(state, strict=False, assign=assign)
+        if strict and (set(missing) - frozen or unexpected):
+            raise RuntimeError(f"the average's state does not fit: missing {sorted(set(missing) - frozen)[:3]}, "
+                               f"unexpected {sorted(unexpected)[:3]}")
+        return missing, unexpected
+
+
+def build_ema(model, device, decay, warmup, trained_only=False):
+    """The averaged copy of `model` (its unwrapped module) on `device`, at `decay` (timm's warmup of it: `warmup`);
+    `trained_only`: its saved state without the parameters that do not train."""
+    kind = _TrainedOnly if trained_only else AveragedModel
+    return kind(model, device=device, multi_avg_fn=_ema_update(decay, warmup), use_buffers=True)
 
 
 def update_ema(ema, model, global_step, every):

@@ -219,7 +219,7 @@ def distillation_head(model, video=False):
 def initialise(model, options, log=print):
     """The weights `options` (ModelOptions) ask for: --pretrained/--weights (torchvision's; timm and transformers
     models got theirs when built), else --init_from (a classifier of another shape is re-initialised);
-    --freeze_backbone."""
+    --freeze_backbone; --lora's adapters (utils/models/lora.py)."""
     lib, _ = library(options.name)
     stem = next((m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
     channels = stem.in_channels if stem is not None and stem.in_channels != 3 else None  # multispectral, grayscale
@@ -237,6 +237,7 @@ def initialise(model, options, log=print):
         trainable = set(classifier_parameters(model, options.name))
         for p in model.parameters():
             p.requires_grad_(p in trainable)
+    add_adapters(model, options.name, options.adapters, log)  # --lora: on the weights just loaded
 
 
 def add_adapters(model, name, adapters, log=print):

@@ -3,13 +3,19 @@ left as the script built it otherwise; only the adapters and the classifier trai
 merged into the weights (`merged`): an ordinary model of its library, with its library's parameter names, which is
 what every weights file a run leaves for its users holds (model.safetensors, model_ema.safetensors, model/, best/).
 
+A checkpoint holds what trains (the adapters, the classifier, the buffers) and not the frozen weights, which a resumed
+run builds again from the same options (--pretrained, --init_from): `without_frozen` takes them out of what is saved,
+`frozen_fingerprint` (recorded in the checkpoint) tells the resumed run whether it built the same ones.
+
 peft is imported only when --lora is given (it is in requirements-models.txt)."""
 
 import copy
+import hashlib
 from dataclasses import dataclass
 
 import torch
 
+from utils.core.io import write_bytes_atomic
 from utils.models.errors import ModelError
 
 
@@ -80,6 +86,50 @@ def merged(model):
         parent, _, child = name.rpartition(".")
         setattr(plain.get_submodule(parent), child, module.get_base_layer())
     return plain
+
+
+def frozen_names(model):
+    """The names of `model`'s parameters that do not train, as its state dict names them."""
+    return {name for name, p in model.named_parameters() if not p.requires_grad}
+
+
+def without_frozen(models, states, _folder=None):
+    """Accelerate's save_state pre-hook: the frozen parameters taken out of each model's state to save (which
+    Accelerate takes from the module inside DDP's wrapper)."""
+    for model, state in zip(models, states):
+        inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+        for name in frozen_names(inner):
+            state.pop(name)
+
+
+def leave_frozen_out(model, accelerator):
+    """Make `accelerator`'s checkpoints leave out `model`'s frozen weights; their fingerprint, for the checkpoints."""
+    accelerator.register_save_state_pre_hook(without_frozen)
+    return frozen_fingerprint(model)
+
+
+def frozen_fingerprint(model):
+    """The SHA-256 of `model`'s frozen parameters (names and bytes), in name order."""
+    digest = hashlib.sha256()
+    for name, p in sorted((n, p) for n, p in model.named_parameters() if not p.requires_grad):
+        digest.update(name.encode())
+        digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+FROZEN_FILE = "frozen.safetensors"  # in the run folder: what its checkpoints leave out (predict.py --checkpoint)
+
+
+def write_frozen(model, path):
+    """`model`'s frozen parameters to `path` (safetensors, whole), unless it is there already (a resumed run's are
+    the same: its checkpoint's fingerprint says so)."""
+    from safetensors.torch import save
+
+    if path.is_file():
+        return
+    frozen = frozen_names(model)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k in frozen}
+    write_bytes_atomic(path, save(state))
 
 
 def _examples(names):

@@ -26,10 +26,9 @@ from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
-from utils.models.libraries import (add_adapters, build_model, distillation_head, enable_grad_checkpointing, initialise,
-                                    layer_ids)
+from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
 from utils.models.device import for_device
-from utils.models.lora import merged
+from utils.models.lora import leave_frozen_out, merged
 from utils.reporting.progress import StepLogger
 from utils.run.batch_probe import given_batch, random_state_kept, take_batch, trial_steps
 from utils.run.teacher import build_teacher
@@ -39,7 +38,7 @@ from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
 from utils.training.batch_size import BatchPlan, find_micro_batch
 from utils.training.objective import Objective
-from utils.training.run_folder import FolderError, abandon_newer, check_data, check_teacher
+from utils.training.run_folder import FolderError, abandon_newer, check_data, check_frozen, check_teacher
 from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_decay_note, lr_notes
 
 
@@ -77,6 +76,7 @@ class Job:
     pictures: object = None  # the end-of-run pictures, drawn while the run ends (utils/reporting/drawing.py)
     batch: BatchPlan = None  # how the global batch is taken: micro-batch, accumulation, processes
     lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "valley")
+    frozen: str = None  # --lora: the SHA-256 of the frozen weights, which checkpoints leave out (utils/models/lora.py)
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -84,8 +84,7 @@ class Job:
         return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
 
     def saved_model(self, ema=False):
-        """The module whose weights a file for users holds (model.safetensors, model_ema.safetensors, best/, model/):
-        the trained one unwrapped, or the EMA's; --lora's adapters merged into it (an ordinary model)."""
+        """What a weights file for users holds: the trained module unwrapped, or the EMA's; --lora's adapters merged."""
         return merged(self.ema.module if ema else self.bare_model())
 
     def share_buffers(self, only=None):
@@ -140,7 +139,7 @@ def new_ema(model, chosen, accelerator):
     load_state keep it); None without it."""
     if not chosen.ema:
         return None
-    ema = build_ema(model, accelerator.device, chosen.ema_decay, chosen.ema_warmup)
+    ema = build_ema(model, accelerator.device, chosen.ema_decay, chosen.ema_warmup, trained_only=bool(chosen.lora))
     accelerator.register_for_checkpointing(ema)
     return ema
 
@@ -176,7 +175,7 @@ def build_job(args, settings, accelerator, out, batch=None, lr_found=None):
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
     ema = new_ema(model, settings.model, accelerator)  # from the initial weights, on every rank alike
-    model, optimizer, scheduler = prepare(accelerator, model, optimizer, scheduler, args.eval_only)
+    model, optimizer, scheduler, frozen = prepare(accelerator, model, optimizer, scheduler, args.eval_only, settings.model)
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
@@ -192,7 +191,7 @@ def build_job(args, settings, accelerator, out, batch=None, lr_found=None):
                                                figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}"),
               data=source.signature(train_ds, len(class_names)), test_loader=test_loader, ema=ema,
               inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance, batch=batch,
-              lr_found=lr_found)
+              lr_found=lr_found, frozen=frozen)
     accelerator.print(start_line(job, source.sample_count(train_ds), len(val_ds), num_workers))
     return job, source.sample_count(train_ds), num_workers
 
@@ -223,12 +222,14 @@ def probed_batch(args, settings, class_names, accelerator, teacher):
     return take_batch(args, settings, accelerator, plan)
 
 
-def prepare(accelerator, model, optimizer, scheduler, eval_only):
-    """The model, optimizer and schedule prepared by Accelerate; for `eval_only` the model alone: scoring needs the
-    weights, and a checkpoint's optimizer and schedule states (made with other options, maybe) are then not loaded."""
+def prepare(accelerator, model, optimizer, scheduler, eval_only, chosen):
+    """The model, optimizer and schedule prepared by Accelerate (for `eval_only` the model alone: a checkpoint's other
+    optimizer and schedule states are then not loaded); with --lora the fingerprint of the frozen weights its
+    checkpoints leave out (ModelOptions `chosen`; None without)."""
+    frozen = leave_frozen_out(model, accelerator) if chosen.lora else None
     if eval_only:
-        return accelerator.prepare(model), optimizer, scheduler
-    return accelerator.prepare(model, optimizer, scheduler)
+        return accelerator.prepare(model), optimizer, scheduler, frozen
+    return *accelerator.prepare(model, optimizer, scheduler), frozen
 
 
 def build_model_and_optimizer(args, settings, class_names, accelerator, say=None):
@@ -239,8 +240,7 @@ def build_model_and_optimizer(args, settings, class_names, accelerator, say=None
     # Same weights on every rank (one seed). An image model on video scores frames and averages (TSN).
     chosen = settings.model
     model = new_model(chosen, class_names, chosen.pretrained, settings.input)
-    initialise(model, chosen, say)
-    model = add_adapters(model, chosen.name, chosen.adapters, say)  # --lora: on the weights just loaded, before the EMA copies them
+    initialise(model, chosen, say)  # its weights, and --lora's adapters on them
     if chosen.grad_checkpointing:
         say(enable_grad_checkpointing(model, chosen.name))
     model = for_device(model, accelerator, sync_bn=chosen.sync_bn, channels_last=chosen.channels_last)
@@ -285,7 +285,8 @@ def resume(job, folder):
         check_data(accelerator, state, job.data)
         check_teacher(state, job.teacher and job.teacher.identity)
     try:
-        accelerator.load_state(str(folder))
+        check_frozen(job.bare_model(), job.frozen, state, folder)  # --lora: the frozen weights it left out
+        accelerator.load_state(str(folder), **({"strict": False} if job.frozen else {}))
     except ValueError as e:  # torch: "loaded state dict contains a parameter group that doesn't match ..."
         raise FolderError(f"resume: {folder}'s optimizer state does not fit this run's parameter groups "
                           f"({str(e).splitlines()[0]}); resume with the options it was made with, or start a new "

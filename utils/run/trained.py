@@ -18,9 +18,10 @@ from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
 from utils.data.transforms.input import Input
 from utils.models.libraries import add_adapters, build_model
-from utils.models.lora import LoraOptions, merged
+from utils.models.lora import FROZEN_FILE, LoraOptions, frozen_fingerprint, merged
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
+from utils.training.checkpoints import STATE_FILE
 
 RECORD = "run.json"
 FORMAT = 1  # run.json's layout; a newer one names its format
@@ -140,17 +141,34 @@ def load_run(run_dir, ema=False, checkpoint=None):
     model = build_model(run.model, num_classes=len(run.classes), video=run.input.video, class_names=run.classes,
                         temporal_shift=run.input.frames if run.temporal_shift else None,  # TSM, as the run trained
                         in_chans=run.input.channels)
-    if checkpoint and run.lora:  # a checkpoint holds the adapters apart: loaded so, then merged into the weights
-        model = add_adapters(model, run.model, LoraOptions(**{**run.lora, "targets": tuple(run.lora["targets"] or ())
-                                                              or None}), log=lambda line: None)
     try:
-        model.load_state_dict(read_state_dict(weights))
+        if checkpoint and run.lora:  # the adapters apart, the frozen weights in the run folder: merged once loaded
+            load_adapted(model, run, run_dir, Path(checkpoint))
+        else:
+            model.load_state_dict(read_state_dict(weights))
     except (RuntimeError, ModelError) as e:
         raise RunError(f"{weights}: does not fit {run.model} with {len(run.classes)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
     model = merged(model)
     calibrated = run.temperature != 1.0 and tuned_for(run, ema, checkpoint)  # T only where it was fitted
     return run, (Tempered(model, run.temperature) if calibrated else model).eval()
+
+
+def load_adapted(model, run, run_dir, checkpoint):
+    """A --lora run's checkpoint into `model` (built plain): the adapters added as the run added them, the frozen
+    weights from the run folder (lora.FROZEN_FILE), what trained from the checkpoint; a RunError when they were not
+    the checkpoint's frozen weights."""
+    lora = LoraOptions(**{**run.lora, "targets": tuple(run.lora["targets"] or ()) or None})
+    add_adapters(model, run.model, lora, log=lambda line: None)
+    frozen = run_dir / FROZEN_FILE
+    if not frozen.is_file():
+        raise RunError(f"{frozen} does not exist: a --lora run's checkpoints hold what trains, and the run folder its "
+                       f"frozen weights; copy the run folder whole")
+    state = {**read_state_dict(frozen), **read_state_dict(checkpoint / "model.safetensors")}
+    model.load_state_dict(state)  # strict: every tensor of the model, from one file or the other
+    recorded = json.loads((checkpoint / STATE_FILE).read_text()).get("frozen_sha256")
+    if recorded != frozen_fingerprint(model):
+        raise RunError(f"{frozen} holds other frozen weights than {checkpoint} was trained on")
 
 
 def read_options(config):

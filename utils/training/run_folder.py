@@ -15,6 +15,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from utils.core.errors import UserError
 from utils.core.io import first_free
+from utils.models.lora import frozen_names
 from utils.training import checkpoints
 
 
@@ -104,6 +105,22 @@ def check_data(accelerator, state, signature):
         raise FolderError(f"resume: the training data changed since the checkpoint "
                           f"({', '.join(changed) or 'other labels or order'}); resume on the same data, or start "
                           f"a new run from its weights with --init_from <checkpoint>")
+
+
+def check_frozen(model, fingerprint, state, folder):
+    """A --lora checkpoint holds every tensor of `model` but its frozen weights, which must be the ones this run built
+    (`fingerprint`: the same --pretrained / --init_from weights; None: a run without adapters); else a FolderError."""
+    from safetensors import safe_open
+
+    if fingerprint is None:
+        return
+
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as saved:
+        keys = set(saved.keys())
+    if keys != set(model.state_dict()) - frozen_names(model) or state.get("frozen_sha256") != fingerprint:
+        raise FolderError(f"resume: {folder} was trained on other frozen weights than this run built (other "
+                          f"--pretrained or --init_from weights, or other adapters); resume with the weights it was "
+                          f"made from")
 
 
 def check_teacher(state, identity):
