@@ -7,7 +7,8 @@ side by side, with training from scratch as the floor.
 
 The embedded digits (1,437 train / 360 validation images, 8x8 scans at 32 px) are written as two image folders: A holds
 the classes 0-4, B the classes 5-9, each with its train and val split. Each model trains on A (--pretrain_epochs),
-then each way of adapting it starts from A's weights with a new classifier (--init_from) and trains on B. The small ViT is a transformers ViT built from a
+then each way of adapting it starts from A's weights with a new classifier (--init_from) and trains on B, once per
+seed (the new head's and the run's: --seeds; from scratch, once). The small ViT is a transformers ViT built from a
 config (4 blocks of width 96, 4 px patches: nothing downloaded); LoRA adapts its query and value projections (its
 default), and for resnet18 the convolutions of its last two stages (--resnet_targets), which have no default.
 """
@@ -66,14 +67,16 @@ def train(argv, out, log):
     return json.loads((out / "results.json").read_text()), wall, Path(log).read_text()
 
 
-def with_new_head(name, weights, out):
+def with_new_head(name, weights, out, seed):
     """`weights` (a 5-way model of `name`) with the classifier of a freshly built model, written to `out`: the new
     classes start from a new head, as a fine-tune from other classes does (A's head, kept, pulls the whole ViT's
     features to chance within an epoch on B)."""
+    import torch
     from safetensors.torch import load_file, save_file
 
     from utils.models.libraries import build_model, classifier_parameters
 
+    torch.manual_seed(seed)  # the new head of this seed, the same on every call
     fresh = build_model(name, num_classes=5, class_names=[str(c) for c in range(5, 10)])
     head = {id(p) for p in classifier_parameters(fresh, name)}
     state = load_file(weights)
@@ -101,6 +104,7 @@ def main():
     p.add_argument("--pretrain_epochs", type=int, default=12)
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--lora", type=int, default=8, help="the adapters' rank")
+    p.add_argument("--seeds", type=int, default=3, help="runs of each way of adapting, each its new head's seed")
     args = p.parse_args()
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -114,28 +118,32 @@ def main():
         base = out / model / "A"
         train(["--model", name, *recipe, *data("A"), "--epochs", args.pretrain_epochs], base, out / f"{model}_A.log")
         targets = ["--lora_targets", *RESNET_TARGETS] if model == "resnet18" else []
-        init = ["--init_from", with_new_head(name, base / "model.safetensors", base / "new_head.safetensors")]
-        modes = {"scratch": [], "full": init, "head": [*init, "--freeze_backbone"],
-                 "lora": [*init, "--lora", args.lora, *targets]}
-        for mode, extra in modes.items():
-            # the ViT's LRs: the whole model fine-tuned at a fifth of its from-scratch LR (at 1e-3 it collapses to
-            # chance within an epoch), its head and adapters at ten times it
+        for mode in ("scratch", "full", "head", "lora"):
+            # the ViT's LRs: the whole model fine-tuned at a fifth of its from-scratch LR, its head and adapters at ten
+            # times it
             lr = {"full": ["--lr", "2e-4"], "head": ["--lr", "0.01"], "lora": ["--lr", "0.01"]}.get(mode, [])
-            lr = lr if model == "vit" else []
-            results, wall, lines = train(["--model", name, *recipe, *lr, *data("B"), "--epochs", args.epochs, *extra],
-                                         out / model / mode, out / f"{model}_{mode}.log")
-            if not lines:
-                lines = (out / f"{model}_{mode}.log").read_text()
+            figures = []
+            for seed in range(1 if mode == "scratch" else args.seeds):  # the new head's seed and the run's
+                init = ["--init_from", with_new_head(name, base / "model.safetensors",
+                                                     base / f"new_head_{seed}.safetensors", seed)]
+                extra = {"scratch": [], "full": init, "head": [*init, "--freeze_backbone"],
+                         "lora": [*init, "--lora", args.lora, *targets]}[mode]
+                results, wall, lines = train(["--model", name, *recipe, *(lr if model == "vit" else []), *data("B"),
+                                              "--epochs", args.epochs, "--seed", seed, *extra],
+                                             out / model / f"{mode}_{seed}", out / f"{model}_{mode}_{seed}.log")
+                lines = lines or (out / f"{model}_{mode}_{seed}.log").read_text()
+                figures.append((results["val_top1"], results["train_time_s"], wall))
             trainable, total = parameter_counts(name, mode, lines)
-            rows.append((model, mode, results["val_top1"], results["train_time_s"], wall, trainable, total))
+            rows.append((model, mode, figures, trainable, total))
     print(f"digits 5-9 ({args.epochs} epochs) from a backbone trained on 0-4 ({args.pretrain_epochs} epochs); "
-          f"LoRA rank {args.lora}")
-    print("| model | adapted | val top-1 | training s | wall s | trainable parameters |")
+          f"LoRA rank {args.lora}; {args.seeds} seeds of the new head and the run")
+    print("| model | adapted | val top-1, mean (min - max over seeds) | training s | wall s | trainable parameters |")
     print("|---|---|---|---|---|---|")
-    for model, mode, top1, train_s, wall, trainable, total in rows:
-        print(f"| {model} | {mode} | {top1:.4f} | {train_s:.1f} | {wall:.1f} | {trainable:,} of {total:,} "
-              f"({100 * trainable / total:.2f} %) |")
-
+    for model, mode, figures, trainable, total in rows:
+        top1, train_s, wall = ([f[i] for f in figures] for i in range(3))
+        spread = f" ({min(top1):.4f} - {max(top1):.4f})" if len(top1) > 1 else ""
+        print(f"| {model} | {mode} | {sum(top1) / len(top1):.4f}{spread} | {sum(train_s) / len(train_s):.1f} | "
+              f"{sum(wall) / len(wall):.1f} | {trainable:,} of {total:,} ({100 * trainable / total:.2f} %) |")
 
 if __name__ == "__main__":
     main()
