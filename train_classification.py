@@ -426,7 +426,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validati
     own = partial(job.train_loader.save_position, rank=job.accelerator.process_index)  # a stream's position
     folder = checkpoints.save(job.accelerator, job.out, name, state, own_files=own)
     if job.frozen and job.accelerator.is_main_process:  # --lora: the frozen weights once, beside the checkpoints
-        write_frozen(job.bare_model(), job.out / FROZEN_FILE)
+        write_frozen(job.bare_model(), job.out / FROZEN_FILE, job.frozen)
     if job.accelerator.is_main_process:
         checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
     job.accelerator.print(f"checkpoint: {folder}")

@@ -37,8 +37,8 @@ def adapted(name, *options, size=32, log=None):
     pytest.param("timm/test_vit", ["4"], 160, 12, marks=pytest.mark.slow),  # timm's fused qkv and the attention's
     # proj, 6 blocks (not patch_embed.proj)
     ("vit", ["4", "--lora_alpha", "16"], 32, 4),  # transformers' query and value, 2 blocks
-    ("resnet18", ["2", "--lora_targets", "layer2.0.downsample.0", "layer3.0.downsample.0"], 32, 2),  # Conv2d LoRA (not in
-    # a residual branch: zero-initialised, it would get no gradient)
+    # peft's Conv2d LoRA, on convolutions outside the residual branches (zero-initialised, they would get no gradient)
+    ("resnet18", ["2", "--lora_targets", "layer2.0.downsample.0", "layer3.0.downsample.0"], 32, 2),
 ])
 def test_only_the_adapters_and_the_head_train_and_the_merged_model_is_the_plain_model_scoring_alike(
         model, options, size, adapted_layers, tmp_path):
@@ -72,7 +72,8 @@ def test_only_the_adapters_and_the_head_train_and_the_merged_model_is_the_plain_
     frozen = {n.replace(".base_layer", ""): p for n, p in net.named_parameters() if not p.requires_grad}
     assert frozen and all(torch.equal(p, plain[n]) for n, p in frozen.items())  # the backbone did not move
     one = merged(net)
-    assert not any(isinstance(m, LoraLayer) for m in one.modules()) and any(isinstance(m, LoraLayer) for m in net.modules())
+    assert not any(isinstance(m, LoraLayer) for m in one.modules())
+    assert any(isinstance(m, LoraLayer) for m in net.modules())  # a copy: the training model keeps its adapters
     assert one.state_dict().keys() == plain.keys()  # the library's own names: it loads into a plain model
     with torch.no_grad():
         ours, theirs, before = net(x), one(x), adapted(name, *options, size=size)[1].eval()(x)
@@ -126,6 +127,11 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
     whole, out = tmp_path / "whole", tmp_path / "run"
     ranks_ok(resume_job(images, whole, 1, *job), nproc=2)
     argv = resume_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "3", "--keep_best", "1")
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir()  # an earlier LoRA run's frozen weights left in the folder: replaced by this run's
+    save_file({k: v + 1 for k, v in load_file(whole / "frozen.safetensors").items()}, out / "frozen.safetensors",
+              metadata={"sha256": "another run's"})
     ranks_killed(argv, "step:7", nproc=2)
     # the checkpoint holds the adapters, the classifier and the buffers, not the frozen weights: those are built again,
     # and other ones (the folder's saved weights: --pretrained) are refused in one line, the checkpoints kept
@@ -144,7 +150,6 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
         refused.report()
     assert snapshot(out / "checkpoints") == before
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
-    from safetensors.torch import load_file
 
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_6"
     assert_same_weights(out, whole)
@@ -176,9 +181,11 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
     predict.main([str(out), "--export_onnx", str(tmp_path / "model.onnx")])
     said = capsys.readouterr().out
     assert float(said.rsplit("max abs diff ", 1)[1].split()[0]) <= 1e-4, said
-    # the run folder's frozen weights replaced by others: a checkpoint is not put together with them
-    from safetensors.torch import save_file
+    from safetensors import safe_open
 
+    with safe_open(str(out / "frozen.safetensors"), framework="pt") as kept:
+        assert kept.metadata()["sha256"] == read_json(final / "training_state.json")["frozen_sha256"]
+    # the run folder's frozen weights replaced by others: a checkpoint is not put together with them
     save_file({k: v + 1 for k, v in load_file(out / "frozen.safetensors").items()}, out / "frozen.safetensors")
     with pytest.raises(SystemExit) as stopped:
         predict.main([str(out), str(images / "va"), "--checkpoint", str(final)])

@@ -195,7 +195,8 @@ def test_a_named_layer_is_embedded_flattened_and_a_wrong_name_is_one_line(digits
     capsys.readouterr()
     kept = (tmp_path / "pool.npy").read_bytes()
     for target, argv, line in (
-            ("new.npy", ["--embedding_layer", "layer9"], "embedding_layer: resnet18 has no layer 'layer9' (did you mean"),
+            ("new.npy", ["--embedding_layer", "layer9"], "embedding_layer: resnet18 has no layer 'layer9' (did you "
+                                                         "mean"),
             ("pool.npy", [], "pool.npy exists; pass --overwrite to replace it")):
         with pytest.raises(SystemExit) as e:
             predict.main([str(root / "run"), *map(str, files), "--embeddings", str(tmp_path / target), *argv])

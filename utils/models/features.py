@@ -16,8 +16,8 @@ from utils.models.libraries import classifier
 
 
 class Features:
-    """`with Features(model, name, layer) as features:` (`model` as its library built it, unwrapped) then, after each batch's forward passes,
-    `features.take(rows)`: a (rows, dim) float32 tensor, the vectors of those `rows` inputs."""
+    """`with Features(model, name, layer) as features:` (`model` as its library built it, unwrapped), then after each
+    batch's forward passes `features.take(rows)`: a (rows, dim) float32 tensor, the vectors of those `rows` inputs."""
 
     def __init__(self, model, name, layer=None):
         self.module, self.layer = _module(model, name, layer), layer

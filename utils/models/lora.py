@@ -40,7 +40,7 @@ def add_lora(model, options, library, classifier_params, log=print):
     if not targets:
         raise ModelError(f"lora: {library.name} {type(model).__name__} has no default layers to adapt here (attention "
                          f"layers of timm, transformers and torchvision ViTs); name them with --lora_targets (Linear "
-                         f"or Conv layers, e.g. --lora_targets conv1,conv2)")
+                         f"or Conv layers, e.g. --lora_targets layer4.0.conv1 layer4.0.conv2)")
     config = peft.LoraConfig(r=options.rank, lora_alpha=options.alpha or options.rank, lora_dropout=options.dropout,
                              target_modules=targets, bias="none")
     head = {name for name, module in model.named_modules()
@@ -120,16 +120,21 @@ def frozen_fingerprint(model):
 FROZEN_FILE = "frozen.safetensors"  # in the run folder: what its checkpoints leave out (predict.py --checkpoint)
 
 
-def write_frozen(model, path):
-    """`model`'s frozen parameters to `path` (safetensors, whole), unless it is there already (a resumed run's are
-    the same: its checkpoint's fingerprint says so)."""
+def write_frozen(model, path, fingerprint):
+    """`model`'s frozen parameters to `path` (safetensors, whole, their `fingerprint` in its metadata), unless it holds
+    them already (a resumed run's: only its header is read); another run's left in the same folder is replaced."""
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import save
 
-    if path.is_file():
-        return
+    try:
+        with safe_open(str(path), framework="pt") as kept:
+            if (kept.metadata() or {}).get("sha256") == fingerprint:
+                return
+    except (OSError, SafetensorError):  # absent, or not a safetensors file: written anew
+        pass
     frozen = frozen_names(model)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k in frozen}
-    write_bytes_atomic(path, save(state))
+    write_bytes_atomic(path, save(state, metadata={"sha256": fingerprint}))
 
 
 def _examples(names):

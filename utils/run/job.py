@@ -175,7 +175,7 @@ def build_job(args, settings, accelerator, out, batch=None, lr_found=None):
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
     ema = new_ema(model, settings.model, accelerator)  # from the initial weights, on every rank alike
-    model, optimizer, scheduler, frozen = prepare(accelerator, model, optimizer, scheduler, args.eval_only, settings.model)
+    model, optimizer, scheduler, frozen = prepare(accelerator, model, optimizer, scheduler, args.eval_only, settings)
     total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
@@ -222,11 +222,11 @@ def probed_batch(args, settings, class_names, accelerator, teacher):
     return take_batch(args, settings, accelerator, plan)
 
 
-def prepare(accelerator, model, optimizer, scheduler, eval_only, chosen):
-    """The model, optimizer and schedule prepared by Accelerate (for `eval_only` the model alone: a checkpoint's other
-    optimizer and schedule states are then not loaded); with --lora the fingerprint of the frozen weights its
-    checkpoints leave out (ModelOptions `chosen`; None without)."""
-    frozen = leave_frozen_out(model, accelerator) if chosen.lora else None
+def prepare(accelerator, model, optimizer, scheduler, eval_only, settings):
+    """The model, optimizer and schedule prepared by Accelerate (`eval_only`: the model alone, a checkpoint's optimizer
+    and schedule then not loaded); the SHA-256 of the frozen weights that the checkpoints of a --lora run (Settings
+    `settings`) leave out, else None."""
+    frozen = leave_frozen_out(model, accelerator) if settings.model.lora else None
     if eval_only:
         return accelerator.prepare(model), optimizer, scheduler, frozen
     return *accelerator.prepare(model, optimizer, scheduler), frozen
