@@ -73,6 +73,7 @@ from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
 from utils.run.accelerator import build_accelerator, check_fsdp
 from utils.run.job import build_job, resume
+from utils.run.probe import probe
 from utils.run.range_test import find_lr, resumed_choices, with_found_lr
 from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
                                start_records)
@@ -116,7 +117,13 @@ def main(argv=None):
         position, state = resume(job, resume_from) if resume_from is not None else (checkpoints.Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
-        summary, figures = evaluate_only(job, position) if args.eval_only else train(job, position)
+        if args.eval_only:
+            summary, figures = evaluate_only(job, position)
+        elif settings.probe.probe:  # the backbone frozen: its features cached, then a linear head or a kNN
+            summary, figures = probe(job, num_workers)
+            start_pictures(job, figures)
+        else:
+            summary, figures = train(job, position)
         if not args.eval_only:
             export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
         results = report_results(job, summary, figures, train_samples, command_line(argv))

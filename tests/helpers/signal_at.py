@@ -4,7 +4,8 @@
     accelerate launch ... tests/helpers/signal_at.py WHEN SIGNAL TARGET RANK [options...]
 
 WHEN: step:N (right after optimizer step N is counted, before its checkpoint) or save:NAME (while
-checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet).
+checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet) or chunk:SPLIT/C (right
+after --probe's feature cache file C of SPLIT is written).
 SIGNAL: TERM, INT or KILL. TARGET: self; alone (this process only, as a crash or the OOM killer ends it, its
 DataLoader workers stopped first so that they outlive it, as workers do that have not yet noticed); group (this
 process's process group: its DataLoader workers too, as SLURM and torchrun deliver signals); parent (the launcher
@@ -69,6 +70,16 @@ def main(argv=None):
                     fire(signame, target)
                 original(path, obj)
             checkpoints.write_json_atomic = write_state
+        elif kind == "chunk":
+            from utils.run import probe
+
+            written = probe.write_bytes_atomic
+
+            def write_chunk(path, data):
+                written(path, data)
+                if f"{Path(path).parent.name}/{Path(path).stem.removeprefix('chunk_')}" == value:
+                    fire(signame, target)
+            probe.write_bytes_atomic = write_chunk
         else:
             raise SystemExit(f"unknown WHEN {when}")
     train_classification.main(argv)

@@ -8,7 +8,7 @@ from utils.data.sources import catalog, folds, streamed, video_files
 from utils.data.transforms import batch, input as inputs
 from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
-from utils.training import balance, objective, schedule
+from utils.training import balance, objective, probes, schedule
 
 __all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
 
@@ -44,6 +44,7 @@ def check_args(args, source, defaults, typed):
     objective.check_options(typed["losses"], need)
     balance.check_options(typed["balance"], data, need)
     _run(args, need)
+    _probe(args, need, source, defaults, typed["probe"])
     libraries.check_options(typed["model"], need, source.video)
     for key in ("model_ema_decay", "model_ema_steps", "model_ema_warmup"):  # set without the average: refused, not lost
         need(args.model_ema or getattr(args, key) == defaults[key], key, "sets the moving average of the weights: add "
@@ -116,6 +117,19 @@ def _run(args, need):
             parse_metric_spec(spec)
         except MetricError as e:
             raise ConfigError(str(e)) from None
+
+
+def _probe(args, need, source, defaults, options):
+    """--probe (utils/run/probe.py): its own options, and what it leaves alone refused."""
+    probes.check_options(options, need, defaults)
+    if options.probe is None:
+        return
+    need(not source.video, "probe", "caches image features: not available for video data yet")
+    for key, why in probes.NOT_WITH_PROBE.items():
+        need(getattr(args, key) == defaults[key], key, why)
+    need(args.batch_size != "auto", "batch_size", "auto tries training steps; a probe trains none: give a number")
+    need(args.resume in (None, "latest"), "resume", "a probe has no checkpoints: --resume latest continues its "
+         "feature pass")
 
 
 def _model_input(args, source, asked, fmt):

@@ -13,7 +13,7 @@ import yaml
 from utils.config.checks import ConfigError, check_args
 from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
-from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options,
+from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options, add_probe_options,
                                            add_run_options, add_schedule_options)
 from utils.config.settings import read_options, settle, typed_options
 from utils.data.sources.catalog import source_for
@@ -151,6 +151,7 @@ def get_args_parser(prog="train_classification.py"):
     add_data_options(p)
     add_model_options(p)
     add_distillation_options(p)
+    add_probe_options(p)
     add_balance_options(p)
     add_schedule_options(p)
     add_run_options(p)

@@ -14,6 +14,7 @@ from utils.reporting.trackers import TrackerOptions
 from utils.training import checkpoints
 from utils.training.balance import BalanceOptions
 from utils.training.objective import LossOptions
+from utils.training.probes import ProbeOptions
 from utils.training.run_folder import FolderOptions
 from utils.training.schedule import DEFAULT_WARMUP_EPOCHS, OptimizerOptions, ScheduleOptions, warmup_epochs
 
@@ -34,7 +35,8 @@ class Settings:
     trackers: TrackerOptions  # of the dashboards (utils/reporting/trackers.py),
     data: DataOptions  # of the data (utils/data/sources/protocol.py),
     input_options: InputOptions  # of the model's input, which `input` resolves (utils/data/transforms/input.py),
-    folder: FolderOptions  # and of the run folder (utils/training/run_folder.py)
+    folder: FolderOptions  # of the run folder (utils/training/run_folder.py)
+    probe: ProbeOptions  # and of a probe on frozen features (utils/training/probes.py)
 
 
 # The typed fields read from an option of another name; every other field is read from the option of its own name.
@@ -44,7 +46,7 @@ RENAMED = {ModelOptions: {"name": "model", "ema": "model_ema", "ema_decay": "mod
            ScheduleOptions: {"kind": "lr_schedule", "milestones": "lr_milestones", "gamma": "lr_gamma"}}
 TYPED = {"model": ModelOptions, "optimizer": OptimizerOptions, "schedule": ScheduleOptions, "batch": BatchOptions,
          "losses": LossOptions, "balance": BalanceOptions, "trackers": TrackerOptions, "data": DataOptions,
-         "input_options": InputOptions, "folder": FolderOptions}
+         "input_options": InputOptions, "folder": FolderOptions, "probe": ProbeOptions}
 
 
 def read_options(args, kind):

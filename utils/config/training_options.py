@@ -4,6 +4,7 @@ its default, its help and whether a resume must keep it."""
 import argparse
 
 from utils.training.objective import DISTILL_DEFAULTS
+from utils.training.probes import LRS, WEIGHT_DECAYS
 
 
 def micro_batch(value):
@@ -165,6 +166,21 @@ def add_distillation_options(p):
     g.add_argument("--distill_temperature", resume_key=True, type=float,
                    default=DISTILL_DEFAULTS["distill_temperature"],
                    help="soft distillation's temperature T")
+
+
+def add_probe_options(p):
+    """A frozen backbone's features classified: a linear head or a kNN vote (utils/run/probe.py)."""
+    g = p.add_argument_group("probes on frozen features")
+    g.add_argument("--probe", resume_key=False, type=str, default=None, choices=("linear", "knn"),
+                   help="train nothing of the model: cache its features (its classifier's input) of both splits with "
+                        "the eval transform, then a sweep of linear heads (the best on val kept) or a kNN vote")
+    g.add_argument("--knn_k", resume_key=False, type=int, default=20, help="--probe knn: the neighbours that vote")
+    g.add_argument("--knn_temperature", resume_key=False, type=float, default=0.07,
+                   help="--probe knn: a neighbour's vote is exp(cosine similarity / T) (DINO's)")
+    g.add_argument("--probe_lrs", resume_key=False, type=float, nargs="+", default=LRS, metavar="LR",
+                   help="--probe linear: the learning rates of the sweep (SGD, momentum 0.9, cosine)")
+    g.add_argument("--probe_weight_decays", resume_key=False, type=float, nargs="+", default=WEIGHT_DECAYS,
+                   metavar="WD", help="--probe linear: the weight decays of the sweep, a head each (LR, WD)")
 
 
 def add_balance_options(p):

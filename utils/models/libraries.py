@@ -147,6 +147,17 @@ def classifier(model, name):
     return lib.classifier(model)
 
 
+def replace_classifier(model, name, head):
+    """`model` with its classifier layer (`classifier`) replaced by module `head`, which reads what it read."""
+    old = classifier(model, name)
+    for parent in model.modules():
+        for child, module in parent.named_children():
+            if module is old:
+                setattr(parent, child, head)
+                return model
+    raise ModelError(f"{name}: its classifier is not a submodule of the model")
+
+
 def layer_ids(model, name):
     """--layer_decay: {parameter name: its layer, 0 the input side, the head last}, grouped as the model's library
     lays it out (Library.layer_matcher) by timm's group_parameters. A ModelError when the model cannot be grouped

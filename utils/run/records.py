@@ -3,6 +3,7 @@ weights in the forms their users take; results.json, the plots, where the model 
 report.html and the closing line at the end (the pictures drawn by a child while the run ends)."""
 
 import shlex
+import shutil
 import sys
 
 from accelerate.utils import gather_object
@@ -18,6 +19,7 @@ from utils.reporting.failures import failure_pictures, prediction_rows, write_fa
 from utils.reporting.html_report import write_html
 from utils.reporting.model_folder import save_model_folder
 from utils.evaluation.multiview import multiview_test
+from utils.run.probe import KNN_FILE
 from utils.run.split_records import write_flipped, write_fold_predictions
 from utils.run.trained import trained_run, write_record
 
@@ -53,6 +55,8 @@ def export_weights(job, figures):
     if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
         folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names, job.out / "model",
                                    job.task, temperature)
+        if job.settings.probe.probe == "knn":  # the kNN's memory bank beside the weights it votes with
+            shutil.copyfile(job.out / KNN_FILE, folder / KNN_FILE)
         if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
             write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
                                                            "tuned": dict(zip(job.class_names, tuned))})

@@ -17,10 +17,11 @@ from utils.config.options import parse
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
 from utils.data.transforms.input import Input
-from utils.models.libraries import add_adapters, build_model
+from utils.models.libraries import add_adapters, build_model, replace_classifier
 from utils.models.lora import FROZEN_FILE, LoraOptions, frozen_fingerprint, merged
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
+from utils.run.probe import KNN_FILE, knn_head
 from utils.training.checkpoints import STATE_FILE
 
 RECORD = "run.json"
@@ -55,6 +56,7 @@ class TrainedRun:
     # folds.py Remade.record); None: the split as the data has it
     split: dict = None
     lora: dict = None  # its --lora adapters (utils/models/lora.py LoraOptions), which its checkpoints hold unmerged
+    probe: dict = None  # --probe: its kind, and the kNN's k and temperature (the bank: utils/run/probe.py KNN_FILE)
 
 
 def trained_run(args, settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
@@ -67,7 +69,16 @@ def trained_run(args, settings, classes, multi_label=False, temperature=1.0, bat
                       "model_ema.safetensors" if args.model_ema else "model.safetensors",
                       batch.record() if batch is not None else None, lr_found,
                       remade.record() if remade is not None else None,
-                      dataclasses.asdict(settings.model.adapters) if settings.model.adapters else None)
+                      dataclasses.asdict(settings.model.adapters) if settings.model.adapters else None,
+                      probe_record(settings.probe))
+
+
+def probe_record(options):
+    """run.json's record of --probe's ProbeOptions `options` (None: the model trained)."""
+    if options.probe is None:
+        return None
+    return {"probe": "knn", "k": options.knn_k, "temperature": options.knn_temperature} if options.probe == "knn" \
+        else {"probe": "linear"}
 
 
 def tuned_for(run, ema=False, checkpoint=None):
@@ -150,6 +161,11 @@ def load_run(run_dir, ema=False, checkpoint=None):
         raise RunError(f"{weights}: does not fit {run.model} with {len(run.classes)} classes "
                        f"({str(e).splitlines()[0][:200]})") from None
     model = merged(model)
+    if (run.probe or {}).get("probe") == "knn":  # its classifier is the vote over the bank beside the weights
+        if not (run_dir / KNN_FILE).is_file():
+            raise RunError(f"{run_dir / KNN_FILE} does not exist: a --probe knn run votes with the memory bank it "
+                           f"wrote there; copy the run folder whole")
+        replace_classifier(model, run.model, knn_head(run_dir))
     calibrated = run.temperature != 1.0 and tuned_for(run, ema, checkpoint)  # T only where it was fitted
     return run, (Tempered(model, run.temperature) if calibrated else model).eval()
 

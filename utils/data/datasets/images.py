@@ -1,6 +1,7 @@
 """Images transformed with the randomness of one sample; ImageRows, the dataset every image source trains on."""
 
 import contextlib
+import copy
 
 import torch
 from torch.utils.data import Dataset
@@ -103,4 +104,12 @@ def load_on_device(image, label, key, epoch, transform, size, seed, classes=None
 def with_transform(ds, preset, decoded, seed=None, on_device=False, targets=ClassIndex(), decode=None):
     """ImageRows over `ds`, its epoch set through EpochSeeded."""
     rows = ImageRows(ds, preset, decoded, seed, on_device, targets, decode)
+    return EpochSeeded(rows, rows.epoch)
+
+
+def evaluated(train, val):
+    """The training split `train` (with_transform's) as validation sees it: `val`'s transform, no random draws (the
+    features --probe caches)."""
+    rows = copy.copy(train.dataset)
+    rows.preset, rows.seed = val.dataset.preset, None
     return EpochSeeded(rows, rows.epoch)

@@ -1,0 +1,175 @@
+"""--probe linear|knn: the run's model kept frozen, its features (what its classifier reads) computed once over the
+training and validation splits with the validation's transform, cached in the run folder, then classified by a sweep of
+linear heads (utils/training/probes.py) or the kNN vote (utils/evaluation/knn.py). The run folder is an ordinary one:
+the linear probe's chosen head is the model's classifier; the kNN's memory bank is knn_bank.safetensors beside it.
+
+The cache, <run>/features/{train,val}/chunk_<C>.safetensors: chunk C holds samples [C * size, (C + 1) * size) of its
+split in batches of --batch_size, each chunk computed by process C % world and written whole. The same chunks and
+batches on any number of processes make the same bytes; a run killed during the pass and started again with
+--resume latest computes only the chunks that are missing. features/key.json says what the cache was made from
+(weights, input, data, batches): another run's cache is refused, not mixed in."""
+
+import hashlib
+import json
+import math
+import time
+
+import torch
+from accelerate.utils import broadcast, gather_object
+from safetensors import safe_open
+from safetensors.torch import load, save
+from torch.utils.data import DataLoader
+
+from utils.core.io import write_bytes_atomic, write_json_atomic
+from utils.core.preemption import Interrupted, worker_init_fn
+from utils.data.datasets.images import evaluated
+from utils.data.errors import DataError
+from utils.evaluation.knn import KnnHead, knn_log_probs, normalised
+from utils.models.features import Features
+from utils.models.libraries import classifier
+from utils.training.probes import fit_linear, head_logits
+from utils.training.run_folder import FolderError
+
+CACHE = "features"
+CHUNK_BATCHES = 8  # batches a cache file holds: what a killed pass recomputes at most, per process
+VAL_BLOCK = 256  # queries the kNN compares at once: blocks of the validation split, whatever the world size
+KNN_FILE = "knn_bank.safetensors"  # the kNN's memory bank, in the run folder and in model/
+
+
+def probe(job, num_workers):
+    """(summary, figures) of the probe that the job's options ask for, as train() returns them for a trained run."""
+    options, accelerator, task = job.settings.probe, job.accelerator, job.task
+    model = job.bare_model().eval()
+    t0 = time.perf_counter()
+    key = cache_key(job, model)
+    train_ds = evaluated(job.train_loader.loader.dataset, job.val_loader.dataset)  # no augmentation
+    train, train_valid = cached(job, model, "train", train_ds, key, num_workers)
+    val, val_valid = cached(job, model, "val", job.val_loader.dataset, key, num_workers)
+    labels = torch.as_tensor(job.settings.source.labels(job.train_loader.loader.dataset))[train_valid]
+    val_labels = torch.as_tensor(job.settings.source.labels(job.val_loader.dataset))
+    train, positions = train[train_valid], torch.nonzero(val_valid).flatten()
+    classes = len(job.class_names)
+    if options.probe == "linear":
+        head, sweep, steps = fit_linear(train, labels, val[val_valid], val_labels[val_valid], classes, options,
+                                        job.args.epochs, job.args.batch_size, job.args.seed)
+        weight, bias = (broadcast(t.to(accelerator.device)).cpu() for t in (head.weight, head.bias))
+        layer = classifier(model, job.settings.model.name)
+        with torch.no_grad():
+            layer.weight.copy_(weight.to(layer.weight))
+            layer.bias.copy_(bias.to(layer.bias))
+        logits = head_logits(val[positions], weight.T, bias)
+        record = {"probe": "linear", "lr": head.lr, "weight_decay": head.weight_decay,
+                  "sweep": [{"lr": lr, "weight_decay": wd, "val_top1": top1} for lr, wd, top1 in sweep]}
+        accelerator.print(f"linear probe: {len(sweep)} heads, {steps} steps each; chosen lr {head.lr:g} weight decay "
+                          f"{head.weight_decay:g} (val top-1 {head.val_top1:.4f})")
+    else:
+        bank = normalised(train)
+        logits = knn_scores(accelerator, normalised(val[positions]), bank, labels, classes, options)
+        steps, record = 0, {"probe": "knn", "k": options.knn_k, "temperature": options.knn_temperature}
+        if accelerator.is_main_process:
+            write_bytes_atomic(job.out / KNN_FILE, save({"bank": bank.contiguous(), "labels": labels.contiguous()},
+                                                       {"k": str(options.knn_k), "classes": str(classes),
+                                                        "temperature": repr(options.knn_temperature)}))
+    fields = task.fields(logits, val_labels[positions])
+    figures = task.figures(fields)
+    figures["samples"] = task.samples(fields, positions)
+    row = {"step": steps, "epoch": job.args.epochs if steps else 0, **task.row(figures, job.class_names)}
+    job.logger.write(row, f"{options.probe} probe val: {task.line(figures)} ({figures['val_samples']} "
+                          f"{job.settings.sample_unit})")
+    return {"epochs_completed": job.args.epochs if steps else 0, "global_step": steps,
+            "world_size": accelerator.num_processes, "train_time_s": round(time.perf_counter() - t0, 3),
+            "model": job.args.model, "dataset": job.settings.source_name, "probe": record}, figures
+
+
+def knn_scores(accelerator, queries, bank, labels, classes, options):
+    """(queries, classes) kNN log-probabilities: blocks of VAL_BLOCK queries, block b on process b % world, gathered;
+    each block computed alike on any number of processes."""
+    blocks = range(math.ceil(len(queries) / VAL_BLOCK))
+    mine = {b: knn_log_probs(queries[b * VAL_BLOCK:(b + 1) * VAL_BLOCK].to(accelerator.device),
+                             bank.to(accelerator.device), labels.to(accelerator.device), classes, options.knn_k,
+                             options.knn_temperature).cpu()
+            for b in blocks if b % accelerator.num_processes == accelerator.process_index}
+    every = {b: part for found in gather_object([mine]) for b, part in found.items()}
+    return torch.cat([every[b] for b in blocks]) if every else torch.zeros(0, classes)
+
+
+def knn_head(folder):
+    """The KnnHead of a probe's knn_bank.safetensors in `folder`."""
+    with safe_open(folder / KNN_FILE, "pt") as f:
+        meta, bank, labels = f.metadata(), f.get_tensor("bank"), f.get_tensor("labels")
+    return KnnHead(bank, labels, int(meta["classes"]), int(meta["k"]), float(meta["temperature"]))
+
+
+def cache_key(job, model):
+    """What the cache is made from: the model's weights, its eval input, the data and the batches."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    inp = job.settings.input
+    return {"weights_sha256": digest.hexdigest(), "model": job.args.model, "data": job.data,
+            "val_samples": len(job.val_loader.dataset), "batch_size": job.args.batch_size,
+            "chunk_batches": CHUNK_BATCHES, "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation,
+                                                      inp.mean_std, inp.channels, inp.pixel_max]}
+
+
+def check_key(job, key):
+    """features/key.json written by the main process, or found equal to `key`: never another run's cache mixed in."""
+    path, key = job.out / CACHE / "key.json", json.loads(json.dumps(key))  # as JSON gives it back
+    same = True
+    if job.accelerator.is_main_process:
+        if path.is_file():
+            same = json.loads(path.read_text()) == key
+        else:
+            write_json_atomic(path, key)
+    if not all(gather_object([same])):
+        raise FolderError(f"probe: {path.parent} holds features of other weights, input, data or --batch_size than "
+                          f"this run's; give another --output_dir")
+
+
+def cached(job, model, split, dataset, key, num_workers):
+    """(features (n, dim) float32, valid (n,) bool) of every sample of `split`: this process computes its missing
+    chunks, then every process reads them all. A file that could not be decoded is one line (--skip_bad_images: left
+    out)."""
+    accelerator, size = job.accelerator, job.args.batch_size * CHUNK_BATCHES
+    if split == "train":
+        check_key(job, key)
+    folder = job.out / CACHE / split
+    chunks = range(math.ceil(len(dataset) / size))
+    missing = [c for c in chunks if not (folder / f"chunk_{c:05d}.safetensors").is_file()]
+    if len(missing) < len(chunks):  # a pass that was stopped: what it computed is kept
+        accelerator.print(f"features: {len(chunks) - len(missing)} of {len(chunks)} {split} files cached")
+    todo = [c for c in missing if c % accelerator.num_processes == accelerator.process_index]
+    batches = [list(range(start, min(start + job.args.batch_size, (c + 1) * size, len(dataset))))
+               for c in todo for start in range(c * size, min((c + 1) * size, len(dataset)), job.args.batch_size)]
+    if todo:
+        loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, worker_init_fn=worker_init_fn())
+        compute(job, model, loader, todo, size, folder, split)
+    accelerator.wait_for_everyone()
+    parts = [load((folder / f"chunk_{c:05d}.safetensors").read_bytes()) for c in chunks]
+    features, valid = torch.cat([p["features"] for p in parts]), torch.cat([p["valid"] for p in parts])
+    bad = int((~valid).sum())
+    if bad and not job.bad_images.skip:
+        raise DataError(f"probe: {bad} {split} file(s) could not be decoded (the first: sample "
+                        f"{int(torch.nonzero(~valid)[0])}); --skip_bad_images leaves them out")
+    return features, valid
+
+
+def compute(job, model, loader, todo, size, folder, split):
+    """This process's chunks `todo` of the split, each written whole once its batches are done."""
+    features, valid, chunk = [], [], iter(todo)
+    current, filled = next(chunk), 0
+    with Features(model, job.settings.model.name) as reader, torch.no_grad():
+        for batch in loader:
+            model(job.inputs(batch["pixel_values"].to(job.accelerator.device)))
+            features.append(reader.take(len(batch["valid"])).cpu())
+            valid.append(batch["valid"].bool())
+            filled += len(batch["valid"])
+            if filled == min(size, len(loader.dataset) - current * size):
+                write_bytes_atomic(folder / f"chunk_{current:05d}.safetensors",
+                                   save({"features": torch.cat(features).contiguous(), "valid": torch.cat(valid)}))
+                features, valid, filled = [], [], 0
+                if job.stop.requested:
+                    raise Interrupted(f"interrupted by {job.stop.signal_name} during the {split} features: cached "
+                                      f"up to here; rerun the same command with --resume latest")
+                current = next(chunk, None)

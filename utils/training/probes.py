@@ -1,0 +1,108 @@
+"""--probe linear: linear classifiers of a frozen backbone's cached features (utils/run/probe.py caches them), a
+sweep of learning rates and weight decays trained together, the one with the best validation top-1 kept, as DINOv2's
+linear evaluation chooses; --probe knn is scored in utils/evaluation/knn.py.
+
+Every process trains the same heads on the same features in the same order (a generator seeded from --seed), so they
+agree without a collective; the main process's chosen head is broadcast all the same."""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)  # --probe_lrs' default: SGD on raw features
+WEIGHT_DECAYS = (0.0, 1e-4, 1e-3)  # --probe_weight_decays'
+MOMENTUM = 0.9
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What the options ask of a probe, read from them once (utils/config/settings.py)."""
+
+    probe: str  # --probe: linear or knn (None: the model trains)
+    knn_k: int  # --knn_k: the neighbours that vote
+    knn_temperature: float  # --knn_temperature: a neighbour's vote is exp(cosine similarity / T)
+    probe_lrs: tuple  # --probe_lrs, --probe_weight_decays: the linear heads' sweep, one head each pair
+    probe_weight_decays: tuple
+
+
+# What a probe leaves alone, refused with it rather than ignored: the model's training, its augmentation and loss, the
+# checkpoints of its steps.
+NOT_WITH_PROBE = {
+    **dict.fromkeys(("lr", "optimizer", "momentum", "weight_decay", "lr_schedule", "warmup_epochs", "layer_decay",
+                     "grad_accum_steps", "max_train_steps", "clip_grad_norm", "skip_nonfinite_steps"),
+                    "sets the model's training; --probe linear sweeps --probe_lrs and --probe_weight_decays"),
+    **dict.fromkeys(("auto_augment", "rand_augment", "random_erase", "mixup_alpha", "cutmix_alpha", "ra_reps",
+                     "sampler", "progressive_resize", "train_crop_size", "train_crop_scale", "train_crop_ratio"),
+                    "augments training images; a probe's features are computed with the eval transform"),
+    **dict.fromkeys(("label_smoothing", "class_weights", "logit_adjust", "focal_gamma", "bce_loss", "teacher"),
+                    "sets the model's loss; a probe trains nothing of the model"),
+    **dict.fromkeys(("lora", "freeze_backbone", "model_ema", "drop_path", "dropout", "sync_bn", "grad_checkpointing",
+                     "compile", "eval_only", "lr_find", "keep_best", "early_stop", "calibrate", "tta",
+                     "checkpoint_every_steps", "save_every", "decode_on_device", "streaming"),
+                    "is not available with --probe (the backbone is frozen and its features cached once)"),
+}
+
+
+def check_options(options, need, defaults):
+    """Its own options; the combinations with the others are utils/config/checks.py's."""
+    knn, linear = options.probe == "knn", options.probe == "linear"
+    for key in ("knn_k", "knn_temperature"):
+        need(knn or getattr(options, key) == defaults[key], key, "sets the kNN probe: add --probe knn")
+    for key in ("probe_lrs", "probe_weight_decays"):
+        need(linear or tuple(getattr(options, key)) == tuple(defaults[key]), key, "sets the linear probe's sweep: "
+             "add --probe linear")
+    need(options.knn_k >= 1, "knn_k", "must be >= 1")
+    need(options.knn_temperature > 0, "knn_temperature", "must be > 0")
+    need(all(lr > 0 for lr in options.probe_lrs), "probe_lrs", "must each be > 0")
+    need(all(wd >= 0 for wd in options.probe_weight_decays), "probe_weight_decays", "must each be >= 0")
+
+
+@dataclass(frozen=True)
+class Head:
+    """One linear classifier of the sweep: weight (classes, dim) and bias as nn.Linear holds them, and what chose it."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    lr: float
+    weight_decay: float
+    val_top1: float
+
+
+def fit_linear(train, labels, val, val_labels, classes, options, epochs, batch_size, seed):
+    """(the chosen Head, every head's (lr, weight decay, val top-1) in sweep order, optimizer steps): one linear head per
+    (lr, weight decay) of `options` (ProbeOptions), trained together on features `train` (n, dim) with class indices
+    `labels` by SGD with momentum and a cosine schedule over `epochs` of batches of `batch_size`, shuffled by a
+    generator seeded from `seed`; the best top-1 on `val` wins, the first in sweep order on a tie."""
+    sweep = [(lr, wd) for lr in options.probe_lrs for wd in options.probe_weight_decays]
+    dim = train.shape[1]
+    weights = [torch.zeros(dim, classes, requires_grad=True) for _ in sweep]  # a convex problem: zeros start it
+    biases = [torch.zeros(classes, requires_grad=True) for _ in sweep]
+    groups = [group for (lr, wd), w, b in zip(sweep, weights, biases)
+              for group in ({"params": [w], "lr": lr, "weight_decay": wd}, {"params": [b], "lr": lr, "weight_decay": 0})]
+    optimizer = torch.optim.SGD(groups, momentum=MOMENTUM)
+    steps = epochs * math.ceil(len(train) / batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / steps)))
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for rows in torch.randperm(len(train), generator=generator).split(batch_size):
+            logits = torch.baddbmm(torch.stack(biases).unsqueeze(1), train[rows].expand(len(sweep), -1, -1),
+                                   torch.stack(weights))  # (heads, rows, classes)
+            # Each head's mean loss, summed: every head's gradient is its own loss's.
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels[rows].repeat(len(sweep)),
+                                                     reduction="sum") / len(rows)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    with torch.no_grad():
+        scores = [float((head_logits(val, w, b).argmax(1) == val_labels).float().mean()) if len(val) else 0.0
+                  for w, b in zip(weights, biases)]
+    best = max(range(len(sweep)), key=lambda i: (scores[i], -i))
+    chosen = Head(weights[best].detach().T.contiguous(), biases[best].detach().clone(), *sweep[best], scores[best])
+    return chosen, [(lr, wd, score) for (lr, wd), score in zip(sweep, scores)], steps
+
+
+def head_logits(features, weight, bias):
+    """Logits of (dim, classes) `weight` and `bias` on `features`."""
+    return features @ weight + bias
