@@ -118,9 +118,6 @@ def main(argv=None):
             raise RunError("--ema: the EMA weights are the run's final ones (model_ema.safetensors); --checkpoint "
                            "reads a checkpoint folder's trained weights: drop one of the two")
         run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
-        if opts.export_onnx and (run.probe or {}).get("probe") == "knn":
-            raise RunError("export_onnx: a --probe knn run votes over its memory bank, not a graph ONNX holds; "
-                           "export a --probe linear run")
         if run.temperature != 1.0 and not tuned_for(run, opts.ema, opts.checkpoint) and accelerator.is_main_process:
             print(f"calibration: the run's temperature {run.temperature:.4f} was fitted to {run.tuned_on} (what "
                   f"model/ holds); these weights' logits are used as they are"

@@ -34,13 +34,11 @@ The hardware is chosen by the launcher's config, never here. Runbook:
     # tests
     python -m pytest
 
-Every option: `python train_classification.py --help`. A YAML recipe (`--config`) sets defaults;
-the command line wins. Outputs go to --output_dir: config.yaml, metrics.jsonl, results.json,
-model.safetensors, curves.png, confusion_matrix.png/.csv, checkpoints/ and, with --dump_rank_metrics,
-eval/epoch_<E>/rank_<R>.json. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline works).
+Every option: `python train_classification.py --help`. A YAML recipe (`--config`) sets defaults; the command line
+wins. What a run folder holds: docs/outputs.md. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline).
 
 Read top to bottom, a run in order: main (parse -> settings -> [the LR range test, find_lr] -> build the job ->
-train or evaluate -> export -> report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
+train, evaluate or probe (work) -> export -> report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
 training_loss, agree_on_step), validation (evaluate_only, validate, evaluate), and the
 checkpoint. What a run is made of and how it is built: utils/run/job.py.
 """
@@ -63,9 +61,8 @@ from utils.config.settings import as_checkpointed
 from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
-from utils.evaluation.metrics import dump_rank_sums
+from utils.evaluation.metrics import dump_rank_sums, figure_name
 from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
-from utils.evaluation.metrics import figure_name
 from utils.evaluation.tasks import tracked_key
 from utils.models.ema import update_ema
 from utils.models.lora import FROZEN_FILE, write_frozen
@@ -117,13 +114,7 @@ def main(argv=None):
         position, state = resume(job, resume_from) if resume_from is not None else (checkpoints.Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
-        if args.eval_only:
-            summary, figures = evaluate_only(job, position)
-        elif settings.probe.probe:  # the backbone frozen: its features cached, then a linear head or a kNN
-            summary, figures = probe(job, num_workers)
-            start_pictures(job, figures)
-        else:
-            summary, figures = train(job, position)
+        summary, figures = work(job, position, num_workers)
         if not args.eval_only:
             export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
         results = report_results(job, summary, figures, train_samples, command_line(argv))
@@ -147,6 +138,13 @@ def main(argv=None):
         if lock is not None:
             lock.release()
     fail(problem)  # outside the handler: the error's frames (and what they hold) are gone by now
+
+
+def work(job, position, num_workers):
+    """(summary, figures): --eval_only's scoring, --probe's of the frozen model (utils/run/probe.py), or training."""
+    if job.settings.probe.probe:
+        return probe(job, num_workers)
+    return evaluate_only(job, position) if job.args.eval_only else train(job, position)
 
 
 def cannot_go_on(error, args, accelerator):

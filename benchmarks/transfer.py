@@ -1,6 +1,7 @@
 """Transfer to new classes offline: a backbone trained on the digits 0-4, adapted to the digits 5-9 by fine-tuning the
-whole model, the head alone (--freeze_backbone), or LoRA adapters (--lora); top-1, wall time and trainable parameters
-side by side, with training from scratch as the floor.
+whole model, the head alone (--freeze_backbone), LoRA adapters (--lora), or not at all: a kNN vote or a linear probe on
+its frozen features (--probe knn|linear); top-1, wall time and trainable parameters side by side, with training from
+scratch as the floor.
 
     python benchmarks/transfer.py                          # resnet18 and a small ViT, 6 epochs on 5-9
     python benchmarks/transfer.py --models resnet18 --epochs 3 --out runs/bench_transfer_short
@@ -118,7 +119,15 @@ def main():
         base = out / model / "A"
         train(["--model", name, *recipe, *data("A"), "--epochs", args.pretrain_epochs], base, out / f"{model}_A.log")
         targets = ["--lora_targets", *RESNET_TARGETS] if model == "resnet18" else []
-        for mode in ("scratch", "full", "head", "lora"):
+        for mode in ("scratch", "full", "head", "lora", "knn", "linear"):
+            if mode in ("knn", "linear"):  # the frozen backbone's features: one run, nothing of the model trains
+                results, wall, lines = train(["--model", name, *data("B"), "--epochs", args.epochs, "--init_from",
+                                              base / "model.safetensors", "--probe", mode],
+                                             out / model / mode, out / f"{model}_{mode}.log")
+                trainable, total = parameter_counts(name, "head" if mode == "linear" else mode, "")
+                rows.append((model, mode, [(results["val_top1"], results["train_time_s"], wall)],
+                             trainable if mode == "linear" else 0, total))
+                continue
             # the ViT's LRs: the whole model fine-tuned at a fifth of its from-scratch LR, its head and adapters at ten
             # times it
             lr = {"full": ["--lr", "2e-4"], "head": ["--lr", "0.01"], "lora": ["--lr", "0.01"]}.get(mode, [])

@@ -135,6 +135,11 @@ def test_knn_is_the_same_on_one_and_two_processes_a_killed_pass_resumes_and_a_br
     np.testing.assert_allclose(probs.max(dim=1).values.numpy(), expected.max(axis=1), atol=1e-4)
     assert probs.argmax(dim=1).tolist() == expected.argmax(axis=1).tolist()
     assert (one / "model" / "knn_bank.safetensors").read_bytes() == (one / "knn_bank.safetensors").read_bytes()
+    import predict
+
+    with pytest.raises(SystemExit) as refused:  # the vote is no graph: one line, nothing written
+        predict.main([str(one), "--export_onnx", str(tmp_path / "knn.onnx")])
+    assert refused.value.code == 2 and not (tmp_path / "knn.onnx").exists()
     cached_before = sum(name.endswith(".safetensors") for name in kept)  # rank 0's two, and what rank 1 had done
     assert cached_before >= 2 and f"features: {cached_before} of 5 train files cached" in job.stdout, job.stdout
 
@@ -248,6 +253,7 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
     (["--probe", "linear", "--lr", "0.5"], "lr: sets the model's training"),
     (["--probe", "knn", "--dataset", "moving_digits"], "probe: caches image features: not available for video"),
     (["--probe", "knn", "--resume", "runs/x/checkpoints/epoch_1"], "resume"),
+    (["--probe", "knn", "--folds", "3", "--fold", "0"], "folds: a fold's predictions are its model's classifier's"),
 ])
 def test_what_a_probe_cannot_apply_is_one_line(argv, said, capsys):
     code, lines = parse_fails(argv, capsys)

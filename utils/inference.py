@@ -19,6 +19,7 @@ from utils.data.sources.catalog import source_named
 from utils.data.transforms.images import Fixed
 from utils.core.io import write_bytes_atomic, write_text_atomic
 from utils.data.transforms.video import video_eval, video_test
+from utils.evaluation.knn import KnnHead
 from utils.run.trained import RunError, load_run, tuned_for  # noqa: F401 (predict.py's, with what follows)
 
 
@@ -125,6 +126,9 @@ def export_onnx(model, inp, path, overwrite=False, task=None):
     path = Path(path)
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
+    if any(isinstance(module, KnnHead) for module in model.modules()):
+        raise RunError("export_onnx: a --probe knn run votes over its memory bank, not a graph ONNX holds; export a "
+                       "--probe linear run")
     graph = EvalGraph(model, inp, task).eval()
     shape = input_shape(inp)
     example = example_pixels(inp, 2, seed=0)

@@ -128,6 +128,8 @@ def _probe(args, need, source, defaults, options):
     for key, why in probes.NOT_WITH_PROBE.items():
         need(getattr(args, key) == defaults[key], key, why)
     need(args.batch_size != "auto", "batch_size", "auto tries training steps; a probe trains none: give a number")
+    need(not (options.probe == "knn" and args.folds), "folds", "a fold's predictions are its model's classifier's, and "
+         "--probe knn votes instead: use --probe linear")
     need(args.resume in (None, "latest"), "resume", "a probe has no checkpoints: --resume latest continues its "
          "feature pass")
 

@@ -8,6 +8,7 @@ bank saved beside the weights (predict.py)."""
 
 import torch
 
+KNN_FILE = "knn_bank.safetensors"  # a --probe knn run's memory bank, in its folder and in model/
 TINY = 1e-12  # a class no neighbour voted for: log-probability log(1e-12), not -inf (the loss stays finite)
 
 
@@ -48,3 +49,12 @@ class KnnHead(torch.nn.Module):
     def forward(self, features):
         return knn_log_probs(normalised(features.flatten(1)), self.bank, self.labels, self.classes, self.k,
                              self.temperature)
+
+
+def knn_head(folder):
+    """The KnnHead of the memory bank a --probe knn run wrote to `folder` (KNN_FILE)."""
+    from safetensors import safe_open
+
+    with safe_open(folder / KNN_FILE, "pt") as f:
+        meta, bank, labels = f.metadata(), f.get_tensor("bank"), f.get_tensor("labels")
+    return KnnHead(bank, labels, int(meta["classes"]), int(meta["k"]), float(meta["temperature"]))

@@ -16,7 +16,6 @@ import time
 
 import torch
 from accelerate.utils import broadcast, gather_object
-from safetensors import safe_open
 from safetensors.torch import load, save
 from torch.utils.data import DataLoader
 
@@ -24,16 +23,16 @@ from utils.core.io import write_bytes_atomic, write_json_atomic
 from utils.core.preemption import Interrupted, worker_init_fn
 from utils.data.datasets.images import evaluated
 from utils.data.errors import DataError
-from utils.evaluation.knn import KnnHead, knn_log_probs, normalised
+from utils.evaluation.knn import KNN_FILE, knn_log_probs, normalised
 from utils.models.features import Features
 from utils.models.libraries import classifier
+from utils.run.records import start_pictures
 from utils.training.probes import fit_linear, head_logits
 from utils.training.run_folder import FolderError
 
 CACHE = "features"
 CHUNK_BATCHES = 8  # batches a cache file holds: what a killed pass recomputes at most, per process
 VAL_BLOCK = 256  # queries the kNN compares at once: blocks of the validation split, whatever the world size
-KNN_FILE = "knn_bank.safetensors"  # the kNN's memory bank, in the run folder and in model/
 
 
 def probe(job, num_workers):
@@ -51,7 +50,7 @@ def probe(job, num_workers):
     classes = len(job.class_names)
     if options.probe == "linear":
         head, sweep, steps = fit_linear(train, labels, val[val_valid], val_labels[val_valid], classes, options,
-                                        job.args.epochs, job.args.batch_size, job.args.seed)
+                                        job.args.epochs, job.args.batch_size, job.args.seed, accelerator.device)
         weight, bias = (broadcast(t.to(accelerator.device)).cpu() for t in (head.weight, head.bias))
         layer = classifier(model, job.settings.model.name)
         with torch.no_grad():
@@ -76,6 +75,7 @@ def probe(job, num_workers):
     row = {"step": steps, "epoch": job.args.epochs if steps else 0, **task.row(figures, job.class_names)}
     job.logger.write(row, f"{options.probe} probe val: {task.line(figures)} ({figures['val_samples']} "
                           f"{job.settings.sample_unit})")
+    start_pictures(job, figures)
     return {"epochs_completed": job.args.epochs if steps else 0, "global_step": steps,
             "world_size": accelerator.num_processes, "train_time_s": round(time.perf_counter() - t0, 3),
             "model": job.args.model, "dataset": job.settings.source_name, "probe": record}, figures
@@ -85,19 +85,12 @@ def knn_scores(accelerator, queries, bank, labels, classes, options):
     """(queries, classes) kNN log-probabilities: blocks of VAL_BLOCK queries, block b on process b % world, gathered;
     each block computed alike on any number of processes."""
     blocks = range(math.ceil(len(queries) / VAL_BLOCK))
-    mine = {b: knn_log_probs(queries[b * VAL_BLOCK:(b + 1) * VAL_BLOCK].to(accelerator.device),
-                             bank.to(accelerator.device), labels.to(accelerator.device), classes, options.knn_k,
-                             options.knn_temperature).cpu()
+    bank, labels = bank.to(accelerator.device), labels.to(accelerator.device)  # once, not a block at a time
+    mine = {b: knn_log_probs(queries[b * VAL_BLOCK:(b + 1) * VAL_BLOCK].to(accelerator.device), bank, labels, classes,
+                             options.knn_k, options.knn_temperature).cpu()
             for b in blocks if b % accelerator.num_processes == accelerator.process_index}
     every = {b: part for found in gather_object([mine]) for b, part in found.items()}
     return torch.cat([every[b] for b in blocks]) if every else torch.zeros(0, classes)
-
-
-def knn_head(folder):
-    """The KnnHead of a probe's knn_bank.safetensors in `folder`."""
-    with safe_open(folder / KNN_FILE, "pt") as f:
-        meta, bank, labels = f.metadata(), f.get_tensor("bank"), f.get_tensor("labels")
-    return KnnHead(bank, labels, int(meta["classes"]), int(meta["k"]), float(meta["temperature"]))
 
 
 def cache_key(job, model):

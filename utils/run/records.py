@@ -19,7 +19,7 @@ from utils.reporting.failures import failure_pictures, prediction_rows, write_fa
 from utils.reporting.html_report import write_html
 from utils.reporting.model_folder import save_model_folder
 from utils.evaluation.multiview import multiview_test
-from utils.run.probe import KNN_FILE
+from utils.evaluation.knn import KNN_FILE
 from utils.run.split_records import write_flipped, write_fold_predictions
 from utils.run.trained import trained_run, write_record
 

@@ -21,7 +21,7 @@ from utils.models.libraries import add_adapters, build_model, replace_classifier
 from utils.models.lora import FROZEN_FILE, LoraOptions, frozen_fingerprint, merged
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
-from utils.run.probe import KNN_FILE, knn_head
+from utils.evaluation.knn import KNN_FILE, knn_head
 from utils.training.checkpoints import STATE_FILE
 
 RECORD = "run.json"

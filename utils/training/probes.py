@@ -69,15 +69,17 @@ class Head:
     val_top1: float
 
 
-def fit_linear(train, labels, val, val_labels, classes, options, epochs, batch_size, seed):
+def fit_linear(train, labels, val, val_labels, classes, options, epochs, batch_size, seed, device="cpu"):
     """(the chosen Head, every head's (lr, weight decay, val top-1) in sweep order, optimizer steps): one linear head per
     (lr, weight decay) of `options` (ProbeOptions), trained together on features `train` (n, dim) with class indices
     `labels` by SGD with momentum and a cosine schedule over `epochs` of batches of `batch_size`, shuffled by a
-    generator seeded from `seed`; the best top-1 on `val` wins, the first in sweep order on a tie."""
+    generator seeded from `seed`; the best top-1 on `val` wins, the first in sweep order on a tie. On `device`, the
+    features moved there once."""
     sweep = [(lr, wd) for lr in options.probe_lrs for wd in options.probe_weight_decays]
+    train, labels, val, val_labels = (t.to(device) for t in (train, labels, val, val_labels))
     dim = train.shape[1]
-    weights = [torch.zeros(dim, classes, requires_grad=True) for _ in sweep]  # a convex problem: zeros start it
-    biases = [torch.zeros(classes, requires_grad=True) for _ in sweep]
+    weights = [torch.zeros(dim, classes, device=device, requires_grad=True) for _ in sweep]  # convex: zeros start it
+    biases = [torch.zeros(classes, device=device, requires_grad=True) for _ in sweep]
     groups = [group for (lr, wd), w, b in zip(sweep, weights, biases)
               for group in ({"params": [w], "lr": lr, "weight_decay": wd}, {"params": [b], "lr": lr, "weight_decay": 0})]
     optimizer = torch.optim.SGD(groups, momentum=MOMENTUM)
@@ -85,7 +87,7 @@ def fit_linear(train, labels, val, val_labels, classes, options, epochs, batch_s
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / steps)))
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
-        for rows in torch.randperm(len(train), generator=generator).split(batch_size):
+        for rows in torch.randperm(len(train), generator=generator).to(device).split(batch_size):
             logits = torch.baddbmm(torch.stack(biases).unsqueeze(1), train[rows].expand(len(sweep), -1, -1),
                                    torch.stack(weights))  # (heads, rows, classes)
             # Each head's mean loss, summed: every head's gradient is its own loss's.
@@ -99,7 +101,7 @@ def fit_linear(train, labels, val, val_labels, classes, options, epochs, batch_s
         scores = [float((head_logits(val, w, b).argmax(1) == val_labels).float().mean()) if len(val) else 0.0
                   for w, b in zip(weights, biases)]
     best = max(range(len(sweep)), key=lambda i: (scores[i], -i))
-    chosen = Head(weights[best].detach().T.contiguous(), biases[best].detach().clone(), *sweep[best], scores[best])
+    chosen = Head(weights[best].detach().T.contiguous().cpu(), biases[best].detach().cpu(), *sweep[best], scores[best])
     return chosen, [(lr, wd, score) for (lr, wd), score in zip(sweep, scores)], steps
 
 
