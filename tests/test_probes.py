@@ -241,6 +241,8 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
                                       "--seed", "1"), capsys)  # another random backbone, all else the same
     assert code == 2 and "holds features of other weights" in err.strip().splitlines()[-1]
     assert cache_bytes(tmp_path / "skipped") == cached
+    code, err = main_fails(["--dataset", "multi_digits", "--probe", "knn", "--output_dir", tmp_path / "multi"], capsys)
+    assert code == 2 and "probe: votes or fits one class a sample" in err.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("argv, said", [

@@ -53,7 +53,9 @@ class MultiLabel:
                "logit_adjust": "adds the log-prior of one class a sample to softmax logits; multi-label data has a "
                                "sigmoid a class",
                "calibrate": "fits one temperature to a softmax's logits; multi-label data has a sigmoid a class, each "
-                            "its own"}
+                            "its own",
+               "probe": "votes or fits one class a sample (kNN, a softmax head); not available for multi-label data "
+                        "yet"}
 
     def __init__(self, num_classes, threshold=0.5, tta_kind=None, track="map"):
         self.classes, self.threshold, self.tta = num_classes, threshold, tta_kind
