@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import main_fails, make_folder, parse_fails, read_json, run_main, snapshot
-from ranks import ranks_killed, ranks_ok
+from ranks import ranks_killed, ranks_ok, run_ranks
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -96,6 +96,31 @@ def test_the_sweep_trains_each_head_as_alone_and_a_tie_goes_to_the_first_in_swee
                              ProbeOptions("linear", 20, 0.07, (0.1,), (0.05,)), 4, 7, 3)
     torch.testing.assert_close(alone.weight, layer.weight.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(alone.bias, layer.bias.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_vote_in_blocks_shared_by_two_processes_is_the_vote_of_one(monkeypatch):
+    """knn_scores' blocks of queries (3 of 256, the last ragged) computed by 2 processes, gathered in rank order (0 and 2
+    on the first, 1 on the second), put back in block order: what 1 process computes."""
+    from types import SimpleNamespace
+
+    from utils.evaluation.knn import normalised
+    from utils.run import probe
+    from utils.training.probes import ProbeOptions
+
+    generator = torch.Generator().manual_seed(2)
+    queries, bank = normalised(torch.randn(600, 8, generator=generator)), normalised(torch.randn(90, 8, generator=generator))
+    labels, options = torch.arange(90) % 4, ProbeOptions("knn", 5, 0.07, (0.1,), (0.0,))
+
+    def scores(rank, world, gathered):
+        monkeypatch.setattr(probe, "gather_object", gathered)
+        accelerator = SimpleNamespace(num_processes=world, process_index=rank, device=torch.device("cpu"))
+        return probe.knn_scores(accelerator, queries, bank, labels, 4, options)
+
+    shares = {}
+    scores(1, 2, lambda mine: shares.setdefault(1, mine[0]) and [{}])
+    assert sorted(shares[1]) == [1]
+    two = scores(0, 2, lambda mine: [mine[0], shares[1]])
+    assert torch.equal(two, scores(0, 1, lambda mine: mine)) and two.shape == (600, 4)
 
 
 @pytest.mark.slow
@@ -218,6 +243,15 @@ def test_the_linear_probe_on_the_cache_is_the_head_trained_on_features_computed_
     ranks_ok(folder_job(folders, tmp_path / "two", "--num_workers", "1"), nproc=2)
     assert cache_bytes(tmp_path / "two") == cache_bytes(out)
     assert load_file(tmp_path / "two" / "model.safetensors")["fc.weight"].equal(weights["fc.weight"])
+    # SIGTERM at the third batch of the first cache file (of 8): that file is finished and written, then the run stops
+    # (exit 75); resumed, the same cache and head
+    term = folder_job(folders, tmp_path / "term", "--num_workers", "1")
+    stopped = run_ranks(["features:3", "TERM", "group", "0", *term], nproc=1, target="helpers.signal_at:main")
+    assert stopped.returncode == 75, stopped.report()
+    assert [p.name for p in (tmp_path / "term" / "features" / "train").iterdir()] == ["chunk_00000.safetensors"]
+    ranks_ok([*term, "--resume", "latest"], nproc=1)
+    assert cache_bytes(tmp_path / "term") == cache_bytes(out)
+    assert load_file(tmp_path / "term" / "model.safetensors")["fc.weight"].equal(weights["fc.weight"])
 
 
 @pytest.mark.slow
@@ -233,6 +267,14 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
                                                                  "file(s) could not be decoded"), err
     results = run_main(folder_job(broken, tmp_path / "skipped", "--skip_bad_images"))
     assert results["train_samples"] == 51 and results["val_samples"] == 13
+    # the broken file left out, each other sample with its own label: the head the clean folder's run trains (the
+    # same samples in the same shuffled order; features within rounding of a batch holding the blank)
+    clean = run_main(folder_job(folders, tmp_path / "clean"))
+    assert results["val_top1"] == clean["val_top1"] and results["probe"]["lr"] == clean["probe"]["lr"]
+    from safetensors.torch import load_file
+
+    torch.testing.assert_close(load_file(tmp_path / "skipped" / "model.safetensors")["fc.weight"],
+                               load_file(tmp_path / "clean" / "model.safetensors")["fc.weight"], rtol=1e-3, atol=1e-4)
     cached = cache_bytes(tmp_path / "skipped")
     code, err = main_fails(folder_job(broken, tmp_path / "skipped", "--skip_bad_images", "--resume", "latest",
                                       "--image_size", "24"), capsys)

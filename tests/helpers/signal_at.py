@@ -5,7 +5,8 @@
 
 WHEN: step:N (right after optimizer step N is counted, before its checkpoint) or save:NAME (while
 checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet) or chunk:SPLIT/C (right
-after --probe's feature cache file C of SPLIT is written).
+after --probe's feature cache file C of SPLIT is written) or features:N (right after this process's N-th batch of
+--probe's features is computed).
 SIGNAL: TERM, INT or KILL. TARGET: self; alone (this process only, as a crash or the OOM killer ends it, its
 DataLoader workers stopped first so that they outlive it, as workers do that have not yet noticed); group (this
 process's process group: its DataLoader workers too, as SLURM and torchrun deliver signals); parent (the launcher
@@ -80,6 +81,18 @@ def main(argv=None):
                 if f"{Path(path).parent.name}/{Path(path).stem.removeprefix('chunk_')}" == value:
                     fire(signame, target)
             probe.write_bytes_atomic = write_chunk
+        elif kind == "features":
+            from utils.models.features import Features
+
+            taken, seen = Features.take, []
+
+            def take(self, rows):
+                found = taken(self, rows)
+                seen.append(rows)
+                if len(seen) == int(value):
+                    fire(signame, target)
+                return found
+            Features.take = take
         else:
             raise SystemExit(f"unknown WHEN {when}")
     train_classification.main(argv)
