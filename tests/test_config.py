@@ -247,7 +247,7 @@ RENAMED = {("model", "name"): "model", ("model", "ema"): "model_ema", ("model", 
 
 def test_every_typed_option_is_read_from_its_own_option():
     """Each option's value a distinct marker: every field of every typed object (Settings' model, optimizer, schedule,
-    batch, losses, balance, trackers, data, input and run folder options) holds its own option's marker, lists as tuples."""
+    batch, losses, balance, trackers, data, input, run folder and probe options) holds its own option's marker, lists as tuples."""
     import argparse
     import dataclasses
 
@@ -256,11 +256,11 @@ def test_every_typed_option_is_read_from_its_own_option():
 
     markers = {key: f"<{key}>" for key in parser_defaults()}
     listed = {"opt_betas", "opt_kwargs", "lr_milestones", "wandb_tags", "mean", "std", "bands", "progressive_resize",
-              "train_crop_scale", "train_crop_ratio"}  # kept as tuples
+              "train_crop_scale", "train_crop_ratio", "probe_lrs", "probe_weight_decays"}  # kept as tuples
     args = argparse.Namespace(**{key: [value] if key in listed else value for key, value in markers.items()})
     typed = typed_options(args)
     assert sorted(typed) == ["balance", "batch", "data", "folder", "input_options", "losses", "model", "optimizer",
-                             "schedule", "trackers"]
+                             "probe", "schedule", "trackers"]
     for kind, options in typed.items():
         for field in dataclasses.fields(options):
             option = RENAMED.get((kind, field.name), field.name)

@@ -177,9 +177,9 @@ def add_probe_options(p):
     g.add_argument("--knn_k", resume_key=False, type=int, default=20, help="--probe knn: the neighbours that vote")
     g.add_argument("--knn_temperature", resume_key=False, type=float, default=0.07,
                    help="--probe knn: a neighbour's vote is exp(cosine similarity / T) (DINO's)")
-    g.add_argument("--probe_lrs", resume_key=False, type=float, nargs="+", default=LRS, metavar="LR",
+    g.add_argument("--probe_lrs", resume_key=False, type=float, nargs="+", default=list(LRS), metavar="LR",
                    help="--probe linear: the learning rates of the sweep (SGD, momentum 0.9, cosine)")
-    g.add_argument("--probe_weight_decays", resume_key=False, type=float, nargs="+", default=WEIGHT_DECAYS,
+    g.add_argument("--probe_weight_decays", resume_key=False, type=float, nargs="+", default=list(WEIGHT_DECAYS),
                    metavar="WD", help="--probe linear: the weight decays of the sweep, a head each (LR, WD)")
 
 
