@@ -42,6 +42,12 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
     assert {"curves", "confusion_matrix", "calibration", "top_losses"} <= set(events.Tags()["images"])  # the PNGs
     state = read_json(out / "checkpoints" / "epoch_1" / "training_state.json")
     assert state["tracker_run_id"] == runs[0].rsplit("-", 1)[1]
+    # the options as TensorBoard's hyperparameters: scalars, a list option as its text (--probe_lrs' default)
+    import yaml
+
+    hparams = yaml.safe_load(one((out / "train-classification").glob("*/hparams.yml")).read_text())
+    assert hparams["probe_lrs"] == str([0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0])
+    assert hparams["epochs"] == 2
 
     # wandb: its own confusion chart (the evaluate module's counts) and a table of validation images
     media = out / "wandb" / runs[0] / "files" / "media" / "table"

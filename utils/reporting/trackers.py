@@ -49,10 +49,17 @@ def start(accelerator, options, out, config, run_id=None):
     accelerator.project_configuration.logging_dir = str(out)  # TensorBoard writes <out>/<project_name>
     wandb_kwargs = {"name": options.run_name or out.name, "dir": str(out), "entity": options.wandb_entity,
                     "tags": options.wandb_tags, "id": run_id or options.wandb_run_id, "resume": "allow"}
-    accelerator.init_trackers(options.project_name, config=config, init_kwargs={"wandb": wandb_kwargs})
+    accelerator.init_trackers(options.project_name, init_kwargs={"wandb": wandb_kwargs})
+    for tracker in accelerator.trackers:  # TensorBoard's hparams take scalars only: a list option goes as its text
+        tracker.store_init_configuration(scalars(config) if tracker.name == "tensorboard" else config)
     if "wandb" in TRACKERS[options.report_to] and accelerator.is_main_process:
         return accelerator.get_tracker("wandb", unwrap=True).id
     return None
+
+
+def scalars(config):
+    """`config` with its lists, tuples and dicts as their text (--mean 0.5 0.5 0.5, --probe_lrs' sweep)."""
+    return {key: str(value) if isinstance(value, (list, tuple, dict)) else value for key, value in config.items()}
 
 
 EXAMPLES = 16  # validation images in the wandb table
