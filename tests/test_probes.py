@@ -167,6 +167,7 @@ def test_knn_is_the_same_on_one_and_two_processes_a_killed_pass_resumes_and_a_br
     assert refused.value.code == 2 and not (tmp_path / "knn.onnx").exists()
     cached_before = sum(name.endswith(".safetensors") for name in kept)  # rank 0's two, and what rank 1 had done
     assert cached_before >= 2 and f"features: {cached_before} of 5 train files cached" in job.stdout, job.stdout
+    assert "resume: a probe has no checkpoints; its feature pass continues" in job.stdout
 
 
 def pixels_of(dataset):

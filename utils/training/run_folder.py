@@ -32,6 +32,7 @@ class FolderOptions:
     resume: str  # a checkpoint folder, latest, or None
     eval_only: bool  # an evaluation scores a checkpoint in a folder of its own, whatever its schedule
     model: str  # a new folder's name holds it
+    probe: str = None  # --probe: no checkpoints; --resume latest continues its feature pass (utils/run/probe.py)
 
 
 def _decided(accelerator, decide):
@@ -157,7 +158,10 @@ def _choose(options, out, world_size, kept):
     checkpoints.recover(out)
     if options.resume == "latest":
         folder = checkpoints.latest(out)
-        if folder is None:
+        if folder is None and options.probe:
+            print(f"resume: a probe has no checkpoints; its feature pass continues from the files under "
+                  f"{out / 'features'}", flush=True)
+        elif folder is None:
             print(f"resume: no complete checkpoint under {out}: starting afresh", flush=True)
     elif options.resume is not None:
         folder = Path(options.resume)  # complete: output_dir_for checked
