@@ -264,10 +264,12 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
     (broken / "tr" / "dog" / "zz_broken.png").write_bytes(b"not an image")
     out = tmp_path / "run"
     code, err = main_fails(folder_job(broken, out), capsys)
-    assert code == 2 and err.strip().splitlines()[-1].startswith("train_classification.py: error: probe: 1 train "
-                                                                 "file(s) could not be decoded"), err
+    assert code == 2 and err.strip().splitlines()[-1].startswith(
+        f"train_classification.py: error: probe: 1 train file(s) could not be decoded, the first "
+        f"{broken / 'tr' / 'dog' / 'zz_broken.png'} ("), err
     results = run_main(folder_job(broken, tmp_path / "skipped", "--skip_bad_images"))
     assert results["train_samples"] == 51 and results["val_samples"] == 13
+    assert results["skipped_images"] == [str(broken / "tr" / "dog" / "zz_broken.png")]
     # the broken file left out, each other sample with its own label: the head the clean folder's run trains (the
     # same samples in the same shuffled order; features within rounding of a batch holding the blank)
     clean = run_main(folder_job(folders, tmp_path / "clean"))

@@ -16,6 +16,7 @@ import time
 
 import torch
 from accelerate.utils import broadcast, gather_object
+from safetensors import safe_open
 from safetensors.torch import load, save
 from torch.utils.data import DataLoader
 
@@ -139,29 +140,42 @@ def cached(job, model, split, dataset, key, num_workers):
         loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, worker_init_fn=worker_init_fn())
         compute(job, model, loader, todo, size, folder, split)
     accelerator.wait_for_everyone()
-    parts = [load((folder / f"chunk_{c:05d}.safetensors").read_bytes()) for c in chunks]
+    files = [folder / f"chunk_{c:05d}.safetensors" for c in chunks]
+    parts = [load(f.read_bytes()) for f in files]
     features, valid = torch.cat([p["features"] for p in parts]), torch.cat([p["valid"] for p in parts])
-    bad = int((~valid).sum())
-    if bad and not job.bad_images.skip:
-        raise DataError(f"probe: {bad} {split} file(s) could not be decoded (the first: sample "
-                        f"{int(torch.nonzero(~valid)[0])}); --skip_bad_images leaves them out")
+    if not valid.all():  # every process reads every file's list: the same line everywhere, or the same skipped files
+        bad = dict(pair for f in files for pair in undecodable(f))
+        if not job.bad_images.skip:
+            first, error = next(iter(bad.items()))
+            raise DataError(f"probe: {len(bad)} {split} file(s) could not be decoded, the first {first} ({error}); "
+                            f"--skip_bad_images leaves them out")
+        job.bad_images.found.update(bad)  # results.json's skipped_images, bad_images.txt
     return features, valid
+
+
+def undecodable(path):
+    """[(file, error)] of the samples of cache file `path` that could not be decoded."""
+    with safe_open(path, "pt") as f:
+        return json.loads(f.metadata()["bad"])
 
 
 def compute(job, model, loader, todo, size, folder, split):
     """This process's chunks `todo` of the split, each written whole once its batches are done."""
-    features, valid, chunk = [], [], iter(todo)
+    features, valid, bad, chunk = [], [], [], iter(todo)
     current, filled = next(chunk), 0
     with Features(model, job.settings.model.name) as reader, torch.no_grad():
         for batch in loader:
             model(job.inputs(batch["pixel_values"].to(job.accelerator.device)))
             features.append(reader.take(len(batch["valid"])).cpu())
             valid.append(batch["valid"].bool())
+            bad += [(source, error) for source, error, ok in zip(batch["source"], batch["error"], batch["valid"])
+                    if not ok]
             filled += len(batch["valid"])
             if filled == min(size, len(loader.dataset) - current * size):
                 write_bytes_atomic(folder / f"chunk_{current:05d}.safetensors",
-                                   save({"features": torch.cat(features).contiguous(), "valid": torch.cat(valid)}))
-                features, valid, filled = [], [], 0
+                                   save({"features": torch.cat(features).contiguous(), "valid": torch.cat(valid)},
+                                        {"bad": json.dumps(bad)}))  # the files that could not be decoded
+                features, valid, bad, filled = [], [], [], 0
                 if job.stop.requested:
                     raise Interrupted(f"interrupted by {job.stop.signal_name} during the {split} features: cached "
                                       f"up to here; rerun the same command with --resume latest")
