@@ -191,3 +191,16 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
         predict.main([str(out), str(images / "va"), "--checkpoint", str(final)])
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(err) == 1 and "holds other frozen weights than" in err[0], err
+
+
+def test_the_weights_digest_keeps_the_format_checkpoints_recorded():
+    """frozen_sha256 in a --lora checkpoint (and a probe's features/key.json) is this digest: each name in order, then
+    its tensor's bytes; another format would refuse every older checkpoint's resume."""
+    import hashlib
+
+    from utils.models.weights import tensors_sha256
+
+    tensors = {"b": torch.arange(3, dtype=torch.float32), "a.weight": torch.ones(2, 2, dtype=torch.float16)}
+    expected = hashlib.sha256(b"a.weight" + tensors["a.weight"].numpy().tobytes() + b"b"
+                              + tensors["b"].numpy().tobytes()).hexdigest()
+    assert tensors_sha256(tensors.items()) == expected

@@ -298,6 +298,8 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
     (["--probe", "linear", "--mixup_alpha", "0.2"], "mixup_alpha: augments training images"),
     (["--probe", "linear", "--lora", "4"], "lora: is not available with --probe"),
     (["--probe", "linear", "--lr", "0.5"], "lr: sets the model's training"),
+    (["--probe", "linear", "--lr_milestones", "3"], "lr_milestones: sets the model's training"),
+    (["--probe", "knn", "--epochs", "5"], "epochs: sets the linear probe's training; --probe knn trains nothing"),
     (["--probe", "knn", "--dataset", "moving_digits"], "probe: caches image features: not available for video"),
     (["--probe", "knn", "--resume", "runs/x/checkpoints/epoch_1"], "resume"),
     (["--probe", "knn", "--folds", "3", "--fold", "0"], "folds: a fold's predictions are its model's classifier's"),

@@ -125,9 +125,11 @@ def _probe(args, need, source, defaults, options):
     if options.probe is None:
         return
     need(not source.video, "probe", "caches image features: not available for video data yet")
-    for key, why in probes.NOT_WITH_PROBE.items():
-        need(getattr(args, key) == defaults[key], key, why)
+    for option, why in probes.NOT_WITH_PROBE.items():  # applied by training only
+        need(getattr(args, option) == defaults[option], option, why)
     need(args.batch_size != "auto", "batch_size", "auto tries training steps; a probe trains none: give a number")
+    need(options.probe == "linear" or args.epochs == defaults["epochs"], "epochs", "sets the linear probe's training; "
+         "--probe knn trains nothing")
     need(not (options.probe == "knn" and args.folds), "folds", "a fold's predictions are its model's classifier's, and "
          "--probe knn votes instead: use --probe linear")
     need(args.resume in (None, "latest"), "resume", "a probe has no checkpoints: --resume latest continues its "

@@ -10,13 +10,13 @@ run builds again from the same options (--pretrained, --init_from): `without_fro
 peft is imported only when --lora is given (it is in requirements-models.txt)."""
 
 import copy
-import hashlib
 from dataclasses import dataclass
 
 import torch
 
 from utils.core.io import write_bytes_atomic
 from utils.models.errors import ModelError
+from utils.models.weights import tensors_sha256
 
 
 @dataclass(frozen=True)
@@ -110,11 +110,7 @@ def leave_frozen_out(model, accelerator):
 
 def frozen_fingerprint(model):
     """The SHA-256 of `model`'s frozen parameters (names and bytes), in name order."""
-    digest = hashlib.sha256()
-    for name, p in sorted((n, p) for n, p in model.named_parameters() if not p.requires_grad):
-        digest.update(name.encode())
-        digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return tensors_sha256((n, p) for n, p in model.named_parameters() if not p.requires_grad)
 
 
 FROZEN_FILE = "frozen.safetensors"  # in the run folder: what its checkpoints leave out (predict.py --checkpoint)

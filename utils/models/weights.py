@@ -1,6 +1,7 @@
 """Weights read from a file and loaded into a model whose layers may differ: a classifier of another shape left
 re-initialised, an RGB stem's weights adapted to other channels (utils/models/stem.py), auxiliary classifiers dropped."""
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -10,6 +11,15 @@ from utils.models.stem import adapt_input_weight, adapts
 
 # The auxiliary classifiers of torchvision's pretrained googlenet and inception_v3, which the project builds without.
 AUX_HEADS = ("aux1", "aux2", "AuxLogits")  # their auxiliary classifiers' module names
+
+
+def tensors_sha256(named):
+    """The SHA-256 of (name, tensor) pairs `named`, in name order: each name, then the tensor's bytes."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(named, key=lambda pair: pair[0]):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def auxiliary_keys(model, state):

@@ -9,7 +9,6 @@ batches on any number of processes make the same bytes; a run killed during the 
 --resume latest computes only the chunks that are missing. features/key.json says what the cache was made from
 (weights, input, data, batches): another run's cache is refused, not mixed in."""
 
-import hashlib
 import json
 import math
 import time
@@ -27,6 +26,7 @@ from utils.data.errors import DataError
 from utils.evaluation.knn import KNN_FILE, knn_log_probs, normalised
 from utils.models.features import Features
 from utils.models.libraries import classifier
+from utils.models.weights import tensors_sha256
 from utils.run.records import start_pictures
 from utils.training.probes import fit_linear, head_logits
 from utils.training.run_folder import FolderError
@@ -41,10 +41,10 @@ def probe(job, num_workers):
     options, accelerator, task = job.settings.probe, job.accelerator, job.task
     model = job.bare_model().eval()
     t0 = time.perf_counter()
-    key = cache_key(job, model)
+    check_key(job, cache_key(job, model))  # never another run's cache mixed in
     train_ds = evaluated(job.train_loader.loader.dataset, job.val_loader.dataset)  # no augmentation
-    train, train_valid = cached(job, model, "train", train_ds, key, num_workers)
-    val, val_valid = cached(job, model, "val", job.val_loader.dataset, key, num_workers)
+    train, train_valid = cached(job, model, "train", train_ds, num_workers)
+    val, val_valid = cached(job, model, "val", job.val_loader.dataset, num_workers)
     labels = torch.as_tensor(job.settings.source.labels(job.train_loader.loader.dataset))[train_valid]
     val_labels = torch.as_tensor(job.settings.source.labels(job.val_loader.dataset))
     train, positions = train[train_valid], torch.nonzero(val_valid).flatten()
@@ -96,12 +96,8 @@ def knn_scores(accelerator, queries, bank, labels, classes, options):
 
 def cache_key(job, model):
     """What the cache is made from: the model's weights, its eval input, the data and the batches."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     inp = job.settings.input
-    return {"weights_sha256": digest.hexdigest(), "model": job.args.model, "data": job.data,
+    return {"weights_sha256": tensors_sha256(model.state_dict().items()), "model": job.args.model, "data": job.data,
             "val_samples": len(job.val_loader.dataset), "batch_size": job.args.batch_size,
             "chunk_batches": CHUNK_BATCHES, "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation,
                                                       inp.mean_std, inp.channels, inp.pixel_max]}
@@ -121,13 +117,11 @@ def check_key(job, key):
                           f"this run's; give another --output_dir")
 
 
-def cached(job, model, split, dataset, key, num_workers):
+def cached(job, model, split, dataset, num_workers):
     """(features (n, dim) float32, valid (n,) bool) of every sample of `split`: this process computes its missing
     chunks, then every process reads them all. A file that could not be decoded is one line (--skip_bad_images: left
     out)."""
     accelerator, size = job.accelerator, job.args.batch_size * CHUNK_BATCHES
-    if split == "train":
-        check_key(job, key)
     folder = job.out / CACHE / split
     chunks = range(math.ceil(len(dataset) / size))
     missing = [c for c in chunks if not (folder / f"chunk_{c:05d}.safetensors").is_file()]

@@ -29,10 +29,13 @@ class ProbeOptions:
 # What a probe leaves alone, refused with it rather than ignored: the model's training, its augmentation and loss, the
 # checkpoints of its steps.
 NOT_WITH_PROBE = {
-    **dict.fromkeys(("lr", "optimizer", "momentum", "weight_decay", "lr_schedule", "warmup_epochs", "layer_decay",
-                     "grad_accum_steps", "max_train_steps", "clip_grad_norm", "skip_nonfinite_steps"),
+    **dict.fromkeys(("lr", "optimizer", "momentum", "nesterov", "weight_decay", "norm_weight_decay",
+                     "bias_weight_decay", "opt_eps", "opt_betas", "opt_kwargs", "lr_schedule", "lr_milestones",
+                     "lr_gamma", "min_lr", "warmup_epochs", "warmup_start_factor", "lr_scale_batch", "layer_decay",
+                     "global_batch_size", "grad_accum_steps", "steps_per_epoch", "max_train_steps", "clip_grad_norm",
+                     "skip_nonfinite_steps", "val_every", "keep_last", "early_stop_min_delta"),
                     "sets the model's training; --probe linear sweeps --probe_lrs and --probe_weight_decays"),
-    **dict.fromkeys(("auto_augment", "rand_augment", "random_erase", "mixup_alpha", "cutmix_alpha", "ra_reps",
+    **dict.fromkeys(("auto_augment", "rand_augment", "random_erase", "mixup_alpha", "cutmix_alpha", "mix_prob", "ra_reps",
                      "sampler", "progressive_resize", "train_crop_size", "train_crop_scale", "train_crop_ratio"),
                     "augments training images; a probe's features are computed with the eval transform"),
     **dict.fromkeys(("label_smoothing", "class_weights", "logit_adjust", "focal_gamma", "bce_loss", "teacher"),
