@@ -81,10 +81,71 @@ def test_a_multi_label_top_loss_names_the_labels_missed_and_those_falsely_given(
         ("a.png", "cloud field", "field water", "cloud", "water"),  # cloud missed, water falsely given
         ("c.png", "(none)", "cloud", "(none)", "cloud"),
         ("b.png", "road", "road", "(none)", "(none)")]
-    titles = [ax.get_title() for ax in top_losses_figure(samples, picked, classes, dataset, task_for(True, 4)).axes if ax.get_title()]
+    figure = top_losses_figure(samples, picked, classes, dataset, task_for(True, 4))
+    titles = [text.get_text() for text in figure.axes[0].texts if "\nloss " in text.get_text()]  # one a sample
     assert [t.splitlines()[:2] for t in titles] == [["missed: cloud", "false: water"],
                                                     ["missed: (none)", "false: cloud"],
                                                     ["missed: (none)", "false: (none)"]]
+
+
+@pytest.mark.parametrize("frames, per_row", [(0, 6), (8, 2)])
+def test_top_losses_png_shows_each_sample_upright_in_its_cell_highest_loss_first_titled_above(frames, per_row,
+                                                                                            tmp_path):
+    """Samples of one colour each, their top rows another (a sample upside down would show): in top_losses.png each
+    sample is a box of its colours, whole and upright, its aspect kept, highest loss first, row by row (6 images a
+    row; a clip's strip of frames, 2), its title centred above it; no two boxes overlap."""
+    from PIL import Image
+
+    from utils.evaluation.tasks import task_for
+    from utils.reporting.failures import highest_losses, top_losses_figure
+    from utils.reporting.plots import save
+
+    n, side = 7, 8
+    body = [(30 * i + 10, 220 - 25 * i, 90) for i in range(n)]
+    top = [(250 - 30 * i, 40, 20 * i + 5) for i in range(n)]
+    shape = (3, frames, side, side) if frames else (3, side, side)
+    dataset = []
+    for i in range(n):
+        pixels = torch.tensor(body[i], dtype=torch.uint8).reshape(3, *[1] * (len(shape) - 1)).expand(shape).clone()
+        pixels[..., :2, :] = torch.tensor(top[i], dtype=torch.uint8).reshape(3, *[1] * (len(shape) - 1))
+        dataset.append({"pixel_values": pixels})
+    losses = [0.5, 3.0, 1.0, 2.5, 0.1, 2.0, 1.5]
+    samples = {"index": list(range(n)), "label": [0] * n, "predicted": [1] * n, "probability": [0.9] * n,
+               "true_probability": [0.1] * n, "loss": losses}
+    picked = highest_losses(samples, n)
+    figure = top_losses_figure(samples, picked, ["a", "b"], dataset, task_for(False, 2))
+    save(figure, tmp_path / "top.png")
+    png = np.asarray(Image.open(tmp_path / "top.png").convert("RGB")).astype(int)
+
+    def box(colour):
+        ys, xs = np.nonzero((png == colour).all(axis=2))
+        assert len(ys), colour
+        return ys.min(), ys.max(), xs.min(), xs.max()
+
+    boxes = []
+    for i in picked:  # highest loss first
+        y0, y1, x0, x1 = box(body[i])
+        t0, t1, u0, u1 = box(top[i])
+        assert (u0, u1) == (x0, x1) and t1 + 1 == y0  # its top rows right above the rest: upright
+        height, width = y1 - t0 + 1, x1 - x0 + 1
+        assert (y1 - y0 + 1) == pytest.approx(height * (side - 2) / side, abs=1)
+        assert width / height == pytest.approx(max(frames, 1), rel=0.05)  # the aspect kept (a strip: side by side)
+        assert ((y1 - t0 + 1) * (x1 - x0 + 1)) == ((png[t0:y1 + 1, x0:x1 + 1] == body[i]).all(axis=2).sum()
+                                                   + (png[t0:y1 + 1, x0:x1 + 1] == top[i]).all(axis=2).sum())
+        boxes.append((t0, y1, x0, x1))
+    rows = [boxes[k:k + per_row] for k in range(0, n, per_row)]
+    for row, below in zip(rows, rows[1:]):
+        assert len({b[0] for b in row}) == 1 and max(b[1] for b in row) < min(b[0] for b in below)
+        assert [b[2] for b in row] == sorted(b[2] for b in row)  # left to right
+        assert all(a[3] < b[2] for a, b in zip(row, row[1:]))  # side by side, apart
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()  # at the figure's dpi, save()'s (100)
+    titles = [t for t in figure.axes[0].texts if "\nloss " in t.get_text()]
+    assert [t.get_text().splitlines()[-1] for t in titles] == [f"loss {losses[i]:.2f}" for i in picked]
+    for (t0, _, x0, x1), title in zip(boxes, titles):
+        extent = title.get_window_extent(renderer)  # y from the bottom of the picture
+        assert png.shape[0] - extent.y0 <= t0 and abs((extent.x0 + extent.x1) / 2 - (x0 + x1) / 2) <= 2
 
 
 @pytest.mark.slow
