@@ -36,6 +36,44 @@ def test_curves_show_each_figure_once_per_step_with_labels_and_legends():
     assert list(epoch_ax.get_lines()[1].get_ydata()) == [0.5, 0.3]
 
 
+def inside(fig):
+    """Whether all that `fig` draws (titles, axis labels, tick labels, legends) lies within the picture, as saved:
+    matplotlib's own box of what is drawn, in inches, against the figure's size."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    drawn = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer())
+    width, height = fig.get_size_inches()
+    return (drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01,
+            drawn.bounds)
+
+
+def test_the_curves_and_the_reliability_diagram_keep_every_label_inside_the_picture_in_plain_numbers():
+    """With fixed margins: every title, axis label, tick label and legend inside the picture, for losses over one
+    decade and over several; the log axes labelled in plain numbers (no mathtext), at least two labels each."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import torch
+
+    from utils.evaluation.calibration import calibration_bins
+
+    for scale in (1, 1e-4):  # losses within one decade (no power of ten inside it), then across five
+        table = [dict(row, **{k: row[k] * (scale ** (i / 9)) for k in ("train_loss", "epoch_train_loss", "val_loss")
+                              if k in row}) for i, row in enumerate(rows())]
+        fig = plots.curves_figure(table)
+        ok, outside = inside(fig)
+        assert ok, outside
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        for ax in (fig.axes[0], fig.axes[2]):
+            ax.figure.draw(renderer)
+            shown = [t.get_text() for t in ax.get_yticklabels(which="both")
+                     if t.get_text() and ax.get_ylim()[0] <= t.get_position()[1] <= ax.get_ylim()[1]]
+            assert len(shown) >= 2 and all("$" not in text for text in shown), shown
+            assert all(float(text) > 0 for text in shown), shown
+    bins = calibration_bins(torch.linspace(0.05, 1.0, 3000), torch.arange(3000) % 3 > 0)  # up to 3-digit counts
+    ok, outside = inside(plots.calibration_figure(bins, 0.1234))
+    assert ok, outside
+
+
 def test_confusion_matrix_is_normalised_per_true_class_with_names_on_both_axes():
     names = ["cat", "dog", "eel"]
     matrix = [[8, 2, 0], [1, 3, 0], [0, 0, 0]]  # eel: no images, an empty row (no division by zero)

@@ -17,12 +17,13 @@ def _by_step(rows, key):
 def curves_figure(rows):
     """Train loss and LR per step; val loss (with the epoch's mean train loss) and accuracy per epoch."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import LogFormatter, MaxNLocator
+    from matplotlib.ticker import MaxNLocator
 
-    # Margins fixed rather than found by a layout engine, and the log axes' ticks as plain numbers ("0.3", not
-    # mathtext's 3x10^-1): the end of every run waits for this picture, and both took half its time.
+    # Margins fixed rather than found by a layout engine (room for a tick label as long as "0.0001"), and the log
+    # axes' ticks as plain numbers ("0.3", not mathtext's 3x10^-1): the end of every run waits for this picture,
+    # and both took half its time.
     fig = Figure(figsize=(11, 7.5))
-    fig.subplots_adjust(left=0.065, right=0.99, bottom=0.07, top=0.96, wspace=0.2, hspace=0.3)
+    fig.subplots_adjust(left=0.085, right=0.99, bottom=0.07, top=0.96, wspace=0.22, hspace=0.3)
     (loss_ax, lr_ax), (val_loss_ax, acc_ax) = fig.subplots(2, 2)
     train = _by_step(rows, "train_loss")
     loss_ax.plot([r["step"] for r in train], [r["train_loss"] for r in train], label="train loss (log window mean)")
@@ -41,8 +42,8 @@ def curves_figure(rows):
     # Log scale: an early spike (BatchNorm statistics of a barely trained net) would flatten the rest.
     for ax in (loss_ax, val_loss_ax):
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        ax.yaxis.set_major_formatter(_plain_log_formatter())
+        ax.yaxis.set_minor_formatter(_plain_log_formatter())
     if val and "val_map" in val[-1]:  # multi-label: mAP and micro F1 at the threshold
         last = val[-1]
         acc_ax.plot([r["epoch"] for r in val], [r["val_map"] for r in val], "s-", label=f"val mAP (last "
@@ -63,6 +64,18 @@ def curves_figure(rows):
         if ax.get_lines():
             ax.legend()
     return fig
+
+
+def _plain_log_formatter():
+    """matplotlib's choice of which log-axis ticks to label (the decades; within a decade or two, some between),
+    each written as a plain number: "0.3", "2", "1e-05"."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    return Plain(labelOnlyBase=False)
 
 
 def confusion_figure(matrix, class_names):
