@@ -141,3 +141,18 @@ def test_every_module_of_utils_is_on_the_map_in_docs_architecture():
             if not any(name == inner or name.endswith("/" + inner) for name in named):
                 missing.append(f"utils/{package}/{inner}")
     assert not missing, f"not on docs/architecture.md's map: {missing}"
+
+
+@pytest.mark.slow
+def test_each_test_conftest_starts_first_still_names_a_test():
+    """conftest.LONG_FIRST orders the suite by node ids: a test renamed or re-parametrized would silently drop out of
+    it (two of its ids had, unnoticed). Each must be one pytest collects."""
+    import subprocess
+    import sys
+
+    from conftest import LONG_FIRST, ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0",
+                           *LONG_FIRST], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(line for line in proc.stdout.splitlines() if "::" in line) == sorted(LONG_FIRST)
