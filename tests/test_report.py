@@ -69,9 +69,10 @@ def test_the_curves_and_the_reliability_diagram_keep_every_label_inside_the_pict
                      if t.get_text() and ax.get_ylim()[0] <= t.get_position()[1] <= ax.get_ylim()[1]]
             assert len(shown) >= 2 and all("$" not in text for text in shown), shown
             assert all(float(text) > 0 for text in shown), shown
-    bins = calibration_bins(torch.linspace(0.05, 1.0, 3000), torch.arange(3000) % 3 > 0)  # up to 3-digit counts
-    ok, outside = inside(plots.calibration_figure(bins, 0.1234))
-    assert ok, outside
+    for n in (3000, 1281167):  # counts in a bin of up to 3 digits, then ImageNet's training split's 6
+        bins = calibration_bins(torch.linspace(0.05, 1.0, n), torch.arange(n) % 3 > 0)
+        ok, outside = inside(plots.calibration_figure(bins, 0.1234))
+        assert ok, (n, outside)
 
 
 def test_confusion_matrix_is_normalised_per_true_class_with_names_on_both_axes():

@@ -93,11 +93,11 @@ def top_losses_figure(samples, picked, class_names, dataset, task):
     cell_w, cell_h = 2.4 * min(wide, 3), (2.6 if wide < 2 else 1.6)
     head, band, gap = 0.45, 0.5, 0.1  # inches: the figure's title, a sample's three title lines, between cells
     width, height = columns * cell_w, head + rows * cell_h
+    room_w, room_h = cell_w - 2 * gap, cell_h - band - gap  # what an image may fill of its cell
     fig = Figure(figsize=(width, height))
     ax = fig.add_axes((0, 0, 1, 1))
     for n, (i, image) in enumerate(zip(picked, images)):
         row, column = divmod(n, columns)
-        room_w, room_h = cell_w - 2 * gap, cell_h - band - gap
         scale = min(room_w / image.shape[1], room_h / image.shape[0])  # the image's aspect kept
         w, h = image.shape[1] * scale, image.shape[0] * scale
         left, top = column * cell_w + (cell_w - w) / 2, head + row * cell_h + band

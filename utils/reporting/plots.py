@@ -142,8 +142,8 @@ def calibration_figure(bins, ece, what="top-class probability"):
     samples in each bin below (utils/evaluation/calibration.py's bins)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 7))  # fixed margins: its labels are known (curves_figure says why)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.08, top=0.95, hspace=0.1)
+    fig = Figure(figsize=(6, 7))  # fixed margins (curves_figure says why), room for 7-digit counts
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.08, top=0.95, hspace=0.1)
     acc_ax, count_ax = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
     width = 1 / len(bins)
     lefts = [i * width for i in range(len(bins))]
