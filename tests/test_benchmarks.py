@@ -114,7 +114,9 @@ def test_video_throughput_benchmark_runs_tiny(capsys):
     assert "generated 4 videos of 1 s, 320x240, 25 fps, H.264" in out
     seek, whole, ratio = figure(rf"^input pipeline, 1 workers, batch 2, .*: seek {NUMBER} clips/s, decode-everything "
                                 rf"{NUMBER} clips/s, ratio {NUMBER}$", out)
-    assert seek > 0 and whole > 0 and ratio == pytest.approx(seek / whole, rel=0.02, abs=0.006)
+    # rates printed with 1 decimal (a few clips/s here, so that their rounding shows in the ratio), the ratio with 2
+    assert seek > 0 and whole > 0
+    assert (seek - 0.05) / (whole + 0.05) - 0.005 <= ratio <= (seek + 0.05) / (whole - 0.05) + 0.005
     rate, share, later = figure(rf"^training r2plus1d_18 \(2 steps, batch 2, default workers\): {NUMBER} clips/s, "
                                 rf"data wait {NUMBER}% of step time \(steps 2..2\), {NUMBER}% in the second half$", out)
     assert rate > 0 and 0 <= share <= 100 and 0 <= later <= 100
@@ -147,7 +149,7 @@ def test_gpu_throughput_benchmark_stops_without_a_gpu_and_runs_tiny_on_the_cpu_w
     (device,) = figure(rf"^eager +project, jpeg_device: {NUMBER} img/s \(windows: .*\); data wait", out)
     (gain,) = figure(rf"^goal JPEGs decoded on the device >= 2x in the workers: (?:met|NOT MET) \(eager {NUMBER}x\)$",
                      out)
-    assert device > 0 and gain == pytest.approx(device / ours, abs=0.02)
+    assert device > 0 and (device - 0.05) / (ours + 0.05) - 0.005 <= gain <= (device + 0.05) / (ours - 0.05) + 0.005
 
 
 def test_fsdp_memory_benchmark_computes_consistent_figures_for_a_small_model(capsys):
