@@ -116,6 +116,19 @@ def test_a_child_forked_while_the_lock_was_held_does_not_hold_the_folder(tmp_pat
         os.kill(child, signal.SIGKILL)
 
 
+def test_a_child_forked_by_a_run_leaves_the_runs_own_lock_standing(tmp_path):
+    """A forked child (a DataLoader worker, the drawing child) shares the lock's open file: it closes its copy, never
+    unlocks it, which would unlock the run's own and let a second run into the folder."""
+    out = tmp_path / "run"
+    with RunLock(out).acquire():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)  # the fork itself is what lets go (os.register_at_fork); the child has nothing else to do
+        os.waitpid(pid, 0)
+        with pytest.raises(FolderError, match="in use by a live run"):
+            RunLock(out).acquire()  # another open of the file: refused while this run holds it
+
+
 @pytest.mark.slow  # starts processes
 def test_leftovers_of_an_ended_run_are_waited_for_and_never_called_a_live_run(tmp_path, monkeypatch):
     # Leftovers that exit within the wait: the new run waits for them, then takes the folder.
