@@ -146,8 +146,8 @@ def test_every_module_of_utils_is_on_the_map_in_docs_architecture():
 @pytest.mark.slow
 def test_each_test_conftest_starts_first_still_names_a_test(request):
     """conftest.LONG_FIRST orders the suite by node ids: a test renamed or re-parametrized would silently drop out of
-    it (two of its ids had, unnoticed). Each must be one pytest collects: in this session's collection when the whole
-    suite runs, otherwise (a file or -k chosen) in a collection of its own."""
+    it. Each must be one pytest collects: in this session's collection when the whole suite runs, otherwise (a file or
+    -k chosen) in a collection of its own."""
     import subprocess
     import sys
 
