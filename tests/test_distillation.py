@@ -15,8 +15,21 @@ from safetensors.torch import load_file, save_file
 from utils.run.teacher import _renormalisation
 
 
+
+def resnet18_job(images, out, workers, *extra):
+    """conftest's resume job on resnet18 (a teacher of ImageNet's statistics); a student's --model in `extra` wins."""
+    return resume_job(images, out, workers, "--model", "resnet18", *extra)
+
+
+@pytest.fixture(scope="module")
+def teacher_run(images, tmp_path_factory):
+    """A finished resnet18 run of that job, the teacher of this file's tests."""
+    out = tmp_path_factory.mktemp("teacher") / "run"
+    run_main(resnet18_job(images, out, 0))
+    return out
+
 @pytest.mark.slow
-def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_without_gradients(images, reference,
+def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_without_gradients(images, teacher_run,
                                                                                               tmp_path, capsys):
     import torchvision
 
@@ -28,12 +41,12 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(record)
     try:
-        run_main([*resume_job(images, tmp_path / "run", 0, "--model", "mobilenet_v3_small", "--teacher", reference[1],
+        run_main([*resnet18_job(images, tmp_path / "run", 0, "--model", "mobilenet_v3_small", "--teacher", teacher_run,
                               "--mixup_alpha", "0.4", "--random_erase", "0.5", "--max_train_steps", "4")])
     finally:
         handle.remove()
     out = capsys.readouterr().out
-    assert f"teacher: resnet18 with {reference[1]}'s weights" in out and "renormalised" not in out  # both ImageNet's statistics
+    assert f"teacher: resnet18 with {teacher_run}'s weights" in out and "renormalised" not in out  # both ImageNet's statistics
     training = [c for c in calls if c[1] and c[0] == "MobileNetV3"]
     taught = [c for c in calls if c[0] == "ResNet"]
     assert len(training) == len(taught) == 4
@@ -41,29 +54,29 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
         assert student[2] and not teacher[1] and not teacher[2]  # the teacher: eval mode, no gradients
         assert torch.equal(student[3], teacher[3])  # the very pixels the student trained on, mixed and erased
     state = json.loads((tmp_path / "run" / "checkpoints" / "step_4" / "training_state.json").read_text())
-    assert state["teacher"]["teacher"] == str(reference[1]) and len(state["teacher"]["weights_sha256"]) == 64
+    assert state["teacher"]["teacher"] == str(teacher_run) and len(state["teacher"]["weights_sha256"]) == 64
 
 
 @pytest.mark.slow
-def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images, reference):
+def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images, teacher_run):
     """--teacher runs/<run> and --teacher runs/<run>/checkpoints/<last>: the same model, the same digest."""
     from utils.config.options import parse_args
     from utils.config.settings import input_for
     from utils.evaluation.tasks import task_for
     from utils.run.teacher import _model, weights_digest
 
-    last = sorted((reference[1] / "checkpoints").iterdir())[-1]
+    last = sorted((teacher_run / "checkpoints").iterdir())[-1]
     digests = []
-    for teacher in (reference[1], last):
-        args = parse_args([str(a) for a in resume_job(images, reference[1], 0, "--teacher", teacher)])
+    for teacher in (teacher_run, last):
+        args = parse_args([str(a) for a in resnet18_job(images, teacher_run, 0, "--teacher", teacher)])
         model, stats, name, source, origin = _model(args, ["cat", "dog", "eel"], input_for(args), task_for(False, 3))
         assert name == "resnet18" and source == str(teacher.resolve()) and stats == input_for(args).mean_std
         digests.append(weights_digest(model))
-    assert digests[0] == digests[1] == weights_digest_of_file(reference[1] / "model.safetensors")
+    assert digests[0] == digests[1] == weights_digest_of_file(teacher_run / "model.safetensors")
 
 
 @pytest.mark.slow
-def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, reference, tmp_path):
+def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, teacher_run, tmp_path):
     """A finished --model_ema run teaches with model_ema.safetensors: the weights its validation, best/ and model/
     followed, not the raw ones."""
     from utils.config.options import parse_args
@@ -72,10 +85,10 @@ def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, refe
     from utils.run.teacher import _model, weights_digest
 
     run = tmp_path / "ema_run"
-    shutil.copytree(reference[1], run)
+    shutil.copytree(teacher_run, run)
     raw = load_file(run / "model.safetensors")
     save_file({k: v * 0.5 if v.is_floating_point() else v for k, v in raw.items()}, run / "model_ema.safetensors")
-    args = parse_args([str(a) for a in resume_job(images, reference[1], 0, "--teacher", run)])
+    args = parse_args([str(a) for a in resnet18_job(images, teacher_run, 0, "--teacher", run)])
     model, _, _, _, origin = _model(args, ["cat", "dog", "eel"], input_for(args), task_for(False, 3))
     assert origin == f"{run.resolve()}'s EMA weights"
     assert weights_digest(model) == weights_digest_of_file(run / "model_ema.safetensors")
@@ -116,7 +129,7 @@ def test_a_teacher_taking_other_statistics_gets_the_students_input_in_its_own():
                                   "checkpoints"),
     (("--teacher", "UNREADABLE"), "config.yaml: this version of the script cannot read it (num_clases: unknown key "),
 ])
-def test_a_teacher_that_cannot_teach_this_run_is_one_line(extra, message, reference, tmp_path, capsys):
+def test_a_teacher_that_cannot_teach_this_run_is_one_line(extra, message, teacher_run, tmp_path, capsys):
     unfinished, unreadable = tmp_path / "unfinished", tmp_path / "unreadable"  # runs of the synthetic classes
     for folder in (unfinished, unreadable):
         folder.mkdir()
@@ -124,7 +137,7 @@ def test_a_teacher_that_cannot_teach_this_run_is_one_line(extra, message, refere
     (unfinished / "config.yaml").write_text("dataset: synthetic\nnum_classes: 7\n")
     (unreadable / "config.yaml").write_text("dataset: synthetic\nnum_clases: 7\n")
     (unreadable / "model.safetensors").write_bytes(b"")
-    extra = [{"REFERENCE": str(reference[1]), "UNFINISHED": str(unfinished), "UNREADABLE": str(unreadable)}.get(e, e)
+    extra = [{"REFERENCE": str(teacher_run), "UNFINISHED": str(unfinished), "UNREADABLE": str(unreadable)}.get(e, e)
              for e in extra]
     code, err = main_fails([*TINY, *extra, "--output_dir", tmp_path / "run"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
@@ -133,7 +146,7 @@ def test_a_teacher_that_cannot_teach_this_run_is_one_line(extra, message, refere
 
 @pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_with_lamb_layer_decay_bce_and_a_teacher_and_another_teacher_is_refused(
-        images, reference, tmp_path):
+        images, teacher_run, tmp_path):
     """timm's test_convnext (LayerNorm, no BatchNorm) distilled from the reference resnet18 run (other mean/std:
     its input is renormalised), LAMB, layer decay, BCE with a threshold, gradient checkpointing, MixUp and erasing:
     2 processes with a worker each, 5 steps an epoch over 3 epochs, killed after step 7, resumed from step_6."""
@@ -141,14 +154,14 @@ def test_sigkill_then_resume_is_bitwise_with_lamb_layer_decay_bce_and_a_teacher_
     teacher = tmp_path / "teacher"  # a copy whose weights the end of the test changes
     teacher.mkdir()
     for name in ("config.yaml", "labels.json", "model.safetensors"):
-        shutil.copy(reference[1] / name, teacher / name)
+        shutil.copy(teacher_run / name, teacher / name)
     job = ("--model", "timm/test_convnext", "--optimizer", "lamb", "--lr", "0.004", "--weight_decay", "0.02",
            "--layer_decay", "0.6", "--bce_loss", "--bce_target_thresh", "0.2", "--teacher", teacher,
            "--distill_temperature", "2", "--grad_checkpointing", "--mixup_alpha", "0.2", "--random_erase", "0.25")
     whole, out = tmp_path / "whole", tmp_path / "run"
-    first = ranks_ok(resume_job(images, whole, 1, *job), nproc=2)
+    first = ranks_ok(resnet18_job(images, whole, 1, *job), nproc=2)
     assert "layer_decay 0.6: " in first.stdout and "its input renormalised to its own mean/std" in first.stdout
-    argv = resume_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "2")
+    argv = resnet18_job(images, out, 1, *job, "--checkpoint_every_steps", "1", "--keep_last", "2")
     ranks_killed(argv, "step:7", nproc=2)
     proc = ranks_ok([*argv, "--resume", "latest"], nproc=2)
     assert resumed_from(proc.stdout) == out / "checkpoints" / "step_6"

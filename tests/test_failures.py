@@ -264,7 +264,7 @@ def test_calibrate_fits_the_weights_model_holds_scores_held_out_halves_and_predi
 
     out = tmp_path / "run"
     results = run_main(resume_job(images, out, 0, "--label_smoothing", "0", "--lr", "0.4", "--epochs", "4",
-                                  "--model_ema", "--model_ema_decay", "0.9", "--calibrate"))
+                                  "--model_ema", "--model_ema_decay", "0.9", "--calibrate", "--model", "resnet18"))
     t = results["temperature"]
     assert t > 1.05
     folder_input = read_json(out / "model" / "config.json")["input"]
