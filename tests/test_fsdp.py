@@ -5,7 +5,7 @@ tests/helpers/fsdp_on_cpu.py (PyTorch's FSDP2 itself runs on CPU over gloo)."""
 import pytest
 import torch
 
-from conftest import RESUME_MODEL, ROOT, TINY, assert_same_weights, read_json, resume_job, resumed_from
+from conftest import ROOT, SMALL_MODEL, TINY, assert_same_weights, read_json, resume_job, resumed_from
 from ranks import run_ranks
 
 
@@ -41,7 +41,7 @@ def test_fsdp_trains_as_ddp_checkpoints_in_shards_and_resumes_bitwise(images, re
     ours, ddp = read_json(out / "results.json"), read_json(reference[2] / "results.json")
     assert [ours[k] for k in figures] == [ddp[k] for k in figures]
     weights = load_file(out / "model" / "model.safetensors")  # the model folder: its library loads it as is
-    timm.create_model(RESUME_MODEL.removeprefix("timm/"), num_classes=3).load_state_dict(weights)
+    timm.create_model(SMALL_MODEL.removeprefix("timm/"), num_classes=3).load_state_dict(weights)
     assert all(torch.equal(v, load_file(out / "model.safetensors")[k]) for k, v in weights.items())
     scored = fsdp("train_classification.py", *resume_job(images, tmp_path / "eval", 0), "--eval_only",
                   "--resume", out / "checkpoints" / "epoch_2")

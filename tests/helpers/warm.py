@@ -8,7 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import torch  # noqa: E402,F401
-import timm  # noqa: E402,F401  (conftest.RESUME_MODEL)
+import timm  # noqa: E402,F401  (conftest.SMALL_MODEL)
 import torchvision  # noqa: E402,F401
 from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E402,F401
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
