@@ -50,8 +50,8 @@ _warm_matplotlib()
 # Tests about resnet18 itself say --model resnet18.
 SMALL_MODEL = "timm/test_resnet.r160_in1k"
 
-# A small, fast job: synthetic 16x16 images, resnet18, no network.
-TINY = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "--batch_size", "8",
+# A small, fast job: synthetic 16x16 images, SMALL_MODEL, no network.
+TINY = ["--model", SMALL_MODEL, "--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "--batch_size", "8",
         "--synthetic_train_samples", "64", "--synthetic_val_samples", "37", "--num_workers", "0"]
 
 

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 from conftest import TINY, launch, main_fails, read_json, read_jsonl, run_main
 from ranks import ranks_ok
 
-FAST = [*TINY, "--warmup_epochs", "0"]
+FAST = [*TINY, "--model", "resnet18", "--warmup_epochs", "0"]  # torchvision's weights
 
 
 def test_init_from_with_another_class_count_reinitialises_the_head_and_can_freeze(tmp_path, capsys):

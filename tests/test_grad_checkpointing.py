@@ -18,8 +18,8 @@ def test_a_resnet_trains_to_the_same_bits_with_its_blocks_checkpointed(tmp_path,
     """With the EMA too, whose deep copy of the model recomputes its own blocks."""
     runs = {}
     for name, extra in (("plain", ()), ("checkpointed", ("--grad_checkpointing",))):
-        runs[name] = run_main([*TINY, "--epochs", "2", "--log_every", "1", "--model_ema", "--output_dir",
-                               tmp_path / name, *extra])
+        runs[name] = run_main([*TINY, "--model", "resnet18", "--epochs", "2", "--log_every", "1", "--model_ema",
+                               "--output_dir", tmp_path / name, *extra])
     assert "grad_checkpointing: 8 blocks recompute their activations in the backward pass; 20 BatchNorm layers " \
         "update their statistics once" in capsys.readouterr().out
     rows = {name: read_jsonl(tmp_path / name / "metrics.jsonl") for name in runs}

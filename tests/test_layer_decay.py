@@ -102,7 +102,8 @@ def test_a_run_says_its_layers_and_a_model_it_cannot_group_is_one_line(tmp_path,
     assert "layer_decay 0.75: " in out and "LR x" in out and "up to x1 in the last (the head)" in out
     # 2 steps, no warmup: cosine at step 1 of 2 is half the LR; the logged LR is the head's, not the stem's
     assert read_jsonl(tmp_path / "vit" / "metrics.jsonl")[0]["lr"] == pytest.approx(0.05)
-    code, err = main_fails([*TINY, "--layer_decay", "0.75", "--output_dir", tmp_path / "resnet"], capsys)
+    code, err = main_fails([*TINY, "--model", "resnet18", "--layer_decay", "0.75", "--output_dir", tmp_path / "resnet"],
+                           capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "layer_decay: resnet18's parameters cannot be " \
         "grouped into layers" in err, err
     assert not (tmp_path / "resnet").exists()  # nothing written

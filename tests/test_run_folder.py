@@ -442,6 +442,6 @@ def test_an_evaluation_of_a_checkpoint_gets_a_folder_of_its_own(tmp_path, monkey
     checkpoint = sorted((run / "checkpoints").iterdir())[-1]
     results = run_main([*TINY, "--eval_only", "--resume", checkpoint])
     folders = list((tmp_path / "runs").iterdir())
-    assert len(folders) == 1 and folders[0].name.endswith("-synthetic-resnet18")
+    assert len(folders) == 1 and folders[0].name.endswith("-synthetic-timm_test_resnet.r160_in1k")
     assert read_json(folders[0] / "results.json")["val_top1"] == results["val_top1"]
     assert {name: (run / name).read_bytes() for name in kept} == kept

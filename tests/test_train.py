@@ -20,8 +20,8 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
     import train_classification  # importing runs nothing
 
     out = tmp_path / "run"
-    results = train_classification.main([*TINY, "--epochs", "2", "--warmup_epochs", "0.5", "--log_every", "3",
-                                         "--save_every", "1", "--output_dir", str(out)])
+    results = train_classification.main([*TINY, "--model", "resnet18", "--epochs", "2", "--warmup_epochs", "0.5",
+                                         "--log_every", "3", "--save_every", "1", "--output_dir", str(out)])
     assert read_json(out / "results.json") == results
     assert set(results) == RESULT_KEYS
     assert results["batch"] == {"global_batch_size": 8, "processes": 1, "batch_size": 8, "grad_accum_steps": 1,

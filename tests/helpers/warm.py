@@ -2,13 +2,14 @@
 
 Only imports and work without torch compute: a forkserver that ran torch's OpenMP thread pool would hand
 its children a pool whose threads do not exist in them (they hang at their first parallel region).
+Not timm (conftest.SMALL_MODEL's library; each rank imports it, 0.8 s): importing timm imports wandb, whose
+media folder, made at its import, would be one folder for every rank, removed by the first rank to exit.
 """
 
 import matplotlib
 
 matplotlib.use("Agg")
 import torch  # noqa: E402,F401
-import timm  # noqa: E402,F401  (conftest.SMALL_MODEL)
 import torchvision  # noqa: E402,F401
 from helpers import fsdp_on_cpu, node_local, sample_order, signal_at  # noqa: E402,F401
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
