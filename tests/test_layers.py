@@ -159,3 +159,36 @@ def test_each_test_conftest_starts_first_still_names_a_test(request):
                                "0", *unseen], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert sorted(line for line in proc.stdout.splitlines() if "::" in line) == unseen
+
+
+@pytest.mark.slow
+def test_each_break_of_breaks_tsv_selects_a_test(request):
+    """A line of tests/breaks.tsv whose -k names a test since renamed runs nothing, and break-and-test reports its
+    break as a survivor no test was given the chance to catch (11 lines were so after a rename). Each line must select
+    a test: of this session's collection when it holds the whole suite, otherwise of a collection of its own."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from helpers.break_selectors import stale
+
+    whole = not request.config.getoption("keyword") and not request.config.getoption("markexpr") and \
+        {str(arg).rstrip("/") for arg in request.config.args} <= {"tests", str(ROOT / "tests")}
+    if whole:
+        assert stale(request.session.items) == []
+    else:
+        proc = subprocess.run([sys.executable, "tests/helpers/break_selectors.py"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_a_break_whose_selector_runs_no_test_is_told(request):
+    """helpers/break_selectors.py judges a line as pytest would run it: its paths, -k and -m (here on this test
+    alone)."""
+    from helpers.break_selectors import stale
+
+    here = "tests/test_layers.py"
+    lines = ["-n 0 -p no:randomly -k runs_no_test", f"{here} -k renamed_since", "tests/test_train.py -k runs_no_test",
+             f"{here} -m slow -k runs_no_test", "-m 'not slow' -k 'selector and not layers' -x", "tests/ -k is_told"]
+    text = "\n".join(f"utils/x.py\told\tnew\t{args}" for args in lines)
+    assert stale([request.node], text) == [(2, lines[1]), (3, lines[2]), (4, lines[3]), (5, lines[4])]
