@@ -41,7 +41,7 @@ def _warm_matplotlib():
 _warm_matplotlib()
 
 # The model of the runs whose subject is the machinery around a model (resuming, preemption, launchers,
-# cross-validation, searches): timm's test_resnet, a ResNet with BatchNorm and zero-initialised last blocks,
+# cross-validation): timm's test_resnet, a ResNet with BatchNorm and zero-initialised last blocks,
 # 0.5 M parameters. A tiny run's time follows the model's parameters far more than its pixels (optimizer
 # step, gradient all-reduce, a checkpoint every step): 27 steps at 32 px take 0.38 s against resnet18's
 # 2.21 s. It learns (the digits at 16 px: top-1 0.997 after 10 epochs, resnet18 0.992), and its
@@ -65,7 +65,7 @@ def pytest_xdist_auto_num_workers(config):
 # started first, dealt in turn to the two xdist workers, so that neither is left running one of them alone at the end
 # of the suite while the other waits. (test_layers.py checks that each still names a test.)
 LONG_FIRST = ["tests/test_train.py::test_default_job_reaches_99_percent",  # 110
-              # the shared cross-validation (72; its kill test, 44, waits for it: left to the rest)
+              # the shared cross-validation (40 on 2026-12-06; its kill test, 31, waits for it: left to the rest)
               "tests/test_crossval.py::test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_"
               "probabilities",
               "tests/test_recipes.py::test_channels_last_and_compile_train_the_same_arithmetic",  # 70
