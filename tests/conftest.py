@@ -51,8 +51,8 @@ _warm_matplotlib()
 SMALL_MODEL = "timm/test_resnet.r160_in1k"
 
 # A small, fast job: synthetic 16x16 images, SMALL_MODEL, no network.
-TINY = ["--model", SMALL_MODEL, "--dataset", "synthetic", "--image_size", "16", "--num_classes", "7", "--batch_size", "8",
-        "--synthetic_train_samples", "64", "--synthetic_val_samples", "37", "--num_workers", "0"]
+TINY = ["--model", SMALL_MODEL, "--dataset", "synthetic", "--image_size", "16", "--num_classes", "7",
+        "--batch_size", "8", "--synthetic_train_samples", "64", "--synthetic_val_samples", "37", "--num_workers", "0"]
 
 
 def pytest_xdist_auto_num_workers(config):
