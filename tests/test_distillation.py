@@ -15,7 +15,6 @@ from safetensors.torch import load_file, save_file
 from utils.run.teacher import _renormalisation
 
 
-
 def resnet18_job(images, out, workers, *extra):
     """conftest's resume job on resnet18 (a teacher of ImageNet's statistics); a student's --model in `extra` wins."""
     return resume_job(images, out, workers, "--model", "resnet18", *extra)
@@ -27,6 +26,7 @@ def teacher_run(images, tmp_path_factory):
     out = tmp_path_factory.mktemp("teacher") / "run"
     run_main(resnet18_job(images, out, 0))
     return out
+
 
 @pytest.mark.slow
 def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_without_gradients(images, teacher_run,
@@ -46,7 +46,8 @@ def test_the_teacher_sees_the_students_mixed_and_erased_input_in_eval_mode_witho
     finally:
         handle.remove()
     out = capsys.readouterr().out
-    assert f"teacher: resnet18 with {teacher_run}'s weights" in out and "renormalised" not in out  # both ImageNet's statistics
+    # both ImageNet's statistics: nothing renormalised
+    assert f"teacher: resnet18 with {teacher_run}'s weights" in out and "renormalised" not in out
     training = [c for c in calls if c[1] and c[0] == "MobileNetV3"]
     taught = [c for c in calls if c[0] == "ResNet"]
     assert len(training) == len(taught) == 4

@@ -164,8 +164,8 @@ def test_each_test_conftest_starts_first_still_names_a_test(request):
 @pytest.mark.slow
 def test_each_break_of_breaks_tsv_selects_a_test(request):
     """A line of tests/breaks.tsv whose -k names a test since renamed runs nothing, and break-and-test reports its
-    break as a survivor no test was given the chance to catch (11 lines were so after a rename). Each line must select
-    a test: of this session's collection when it holds the whole suite, otherwise of a collection of its own."""
+    break as a survivor that no test was given the chance to catch. Each line must select a test: of this session's
+    collection when it holds the whole suite, otherwise of a collection of its own."""
     import subprocess
     import sys
 
