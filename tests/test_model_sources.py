@@ -163,6 +163,33 @@ def test_pretrained_weights_missing_offline_fail_with_one_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_run_on_timm_imports_wandb_only_to_report_to_it(tmp_path):
+    """timm imports wandb wherever it is installed (its training utilities, which no code of ours calls): half a
+    second of each run's start-up. A run on a timm model, with timm's optimizer and loss, leaves it unimported; a
+    run that reports to wandb then imports it and logs (offline); one that had imported wandb keeps it."""
+    run = [*TINY, "--optimizer", "lamb", "--bce_loss", "--epochs", "1", "--warmup_epochs", "0"]
+    quiet, reported = [*run, "--output_dir", str(tmp_path / "quiet")], [*run, "--report_to", "wandb", "--output_dir",
+                                                                       str(tmp_path / "reported")]
+    code = ("import sys, train_classification\n"
+            f"train_classification.main({quiet!r})\n"
+            "print('wandb imported:', 'wandb' in sys.modules)\n"
+            f"train_classification.main({reported!r})\n"
+            "print('wandb imported:', 'wandb' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=environment({"WANDB_DIR": str(tmp_path)}), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("wandb imported")] == [
+        "wandb imported: False", "wandb imported: True"]
+    assert list(tmp_path.glob("**/offline-run-*/run-*.wandb"))
+    # a process that imported wandb before timm keeps that module, not a second copy of it
+    code = "import sys, wandb\nfrom utils.models.timm_library import import_timm\nimport_timm()\n" \
+           "print(sys.modules['wandb'] is wandb, 'timm' in sys.modules)"
+    kept = subprocess.run([sys.executable, "-c", code], env=environment(), cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert kept.stdout.split() == ["True", "True"], kept.stderr[-2000:]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["timm", "hf"])
 def test_namespace_models_train_on_two_processes_and_resume_bitwise(model, tiny_vit, images, tmp_path):
     from safetensors.torch import load_file

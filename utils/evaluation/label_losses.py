@@ -9,6 +9,8 @@ already left out images that could not be decoded."""
 import torch
 import torch.nn.functional as F
 
+from utils.models.timm_library import import_timm
+
 
 class BinaryCrossEntropy:
     """timm's BinaryCrossEntropy (one-vs-all, as "ResNet strikes back" trains), per sample and class.
@@ -19,10 +21,9 @@ class BinaryCrossEntropy:
     target above it 1 and the rest 0 (timm's target_threshold; A1-A3 use 0.2)."""
 
     def __init__(self, smoothing, target_threshold):
-        from timm.loss import BinaryCrossEntropy as TimmBCE
-
         self.smoothing = smoothing
-        self.loss = TimmBCE(smoothing=smoothing, target_threshold=target_threshold, reduction="none")
+        self.loss = import_timm("timm.loss").BinaryCrossEntropy(smoothing=smoothing, target_threshold=target_threshold,
+                                                                 reduction="none")
 
     def __call__(self, logits, targets):
         if targets.shape == logits.shape and self.smoothing:
@@ -102,10 +103,8 @@ class AsymmetricLoss:
     mean whatever the batch size. Label smoothing moves targets as MultiLabelBCE does."""
 
     def __init__(self, smoothing):
-        from timm.loss import AsymmetricLossMultiLabel
-
         self.smoothing = smoothing
-        self.loss = AsymmetricLossMultiLabel(gamma_neg=4, gamma_pos=1, clip=0.05)
+        self.loss = import_timm("timm.loss").AsymmetricLossMultiLabel(gamma_neg=4, gamma_pos=1, clip=0.05)
 
     def __call__(self, logits, targets):
         if self.smoothing:

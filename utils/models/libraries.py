@@ -20,7 +20,7 @@ from utils.models.hf_library import Transformers
 from utils.models.lora import LoraOptions
 from utils.models.pv_library import PyTorchVideo
 from utils.models.temporal_shift import add_temporal_shift
-from utils.models.timm_library import Timm
+from utils.models.timm_library import Timm, import_timm
 from utils.models.torchvision_library import Torchvision, pretrained_state
 from utils.models.weights import load_weights, read_state_dict
 
@@ -169,7 +169,7 @@ def layer_ids(model, name):
                          f"models with a group_matcher, torchvision's ViT, Swin and ConvNeXt, and transformers "
                          f"models whose encoder has numbered blocks); drop --layer_decay")
     try:
-        from timm.models import group_parameters
+        group_parameters = import_timm("timm.models").group_parameters
     except ImportError:
         raise ModelError("layer_decay: groups parameters with timm, which is not installed: pip install -r "
                          "requirements-models.txt (or pip install timm)") from None

@@ -1,7 +1,9 @@
 """`timm/<name>`: timm's models, their pretrained configs and its own Hub format. timm is imported only
-when a `timm/` name is used."""
+when a `timm/` name is used, and only through `import_timm`."""
 
 import difflib
+import importlib
+import sys
 
 from utils.models.errors import ModelError, missing_library
 from utils.models.protocol import Library
@@ -13,13 +15,29 @@ def offline_weights_error(name, e, fetch):
                       f"cache (HF_HOME), or point HF_HUB_CACHE at one; set HF_HUB_OFFLINE=1 to skip the retries")
 
 
+def import_timm(module="timm"):
+    """timm's `module` (timm itself, timm.models, timm.optim, ...), timm imported without wandb.
+
+    timm's training utilities (timm.utils.summary, which no code of ours calls) import wandb whenever it is
+    installed: half a second of a run's start-up, 1.4 s in a process that has imported more, for a run that may not
+    report to wandb at all (a run that does imports it where its tracker starts). Every import of timm in this
+    project comes through here, so that the first one decides."""
+    if "timm" not in sys.modules and "wandb" not in sys.modules:
+        sys.modules["wandb"] = None  # `import wandb` raises ImportError: timm takes wandb for not installed
+        try:
+            importlib.import_module("timm")
+        finally:
+            del sys.modules["wandb"]
+    return importlib.import_module(module)
+
+
 class Timm(Library):
     name, prefix, card_header = "timm", "timm/", "library_name: timm\n"
     load_snippet = "import timm\nmodel = timm.create_model('hf-hub:{repo}', pretrained=True)"
 
     def check_name(self, arch):
         try:
-            import timm
+            timm = import_timm()
         except ImportError:  # requirements-models.txt: torchvision's models need neither timm nor transformers
             raise missing_library(self.prefix, "timm") from None
 
@@ -32,7 +50,7 @@ class Timm(Library):
         raise ValueError(f"'{self.prefix}{arch}' is not a timm {'pretrained model' if '.' in arch else 'model'}{hint}")
 
     def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
-        import timm
+        timm = import_timm()
 
         asked = {key: value for key, value in (("drop_path_rate", drop_path), ("drop_rate", dropout))
                  if value is not None}
@@ -51,19 +69,14 @@ class Timm(Library):
             raise offline_weights_error(self.prefix + arch, e, f"hf download {_hub_id(arch)}") from None
 
     def pretrained_classes(self, arch):
-        from timm.models import get_pretrained_cfg
-
-        cfg = get_pretrained_cfg(arch)
+        cfg = import_timm("timm.models").get_pretrained_cfg(arch)
         return cfg.num_classes if cfg is not None else None
 
     def data_config(self, arch):
-        from timm.data import resolve_data_config
-        from timm.models import get_pretrained_cfg
-
-        cfg = get_pretrained_cfg(arch)
+        cfg = import_timm("timm.models").get_pretrained_cfg(arch)
         if cfg is None:
             return {}
-        data = resolve_data_config(pretrained_cfg=cfg.to_dict())
+        data = import_timm("timm.data").resolve_data_config(pretrained_cfg=cfg.to_dict())
         out = dict(image_size=data["input_size"][-1], mean=tuple(data["mean"]), std=tuple(data["std"]),
                    crop_pct=data["crop_pct"], origin=f"timm's pretrained_cfg of {cfg.architecture}.{cfg.tag}")
         if data["interpolation"] in ("bilinear", "bicubic"):
@@ -71,9 +84,7 @@ class Timm(Library):
         return out
 
     def check_image_size(self, arch, size, frames=None):
-        from timm.models import get_pretrained_cfg
-
-        cfg = get_pretrained_cfg(arch)
+        cfg = import_timm("timm.models").get_pretrained_cfg(arch)
         if cfg is not None and cfg.fixed_input_size and size != cfg.input_size[-1]:
             raise ModelError(f"{self.prefix}{arch} takes --image_size {cfg.input_size[-1]} only, got {size}")
 
@@ -102,18 +113,15 @@ class Timm(Library):
         return head[0] if isinstance(head, tuple) else head  # a distilled ViT's (head, head_dist): the class token's
 
     def save(self, model, arch, folder, inputs, class_names):
-        from timm.models import save_for_hf
-
         channels = inputs.get("in_chans", 3)  # multispectral and gray runs: timm builds it so from the folder too
         data = dict(input_size=(channels, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
                     std=tuple(inputs["std"]), interpolation=inputs["interpolation"],
                     crop_pct=inputs["image_size"] / inputs["resize"])
         config = {"label_names": list(class_names), **({"model_args": {"in_chans": channels}} if channels != 3 else {})}
-        save_for_hf(model, str(folder), model_config=config, safe_serialization=True, data_config=data)
+        import_timm("timm.models").save_for_hf(model, str(folder), model_config=config, safe_serialization=True,
+                                               data_config=data)
 
 
 def _hub_id(arch):
-    from timm.models import get_pretrained_cfg
-
-    cfg = get_pretrained_cfg(arch)
+    cfg = import_timm("timm.models").get_pretrained_cfg(arch)
     return (cfg.hf_hub_id if cfg is not None and cfg.hf_hub_id else f"timm/{arch}").split("@")[0]

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, MultiStepLR, SequentialLR
 
+from utils.models.timm_library import import_timm
+
 NORMS = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm)
 
 
@@ -94,9 +96,8 @@ TORCH_OPTIMIZERS = ("sgd", "adamw")  # torch's own; every other --optimizer is t
 
 
 def optimizer_names():
-    import timm.optim
-
-    return TORCH_OPTIMIZERS + tuple(n for n in timm.optim.list_optimizers() if n not in TORCH_OPTIMIZERS)
+    names = import_timm("timm.optim").list_optimizers()
+    return TORCH_OPTIMIZERS + tuple(n for n in names if n not in TORCH_OPTIMIZERS)
 
 
 def opt_kwargs(options):
@@ -126,11 +127,10 @@ def _optimizer(groups, options, lr):
     if options.name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=options.momentum,
                                nesterov=options.nesterov and options.momentum > 0, **opt_kwargs(options))
-    from timm.optim import create_optimizer_v2
-
     # Our groups as they are (timm's own bias/norm filter applies to a model, not to groups); `momentum` reaches
     # the optimizers that take one.
-    return create_optimizer_v2(groups, opt=options.name, lr=lr, momentum=options.momentum, **opt_kwargs(options))
+    return import_timm("timm.optim").create_optimizer_v2(groups, opt=options.name, lr=lr, momentum=options.momentum,
+                                                         **opt_kwargs(options))
 
 
 def build_optimizer(model, options, num_processes=1, layers=None):
