@@ -192,3 +192,14 @@ def test_a_break_whose_selector_runs_no_test_is_told(request):
              f"{here} -m slow -k runs_no_test", "-m 'not slow' -k 'selector and not layers' -x", "tests/ -k is_told"]
     text = "\n".join(f"utils/x.py\told\tnew\t{args}" for args in lines)
     assert stale([request.node], text) == [(2, lines[1]), (3, lines[2]), (4, lines[3]), (5, lines[4])]
+
+
+def test_timm_is_imported_only_through_import_timm():
+    """timm's own import pulls in wandb (utils/models/timm_library.py:import_timm): one `import timm` of ours
+    elsewhere, run first, would bring that cost back to every run on a timm model."""
+    scripts = [ROOT / name for name in ("tune.py", "crossval.py")]
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in python_files() + scripts
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "timm" for a in node.names)
+             or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "timm"]
+    assert not found, found
