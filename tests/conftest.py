@@ -50,9 +50,16 @@ _warm_matplotlib()
 # Tests about resnet18 itself say --model resnet18.
 SMALL_MODEL = "timm/test_resnet.r160_in1k"
 
-# A small, fast job: synthetic 16x16 images, SMALL_MODEL, no network.
+# A small, fast job: synthetic 16x16 images, SMALL_MODEL, no network; no pictures (drawing them is ~0.7 s of a tiny
+# run's 0.9 s: the tests about a picture, or about the child that draws it, leave --no_plots out).
 TINY = ["--model", SMALL_MODEL, "--dataset", "synthetic", "--image_size", "16", "--num_classes", "7",
-        "--batch_size", "8", "--synthetic_train_samples", "64", "--synthetic_val_samples", "37", "--num_workers", "0"]
+        "--batch_size", "8", "--synthetic_train_samples", "64", "--synthetic_val_samples", "37", "--num_workers", "0",
+        "--no_plots"]
+
+
+def drawn(argv):
+    """`argv` with its pictures drawn (TINY's --no_plots left out): for the tests of the pictures themselves."""
+    return [a for a in argv if a != "--no_plots"]
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -19,7 +19,7 @@ import torch
 from conftest import ROOT, SMALL_MODEL, environment, main_fails, read_json
 from ranks import run_ranks
 
-SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16"]  # odd-sized folds of 100 and 101
+SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16", "--no_plots"]  # odd-sized folds of 100 and 101
 
 
 def data_options(**changes):
@@ -159,7 +159,7 @@ def test_a_group_column_missing_or_with_empty_values_is_one_line(tmp_path, capsy
 # (601 samples, 10 epochs: 27 of 30 in 28 issues; 6 epochs, 25). A checkpoint every 20 steps (mid-epoch: 13 steps an
 # epoch) for the kill test; every 2, each fold wrote 65 of them, a quarter of its time.
 CV = ["--model", SMALL_MODEL, "--max_train_samples", "601", "--num_workers", "0", "--image_size", "16", "--epochs", "10",
-      "--batch_size", "32", "--flip_labels", "0.05", "--checkpoint_every_steps", "20", "--keep_last", "2"]
+      "--batch_size", "32", "--flip_labels", "0.05", "--checkpoint_every_steps", "20", "--keep_last", "2", "--no_plots"]
 
 
 def crossval(out, *extra, **kw):

@@ -12,7 +12,8 @@ from utils.config.options import parse_args
 from utils.data.errors import DataError
 from utils.data.sources.image_files import load_splits
 
-FAST = ["--image_size", "16", "--batch_size", "4", "--num_workers", "0", "--epochs", "1", "--warmup_epochs", "0"]
+FAST = ["--image_size", "16", "--batch_size", "4", "--num_workers", "0", "--epochs", "1", "--warmup_epochs", "0",
+        "--no_plots"]
 
 
 def splits(argv):

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, assert_same_weights, main_fails, read_json, run_main
+from conftest import TINY, assert_same_weights, drawn, main_fails, read_json, run_main
 from ranks import ranks_ok
 
 from utils.training.lr_range import Curve, LossDiverged, sweep_lr, sweep_schedule
 
-BASE = [*TINY, "--model", "resnet18", "--epochs", "2", "--warmup_epochs", "0.5"]  # its curve falls then diverges
+BASE = [*drawn(TINY), "--model", "resnet18", "--epochs", "2", "--warmup_epochs", "0.5"]  # its curve falls then diverges
 
 
 def rows(path):
@@ -98,13 +98,16 @@ def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_sweeps_loss_is_the_mean_over_every_process_one_or_two_alike(tmp_path):
+def test_the_sweeps_loss_is_the_mean_over_every_process_one_or_two_alike(tmp_path, capsys):
     """A model without BatchNorm or dropout (squeezenet1_1, --dropout 0): a global batch of 16 on one process or 8 + 8
-    on two is the same 16 samples and the same mean loss, step by step, until the steps' float sums part."""
+    on two is the same 16 samples and the same mean loss, step by step, until the steps' float sums part. With
+    --no_plots: lr_find.csv alone, and said so."""
     job = ["--dataset", "synthetic", "--image_size", "32", "--num_classes", "5", "--synthetic_train_samples", "64",
            "--synthetic_val_samples", "10", "--num_workers", "0", "--model", "squeezenet1_1", "--dropout", "0",
-           "--lr_find", "--lr_find_steps", "10", "--lr_find_max", "0.1", "--global_batch_size", "16"]
+           "--lr_find", "--lr_find_steps", "10", "--lr_find_max", "0.1", "--global_batch_size", "16", "--no_plots"]
     run_main([*job, "--batch_size", "16", "--output_dir", tmp_path / "one"])
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f" -> {tmp_path / 'one' / 'lr_find.csv'}")
+    assert sorted(p.name for p in (tmp_path / "one").iterdir() if p.name != ".lock") == ["lr_find.csv"]
     ranks_ok([*job, "--batch_size", "8", "--output_dir", tmp_path / "two"], nproc=2)
     one, two = rows(tmp_path / "one" / "lr_find.csv"), rows(tmp_path / "two" / "lr_find.csv")
     assert len(one) == len(two) == 10

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::U
 # 301 training digits and 101 validation ones at 16 px, batches of 8: cache files of 64 samples, the last ones ragged
 # (5 training files, 2 validation ones: on 2 processes the second rank computes 2 and 1 of them). A random resnet18.
 SMALL = ["--max_train_samples", "301", "--max_val_samples", "101", "--image_size", "16", "--batch_size", "8",
-         "--top_losses", "101"]
+         "--top_losses", "101", "--no_plots"]
 
 
 def cache(out, split):

@@ -19,7 +19,7 @@ RECIPES = sorted(p.name for p in (ROOT / "configs").glob("*.yaml")
 # on image files (their crops, interpolation and policies apply to files only: synthetic data refuses them).
 TINY_SYNTHETIC = ["--dataset", "synthetic", "--image_size", "16", "--num_classes", "10", "--batch_size", "4",
                   "--synthetic_train_samples", "40", "--synthetic_val_samples", "8", "--max_train_steps", "3",
-                  "--log_every", "1"]
+                  "--log_every", "1", "--no_plots"]
 
 
 # The recipe files' own models at 32 px: at 16 px ResNet-50's last stages see 1x1 maps, and BatchNorm over

@@ -227,3 +227,30 @@ def test_curves_are_drawn_when_anything_was_trained_and_never_for_an_evaluation(
     assert drawn([{"step": 4, "epoch": 1.0, "epoch_train_loss": 0.9}, validation]) == [
         "curves.png", "confusion_matrix.png"]
     assert drawn([validation]) == ["confusion_matrix.png"]
+
+
+def test_no_plots_draws_nothing_and_changes_no_other_file_or_figure(tmp_path, monkeypatch):
+    """The same run with and without --no_plots: the pictures alone are missing, and no process was started to draw
+    them; report.html holds the same page less its images, results.json the same figures, the weights are the same."""
+    import os
+
+    from conftest import TINY, assert_same_weights, drawn, read_json, run_main
+
+    argv = [*TINY, "--epochs", "1", "--top_losses", "5"]
+    forks, fork = [], os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or fork())
+    run_main([*drawn(argv), "--output_dir", tmp_path / "drawn"])
+    assert len(forks) == 1  # the drawing child (no loader workers)
+    run_main([*argv, "--output_dir", tmp_path / "plain"])
+    assert len(forks) == 1
+    names = {run: {p.name for p in (tmp_path / run).iterdir()} for run in ("drawn", "plain")}
+    pictures = {"curves.png", "confusion_matrix.png", "calibration.png", "top_losses.png"}
+    assert pictures <= names["drawn"] and names["plain"] == names["drawn"] - pictures
+    results = {run: read_json(tmp_path / run / "results.json") for run in ("drawn", "plain")}
+    for figures in results.values():
+        del figures["command"], figures["train_time_s"]
+    assert results["plain"] == results["drawn"]
+    pages = {run: (tmp_path / run / "report.html").read_text() for run in ("drawn", "plain")}
+    assert pages["drawn"].count("data:image/png;base64,") == 4 and "<img" not in pages["plain"]
+    assert "<h2>Per class</h2>" in pages["plain"] and "<h2>Most confused</h2>" in pages["plain"]
+    assert_same_weights(tmp_path / "drawn", tmp_path / "plain")

@@ -1,7 +1,7 @@
 """Dashboards: TensorBoard and wandb (offline) get the metrics.jsonl numbers; one wandb run per job."""
 
 import pytest
-from conftest import TINY, main_fails, read_json, read_jsonl
+from conftest import TINY, drawn, main_fails, read_json, read_jsonl
 from ranks import ranks_ok
 
 from utils.data.datasets.synthetic import SyntheticDataset
@@ -23,7 +23,7 @@ def test_report_to_all_writes_the_same_numbers_to_both(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    ranks_ok([*FAST, "--epochs", "2", "--report_to", "all", "--output_dir", out], nproc=1, env=offline(tmp_path))
+    ranks_ok([*drawn(FAST), "--epochs", "2", "--report_to", "all", "--output_dir", out], nproc=1, env=offline(tmp_path))
     runs = wandb_runs(out)
     assert len(runs) == 1 and (out / "wandb" / runs[0] / f"run-{runs[0].rsplit('-', 1)[1]}.wandb").is_file()
     events = EventAccumulator(str(out / "train-classification"), size_guidance={"scalars": 0, "images": 0})

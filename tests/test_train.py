@@ -6,7 +6,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from conftest import TINY, read_json, read_jsonl, run_main, run_ok, snapshot
+from conftest import TINY, drawn, read_json, read_jsonl, run_main, run_ok, snapshot
 from ranks import ranks_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
@@ -20,7 +20,7 @@ def test_main_in_process_writes_every_output(tmp_path, fresh_accelerate_state):
     import train_classification  # importing runs nothing
 
     out = tmp_path / "run"
-    results = train_classification.main([*TINY, "--model", "resnet18", "--epochs", "2", "--warmup_epochs", "0.5",
+    results = train_classification.main([*drawn(TINY), "--model", "resnet18", "--epochs", "2", "--warmup_epochs", "0.5",
                                          "--log_every", "3", "--save_every", "1", "--output_dir", str(out)])
     assert read_json(out / "results.json") == results
     assert set(results) == RESULT_KEYS
@@ -234,7 +234,7 @@ def test_a_run_in_this_process_leaves_no_worker_behind(tmp_path, capsys):
     from conftest import main_fails, make_folder
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    argv = [*TINY[:-2], "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0", "--output_dir", tmp_path / "r"]
+    argv = [*TINY, "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0", "--output_dir", tmp_path / "r"]
     run_main([*argv, "--max_train_steps", "3"])  # stops mid-epoch: a checkpoint at step 3
     assert not new_children(before)
     run_main([*argv, "--resume", "latest"])  # the resumed epoch's loader skips its first batches

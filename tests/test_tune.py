@@ -21,7 +21,7 @@ from ranks import ranks_ok
 sys.path.insert(0, str(ROOT))
 import tune  # noqa: E402
 
-TINY = ["--max_train_samples", "200", "--num_workers", "0"]
+TINY = ["--max_train_samples", "200", "--num_workers", "0", "--no_plots"]
 TWO_PROCESSES = (f"{sys.executable} -m accelerate.commands.launch --config_file "
                  f"{ROOT / 'accel_configs' / 'cpu_2proc.yaml'} --monitor_interval 0.1")
 ONE_PROCESS = sys.executable

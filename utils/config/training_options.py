@@ -292,3 +292,7 @@ def add_run_options(p):
     g.add_argument("--top_losses", resume_key=False, type=int, default=24,
                    help="the run's N validation samples of highest loss, in top_losses.csv and top_losses.png at "
                         "its end (0: none)")
+    g.add_argument("--no_plots", resume_key=False, action="store_true",
+                   help="draw no pictures (curves, confusion matrix or per-class AP, calibration, top losses, "
+                        "lr_find.png): their figures are still written as CSV and JSON, report.html without images; "
+                        "for the many runs of a search or a cross-validation")

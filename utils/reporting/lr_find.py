@@ -35,15 +35,17 @@ class SweepLogger(StepLogger):
         self._new_window()
 
 
-def write_lr_find(out, curve, suggestions, stopped):
-    """lr_find.csv (lr, loss, smoothed loss a step) and lr_find.png: the smoothed loss against the LR (log scale), the
-    raw losses faint, the suggestions marked; `stopped`: why the sweep ended, in the title."""
+def write_lr_find(out, curve, suggestions, stopped, plots=True):
+    """lr_find.csv (lr, loss, smoothed loss a step) and, with `plots`, lr_find.png: the smoothed loss against the LR
+    (log scale), the raw losses faint, the suggestions marked; `stopped`: why the sweep ended, in the title."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["step", "lr", "loss", "smoothed_loss"])
     for step, row in enumerate(zip(curve.lrs, curve.losses, curve.smoothed)):
         writer.writerow([step, *(f"{value:.6g}" for value in row)])
     write_text_atomic(out / "lr_find.csv", text.getvalue())
+    if not plots:
+        return
 
     from matplotlib.figure import Figure
 

@@ -123,7 +123,7 @@ def log_best_predictions(accelerator, step, figure, rows):
 
 
 def log_pictures(accelerator, step, paths):
-    """The final PNGs (curves, confusion matrix) as images on every dashboard."""
+    """The final PNGs (curves, confusion matrix) as images on every dashboard (none with --no_plots)."""
     if not accelerator.trackers:
         return
     import numpy as np

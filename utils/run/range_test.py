@@ -22,8 +22,8 @@ def find_lr(args, settings, accelerator, out, train_epoch):
     exponentially from --lr_find_min to --lr_find_max, on a job of its own built as the run's (quietly; without EMA,
     checkpoints or records) and freed after it: the run is then built from scratch, so that --lr auto trains as the run
     with the suggestion typed by hand. Each step's loss is the mean over every sample of every process; every process
-    stops at the same step, where that mean diverges. Writes lr_find.png and lr_find.csv; returns ({"valley": lr,
-    "steepest": lr}, the BatchPlan the job took); (None, None) without either option."""
+    stops at the same step, where that mean diverges. Writes lr_find.csv and lr_find.png (not with --no_plots); returns
+    ({"valley": lr, "steepest": lr}, the BatchPlan the job took); (None, None) without either option."""
     if not (args.lr_find or args.lr == "auto"):
         return None, None
     set_seed(args.seed)
@@ -48,8 +48,9 @@ def find_lr(args, settings, accelerator, out, train_epoch):
     args.batch_size, args.grad_accum_steps = sweep.batch_size, sweep.grad_accum_steps  # what --batch_size auto found
     curve = job.logger.curve
     suggestions = curve.suggestions()
+    written = [out / "lr_find.csv"] if args.no_plots else [out / "lr_find.png", out / "lr_find.csv"]
     if accelerator.is_main_process:
-        write_lr_find(out, curve, suggestions, stopped)
+        write_lr_find(out, curve, suggestions, stopped, plots=not args.no_plots)
     unread = (f"the loss has no descent to read an LR from ({len(curve.lrs)} steps, {stopped}); sweep from a lower "
               f"--lr_find_min or over more --lr_find_steps")
     if suggestions is None and args.lr == "auto":
@@ -58,7 +59,7 @@ def find_lr(args, settings, accelerator, out, train_epoch):
         f"{len(curve.lrs)} steps from {low:g} to {high:g} ({stopped}); suggested peak LR: valley "
         f"{suggestions['valley']:g}{' (--lr auto trains with it)' if args.lr == 'auto' else ''}, steepest "
         f"{suggestions['steepest']:g}")
-    accelerator.print(f"lr_find: {said} -> {out / 'lr_find.png'}, {out / 'lr_find.csv'}")
+    accelerator.print(f"lr_find: {said} -> {', '.join(map(str, written))}")
     if args.lr_find:
         accelerator.end_training()  # the range test alone: the run ends here
     return suggestions, job.batch

@@ -80,9 +80,9 @@ def command_line(argv):
 
 def start_pictures(job, figures):
     """The main process starts drawing the run's pictures of its last validation's `figures` (the report's and
-    top_losses.png: utils/reporting/drawing.py), which report_results collects."""
+    top_losses.png: utils/reporting/drawing.py), which report_results collects; none with --no_plots."""
     pictures = []
-    if job.accelerator.is_main_process:
+    if job.accelerator.is_main_process and not job.args.no_plots:
         pictures = report.pictures(job.out, figures, job.class_names) + failure_pictures(
             job.out, figures, job.class_names, job.val_loader.dataset, job.args.top_losses, job.task)
     job.pictures = Drawing.start(pictures)
