@@ -252,7 +252,7 @@ def images(tmp_path_factory):
 def resume_job(images, out, workers, *extra):
     return ["--model", SMALL_MODEL, "--train_dir", images / "tr", "--val_dir", images / "va", "--image_size", "32",
             "--batch_size", "4",
-            "--epochs", "3", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers", workers,
+            "--epochs", "3", "--warmup_epochs", "0.5", "--log_every", "1", "--num_workers", workers, "--no_plots",
             "--output_dir", out, *extra]
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import read_json, resume_job, run_main
+from conftest import drawn, read_json, resume_job, run_main
 from ranks import ranks_ok
 
 
@@ -160,9 +160,9 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
 
     weights = ["--eval_only", "--init_from", reference[1] / "model.safetensors", "--top_losses", "4"]
     one = tmp_path / "one"
-    run_main(resume_job(images, one, 1, *weights))
+    run_main(drawn(resume_job(images, one, 1, *weights)))
     two = tmp_path / "two"
-    ranks_ok(resume_job(images, two, 1, *weights), nproc=2)
+    ranks_ok(drawn(resume_job(images, two, 1, *weights)), nproc=2)
     a, b = top_losses(one / "top_losses.csv"), top_losses(two / "top_losses.csv")
     assert [r["file"] for r in a] == [r["file"] for r in b] and len(a) == 4
     assert all(float(x["loss"]) == pytest.approx(float(y["loss"]), abs=1e-5) for x, y in zip(a, b))

@@ -84,7 +84,7 @@ def pv_job(videos, out, model, *extra):
     """pytorchvideo's `model` on 4-frame 16x16 clips of the `videos` fixture: 8 train / 5 val videos, 2 classes."""
     return ["--train_dir", videos / "tr", "--val_dir", videos / "va", "--model", model, "--image_size", "16",
             "--clip_len", "4", "--frame_interval", "2", "--batch_size", "2", "--epochs", "2", "--warmup_epochs",
-            "0.5", "--lr", "0.001", "--log_every", "1", "--num_workers", "1", "--output_dir", out, *extra]
+            "0.5", "--lr", "0.001", "--log_every", "1", "--num_workers", "1", "--no_plots", "--output_dir", out, *extra]
 
 
 @pytest.mark.slow
