@@ -15,7 +15,7 @@ def video_job(videos, out, *extra):
     """r3d_18 on 4-frame 16x16 clips of the `videos` fixture: 2 classes, 8 train / 5 val videos."""
     return ["--train_dir", videos / "tr", "--val_dir", videos / "va", "--model", "r3d_18", "--image_size", "16",
             "--clip_len", "4", "--frame_interval", "2", "--batch_size", "2", "--epochs", "2", "--warmup_epochs",
-            "0.5", "--lr", "0.01", "--log_every", "1", "--output_dir", out, *extra]
+            "0.5", "--lr", "0.01", "--log_every", "1", "--no_plots", "--output_dir", out, *extra]
 
 
 @pytest.fixture(scope="module")
