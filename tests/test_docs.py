@@ -282,3 +282,16 @@ def test_the_readme_is_short_and_links_every_docs_page():
     linked = {(readme.parent / t.partition("#")[0]).resolve() for t in links(readme)}
     unlinked = [p.name for p in PAGES[1:] if p.resolve() not in linked]
     assert not unlinked, f"README.md does not link {unlinked}"
+
+
+def test_ci_runs_the_readmes_test_command_on_the_current_releases():
+    """.ci/run calls the README's test command word for word, with pip told to upgrade to the newest allowed release of
+    every requirement and of what they pull in: a machine that kept older packages must fail where a new one would."""
+    readme = (ROOT / "README.md").read_text()
+    command = "pip install -r requirements-dev.txt && python -m pytest"
+    assert command in readme
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    assert lines[-1] == command
+    exports = dict(word.split("=", 1) for line in lines if line.startswith("export ") for word in line.split()[1:])
+    assert exports.get("PIP_UPGRADE") == "1" and exports.get("PIP_UPGRADE_STRATEGY") == "eager"
