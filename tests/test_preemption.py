@@ -79,6 +79,16 @@ def test_sigterm_to_a_one_process_launchers_group_with_workers(images, reference
     resume_and_compare(argv, out, assert_saved_at(out, 12), reference[1])
 
 
+def test_ctrl_c_under_a_one_process_launcher_is_named_and_the_rerun_continues_bitwise(images, reference, tmp_path):
+    # Ctrl-C: SIGINT to the terminal's foreground group, the launcher's, workers included. Accelerate >= 1.16's
+    # launcher then passes SIGTERM on to the run and exits 130; the stop is still named for the signal that came first.
+    out = tmp_path / "run"
+    argv = resume_job(images, out, 2)
+    code, step, stderr = interrupted(argv, 3, "INT", "parent_group")
+    assert (code, step) == (130, 4) and "interrupted by SIGINT at step 4" in stderr
+    resume_and_compare(argv, out, assert_saved_at(out, 4), reference[1])
+
+
 def test_sigterm_to_the_one_process_launcher_alone_stops_the_orphan(images, reference, tmp_path):
     # Accelerate's one-process launcher forwards nothing; killed, it leaves its training process
     # behind, which must notice (parent-death signal), save and exit rather than train on.

@@ -92,7 +92,9 @@ class StopRequest:
             signal.signal(signum, self._note)
 
     def _note(self, signum, frame):
-        self.signal_name = signal.Signals(signum).name
+        # The first one names the stop: a Ctrl-C under `accelerate launch` >= 1.16 brings SIGINT from the terminal,
+        # then SIGTERM from the launcher passing it on.
+        self.signal_name = self.signal_name or signal.Signals(signum).name
 
     @property
     def requested(self):

@@ -1,5 +1,8 @@
 """Training progress: lines every `log_every` optimizer steps and per epoch, metrics.jsonl rows, a bar on a tty."""
 
+import os
+import re
+import shutil
 import sys
 import time
 from datetime import timedelta
@@ -12,6 +15,29 @@ from utils.core.io import append_jsonl
 
 def _eta(seconds):
     return str(timedelta(seconds=round(seconds)))
+
+
+def watched():
+    """Whether a person watches this process on a terminal: stdout is one, and so is stderr (where a bar goes), or
+    stderr is a pipe that our parent copies to its own terminal. `accelerate launch` >= 1.16 runs a one-process job
+    that way (it tees the script's stderr to keep its tail for its error), so isatty() alone lost the bar there.
+    CI logs and files (`> log.txt`, `2> err.txt`) get the plain lines."""
+    return sys.stdout.isatty() and (sys.stderr.isatty() or _stderr_copied_to_a_terminal())
+
+
+_TERMINAL = re.compile(r"/dev/(pts/\d+|tty\w*)")
+
+
+def _stderr_copied_to_a_terminal():
+    """Linux: our stderr is a pipe, our parent holds its other end, and the parent's own stderr is a terminal."""
+    try:
+        ours = os.readlink("/proc/self/fd/2")
+        parent = f"/proc/{os.getppid()}/fd"
+        if not ours.startswith("pipe:") or not _TERMINAL.fullmatch(os.readlink(f"{parent}/2")):
+            return False
+        return any(os.readlink(f"{parent}/{fd}") == ours for fd in os.listdir(parent))
+    except OSError:  # no /proc (macOS), or the parent's descriptors are not ours to read
+        return False
 
 
 class StepLogger:
@@ -35,10 +61,11 @@ class StepLogger:
         self.window_start = time.perf_counter()
 
     def start_epoch(self, epoch, first_step):
-        # A bar only when both streams are a terminal; CI logs and files (`> log.txt`) get the plain lines.
-        if self.accelerator.is_main_process and sys.stderr.isatty() and sys.stdout.isatty():
+        if self.accelerator.is_main_process and watched():
+            # A piped stderr has no width of its own: the terminal's, as stdout sees it.
+            width = {} if sys.stderr.isatty() else {"ncols": shutil.get_terminal_size().columns}
             self.bar = tqdm(total=self.steps_per_epoch, initial=first_step, desc=f"epoch {epoch}", leave=False,
-                            dynamic_ncols=True)
+                            dynamic_ncols=sys.stderr.isatty(), **width)
         self._reset(epoch, first_step)
 
     def _reset(self, epoch, first_step):
