@@ -21,8 +21,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def main(argv):
+    import os
+
     import train_classification
-    from conftest import reset_accelerate_state
+
+    given = dict(os.environ)
+    from conftest import reset_accelerate_state  # (its import sets HF_HUB_OFFLINE=1: the caller's environment wins)
+
+    os.environ.clear()
+    os.environ.update(given)
 
     out, runs = argv[0], []
     assert argv[1] == "--", argv

@@ -3,11 +3,11 @@ and their own folder format. transformers is imported only when an `hf/` name is
 
 import difflib
 import functools
-import os
 import re
 from pathlib import Path
 
 from utils.models.errors import ModelError, missing_library
+from utils.models.hub import cached_file, cached_models, why_not_fetched
 from utils.models.protocol import INF, MATCH_PREV, Library
 from utils.models.timm_library import offline_weights_error
 from utils.models.stem import with_stem
@@ -67,12 +67,11 @@ class Transformers(Library):
             return
         if "/" not in ref or ref.startswith((".", "/")) or ref.count("/") > 1:  # not a repo id: a folder not found
             raise ValueError(f"hf/{ref}: no such folder")
-        if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") and not _cached(ref):
-            close = difflib.get_close_matches(ref, _cached_models(), n=3, cutoff=0.5)
+        if not cached_file(ref, "config.json") and (why := why_not_fetched()) is not None:
+            close = difflib.get_close_matches(ref, cached_models(), n=3, cutoff=0.5)
             hint = f"; cached: {', '.join('hf/' + c for c in close)}" if close else ""
-            raise ValueError(f"hf/{ref}: not in the Hugging Face cache and HF_HUB_OFFLINE is set; download it where "
-                             f"there is network (hf download {ref}) and copy the cache (HF_HOME), or give a local "
-                             f"folder{hint}")
+            raise ValueError(f"hf/{ref}: not in the Hugging Face cache and {why}; download it where there is network "
+                             f"(hf download {ref}) and copy the cache (HF_HOME), or give a local folder{hint}")
 
     def build_image_or_video(self, ref, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
         transformers = quiet_transformers()
@@ -82,7 +81,7 @@ class Transformers(Library):
         try:
             config = transformers.AutoConfig.from_pretrained(ref, **labels)
         except OSError as e:
-            raise offline_weights_error("hf/" + ref, e, f"hf download {ref}") from None
+            raise offline_weights_error("hf/" + ref, type(e).__name__, f"hf download {ref}") from None
         for flag, value, keys in (("--drop_path", drop_path, _DROP_PATH), ("--dropout", dropout, _DROPOUT)):
             if value is None:
                 continue
@@ -102,7 +101,7 @@ class Transformers(Library):
             model = (auto.from_pretrained(ref, config=config, ignore_mismatched_sizes=True) if pretrained
                      else auto.from_config(config))
         except OSError as e:
-            raise offline_weights_error("hf/" + ref, e, f"hf download {ref}") from None
+            raise offline_weights_error("hf/" + ref, type(e).__name__, f"hf download {ref}") from None
         except ValueError as e:  # not an image classifier (a text model, say)
             raise ModelError(f"hf/{ref}: not an image or video classification model for transformers "
                              f"({str(e).splitlines()[0]})") from None
@@ -238,18 +237,3 @@ def _frames_first(module, inputs):
 
 def _logits(module, inputs, output):
     return output.logits
-
-
-def _cached(repo):
-    from huggingface_hub import try_to_load_from_cache
-
-    return isinstance(try_to_load_from_cache(repo, "config.json"), str)
-
-
-def _cached_models():
-    try:
-        from huggingface_hub import scan_cache_dir
-
-        return sorted(r.repo_id for r in scan_cache_dir().repos if r.repo_type == "model")
-    except Exception:  # no cache yet
-        return []

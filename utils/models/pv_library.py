@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from utils.core.io import write_text_atomic
+from utils.core.network import unreachable
 from utils.models.errors import ModelError, missing_library
 from utils.models.grad_checkpointing import checkpoint_blocks
 from utils.models.protocol import Library
@@ -156,10 +157,13 @@ def kinetics_state(arch):
     the network is reachable); a one-line error offline."""
     url = f"{ZOO}/{MODELS[arch][0]}"
     file = Path(torch.hub.get_dir()) / "checkpoints" / MODELS[arch][0]
+    why = None if file.is_file() else unreachable(url)  # said at once, not after the download's wait
     try:
-        checkpoint = torch.hub.load_state_dict_from_url(url, map_location="cpu", progress=False, check_hash=False)
+        if why is None:
+            checkpoint = torch.hub.load_state_dict_from_url(url, map_location="cpu", progress=False, check_hash=False)
+            return checkpoint["model_state"] if "model_state" in checkpoint else checkpoint
     except Exception as e:  # offline: URLError, socket errors...
-        raise ModelError(f"pretrained: {file} is not in the torch hub cache and {url} could not be downloaded "
-                         f"({type(e).__name__}); fetch it where there is network and copy it there (or set "
-                         f"TORCH_HOME to a folder whose hub/checkpoints/ holds it)") from None
-    return checkpoint["model_state"] if "model_state" in checkpoint else checkpoint
+        why = type(e).__name__
+    raise ModelError(f"pretrained: {file} is not in the torch hub cache and {url} could not be downloaded ({why}); "
+                     f"fetch it where there is network and copy it there (or set TORCH_HOME to a folder whose "
+                     f"hub/checkpoints/ holds it)")

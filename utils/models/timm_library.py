@@ -4,14 +4,18 @@ when a `timm/` name is used, and only through `import_timm`."""
 import difflib
 import importlib
 import sys
+from pathlib import Path
 
 from utils.models.errors import ModelError, missing_library
+from utils.models.hub import cached_file, why_not_fetched
 from utils.models.protocol import Library
 
 
-def offline_weights_error(name, e, fetch):
+def offline_weights_error(name, why, fetch):
+    """The one line for weights that are not cached and could not be fetched (`why`: the error's kind, or the
+    reason they cannot be: utils/models/hub.py)."""
     return ModelError(f"pretrained: the weights of {name} are not in the Hugging Face cache and could not be "
-                      f"downloaded ({type(e).__name__}); run `{fetch}` where there is network and copy the "
+                      f"downloaded ({why}); run `{fetch}` where there is network and copy the "
                       f"cache (HF_HOME), or point HF_HUB_CACHE at one; set HF_HUB_OFFLINE=1 to skip the retries")
 
 
@@ -56,6 +60,8 @@ class Timm(Library):
                  if value is not None}
         if in_chans != 3:  # timm builds the stem for it, and adapts pretrained weights itself (adapt_input_conv)
             asked["in_chans"] = in_chans
+        if pretrained and (why := _why_weights_not_fetched(arch)) is not None:  # at once, not after the retries
+            raise offline_weights_error(self.prefix + arch, why, f"hf download {_hub_id(arch)}")
         try:
             return timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **asked)
         except TypeError as e:
@@ -66,7 +72,7 @@ class Timm(Library):
         except (OSError, RuntimeError) as e:  # huggingface_hub's LocalEntryNotFoundError is an OSError
             if not pretrained or isinstance(e, RuntimeError) and "download" not in str(e).lower():
                 raise
-            raise offline_weights_error(self.prefix + arch, e, f"hf download {_hub_id(arch)}") from None
+            raise offline_weights_error(self.prefix + arch, type(e).__name__, f"hf download {_hub_id(arch)}") from None
 
     def pretrained_classes(self, arch):
         cfg = import_timm("timm.models").get_pretrained_cfg(arch)
@@ -120,6 +126,23 @@ class Timm(Library):
         config = {"label_names": list(class_names), **({"model_args": {"in_chans": channels}} if channels != 3 else {})}
         import_timm("timm.models").save_for_hf(model, str(folder), model_config=config, safe_serialization=True,
                                                data_config=data)
+
+
+def _why_weights_not_fetched(arch):
+    """Why timm's pretrained weights of `arch` cannot be had now (utils/models/hub.py): None when they are cached, or
+    their host (the Hub, or the URL of older weights) can be asked for them."""
+    from torch.hub import get_dir
+
+    cfg = import_timm("timm.models").get_pretrained_cfg(arch)
+    if cfg is None or cfg.file:  # no weights (timm says so), or a local file
+        return None
+    if cfg.hf_hub_id:
+        repo = cfg.hf_hub_id.split("@")[0]
+        names = ("model.safetensors", "pytorch_model.bin", cfg.hf_hub_filename or "open_clip_pytorch_model.bin")
+        return None if any(cached_file(repo, name) for name in names) else why_not_fetched()
+    if cfg.url:
+        return None if (Path(get_dir()) / "checkpoints" / Path(cfg.url).name).is_file() else why_not_fetched(cfg.url)
+    return None
 
 
 def _hub_id(arch):

@@ -13,6 +13,7 @@ from torchvision import models
 from torchvision.models import ConvNeXt, SwinTransformer, VisionTransformer
 
 from utils.core.io import write_text_atomic
+from utils.core.network import unreachable
 from utils.models.errors import ModelError
 from utils.models.grad_checkpointing import checkpoint_blocks
 from utils.models.protocol import INF, MATCH_PREV, Library, frame_averaged
@@ -156,12 +157,14 @@ def pretrained_state(name, weights_name):
     except (ValueError, KeyError, AttributeError) as e:
         raise ModelError(f"weights: no torchvision weights {weights_name or 'DEFAULT'!r} for {name} ({e})") from None
     file = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
+    why = None if file.is_file() else unreachable(weights.url)  # said at once, not after the download's wait
     try:
-        return weights.get_state_dict(progress=False, check_hash=False)
+        if why is None:
+            return weights.get_state_dict(progress=False, check_hash=False)
     except Exception as e:  # offline: URLError, socket errors...
-        raise ModelError(f"pretrained: {file} is not in the torch hub cache and {weights.url} could not be "
-                         f"downloaded ({type(e).__name__}); fetch it where there is network and copy it there "
-                         f"(the cache follows TORCH_HOME)") from None
+        why = type(e).__name__
+    raise ModelError(f"pretrained: {file} is not in the torch hub cache and {weights.url} could not be downloaded "
+                     f"({why}); fetch it where there is network and copy it there (the cache follows TORCH_HOME)")
 
 
 class Torchvision(Library):

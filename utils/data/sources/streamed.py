@@ -6,6 +6,7 @@ from pathlib import Path
 
 from utils.data.datasets.images import with_transform
 from utils.data.errors import DataError
+from utils.data.sources.hub import Unreachable
 from utils.data.sources.image_files import ImageFiles
 from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY, no_imbalance, no_remaking, rgb_only
 from utils.data.datasets.labels import targets_for
@@ -15,6 +16,7 @@ from utils.data.streaming.loader import StreamLoader
 from utils.data.streaming.rows import StreamRows
 from utils.data.transforms.images import image_presets
 from utils.data.transforms.input import progressive_notes
+from utils.models.hub import why_not_fetched
 
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
@@ -27,6 +29,8 @@ def _builder(data):
     if (source / "dataset_dict.json").is_file() or (source / "dataset_info.json").is_file():
         _fail(f"dataset: {source} was written by save_to_disk, which --streaming does not read; write it as shards "
               f"(e.g. ds.to_parquet per shard) or train without --streaming")
+    if not source.exists() and (why := why_not_fetched()) is not None:  # a Hub name: at once, not after retries
+        _unreadable(data, Unreachable(why))
     try:
         return datasets.load_dataset_builder(data.dataset, data.dataset_config)
     except (ConnectionError, OSError, ValueError) as e:
