@@ -176,7 +176,7 @@ def train(job, start):
     if job.patience.stopped:  # a resumed run that had stopped early stays stopped
         accelerator.print(f"resumed a run that stopped early: {job.patience.line()}; nothing to train")
     if owed_epoch is not None:
-        figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step))
+        figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step, True))
     for epoch in range(start_epoch, args.epochs):
         if job.patience.stopped or args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
@@ -185,7 +185,7 @@ def train(job, start):
                                                        done_steps if epoch == start_epoch else 0)
         train_time += time.perf_counter() - t0
         epochs_completed = epoch + 1 if epoch_end else epoch
-        finished = reached_end(args, epoch, global_step)
+        finished = reached_end(args, epoch, global_step, epoch_end)
         if stop:  # at the epoch's end, or at the end of training, its validation is owed
             owed = (epoch_end or finished) and validation_due(args, epoch, finished)
             save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
@@ -232,9 +232,11 @@ def checkpoint_due(args, epoch, global_step, epoch_end, finished=False, validate
     return (every_epochs or every_steps or bool(args.keep_best) and validated) and not finished
 
 
-def reached_end(args, epoch, global_step):
-    """Whether training ends after this epoch: its last one, or --max_train_steps reached."""
-    return epoch + 1 == args.epochs or (args.max_train_steps is not None and global_step >= args.max_train_steps)
+def reached_end(args, epoch, global_step, epoch_end):
+    """Whether training has ended at `global_step` of `epoch`: its last epoch run to its end (`epoch_end`; a stop
+    mid-way through it leaves steps to train, and no validation owed), or --max_train_steps reached."""
+    last_epoch_done = epoch_end and epoch + 1 == args.epochs
+    return last_epoch_done or (args.max_train_steps is not None and global_step >= args.max_train_steps)
 
 
 def validation_due(args, epoch, finished):

@@ -130,6 +130,23 @@ def test_sigint_on_one_rank_at_an_epochs_last_step_keeps_its_validation(images, 
     assert rows == theirs and [r["step"] for r in rows] == [5, 10, 15]
 
 
+def test_a_stop_mid_way_through_the_last_epoch_owes_no_validation(images, reference, tmp_path):
+    # Steps 19-27 are the last epoch on one process. Stopped after step 22, the run has steps to train: its resumed
+    # run trains them and validates once at the end, as the whole run did (before, it first validated the weights of
+    # step 22: a row more, one more report to a pruner, and --early_stop deciding on them).
+    out = tmp_path / "run"
+    argv = resume_job(images, out, 0)
+    code, step, _ = interrupted(argv, 21, "TERM", "self", launcher=False, forked=True)
+    assert (code, step) == (75, 22)
+    assert read_json(out / "checkpoints" / "step_22" / "training_state.json")["validation_pending"] is False
+    resume_and_compare(argv, out, out / "checkpoints" / "step_22", reference[1])
+    rows = [{k: r[k] for k in ("step", "val_top1", "val_loss")} for r in read_jsonl(out / "metrics.jsonl")
+            if "val_top1" in r]
+    theirs = [{k: r[k] for k in ("step", "val_top1", "val_loss")} for r in read_jsonl(reference[1] / "metrics.jsonl")
+              if "val_top1" in r]
+    assert rows == theirs and [r["step"] for r in rows] == [9, 18, 27]
+
+
 def test_stop_at_an_epochs_end_keeps_the_rng_stream_of_a_model_with_dropout(tmp_path):
     # mobilenet_v3_small has dropout: its training draws from the global RNG, which validation's
     # loader also draws from. An owed validation done elsewhere would change every later mask.
