@@ -170,8 +170,8 @@ def train(job, start):
     first, where the uninterrupted run would have (same RNG stream).
     """
     args, accelerator = job.args, job.accelerator
-    start_epoch, done_steps, global_step, owed_epoch = start
-    first_step, figures, epochs_completed, train_time = global_step, None, start_epoch, 0.0
+    start_epoch, done_steps, global_step, owed_epoch, validated = start
+    first_step, figures, epochs_completed = global_step, None, start_epoch
     epoch_end = done_steps == 0
     if job.patience.stopped:  # a resumed run that had stopped early stays stopped
         accelerator.print(f"resumed a run that stopped early: {job.patience.line()}; nothing to train")
@@ -180,10 +180,10 @@ def train(job, start):
     for epoch in range(start_epoch, args.epochs):
         if job.patience.stopped or args.max_train_steps is not None and global_step >= args.max_train_steps:
             break
-        t0 = time.perf_counter()
+        job.train_time.start()
         global_step, epoch_end, stop = train_one_epoch(job, epoch, global_step,
                                                        done_steps if epoch == start_epoch else 0)
-        train_time += time.perf_counter() - t0
+        job.train_time.stop()
         epochs_completed = epoch + 1 if epoch_end else epoch
         finished = reached_end(args, epoch, global_step, epoch_end)
         if stop:  # at the epoch's end, or at the end of training, its validation is owed
@@ -192,14 +192,15 @@ def train(job, start):
             raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
                               f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
         figures = after_epoch(job, epoch, global_step, finished) or figures
-    if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights
-        figures = validate(job, epochs_completed - 1, global_step)
+    if figures is None:  # nothing trained (resumed at the end, or --max_train_steps 0): score the weights (a finished
+        figures = validate(job, epochs_completed - 1, global_step, logged=validated)  # run's row is written already)
     start_pictures(job, figures)  # drawn by a child process while the run saves and exports (records.py)
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_score=tracked_figure(job, figures))
     return {"epochs_completed": epochs_completed, "global_step": global_step,
-            "world_size": accelerator.num_processes, "train_time_s": round(train_time, 3), "model": args.model,
+            "world_size": accelerator.num_processes, "train_time_s": round(job.train_time.seconds(), 3),
+            "model": args.model,
             "dataset": job.settings.source_name, **job.patience.results()}, figures
 
 
@@ -374,8 +375,9 @@ def evaluate_only(job, position):
             "dataset": job.settings.source_name}, figures
 
 
-def validate(job, epoch, global_step):
-    """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked."""
+def validate(job, epoch, global_step, logged=False):
+    """Evaluate, log a validation row (and wandb's chart and image table), write the per-rank dump if asked; `logged`:
+    these weights' row is in metrics.jsonl already (a finished run resumed), so their figures are only said again."""
     task = job.task  # one label a sample or several: what is scored (utils/evaluation/tasks.py)
     figures, own, examples = evaluate(job)
     if job.ema is not None:  # the averaged weights, scored the same exact way
@@ -385,8 +387,12 @@ def validate(job, epoch, global_step):
             figures[key] = ema_figures[key]
     row = {"step": global_step, "epoch": round(global_step / job.steps_per_epoch, 6),
            **task.row(figures, job.class_names)}
-    job.logger.write(row, f"epoch {epoch} val: {task.line(figures)} ({figures['val_samples']} "
-                          f"{job.settings.sample_unit}){task.ema_line(figures) if job.ema is not None else ''}")
+    line = (f"epoch {epoch} val: {task.line(figures)} ({figures['val_samples']} {job.settings.sample_unit})"
+            f"{task.ema_line(figures) if job.ema is not None else ''}")
+    if logged:
+        job.accelerator.print(f"{line}, as its checkpoint was validated (its row is in metrics.jsonl)")
+        return figures
+    job.logger.write(row, line)
     log_validation_media(job, global_step, figures, examples)  # wandb: a chart, images, a new best's predictions
     if job.args.dump_rank_metrics:  # init: scored before any epoch
         dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), task.global_sums(figures),
@@ -427,6 +433,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validati
              "options": resume_values(job.args), "data": job.data,
              "validation_pending": validation_pending, "val_score": val_score, "tracker_run_id": job.tracker_run_id,
              "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity,
+             "train_time_s": job.train_time.seconds(), "lr_found": job.lr_found, "batch": job.batch.record(),
              **({"frozen_sha256": job.frozen} if job.frozen else {})}  # --lora: the weights checkpoints leave out
     name = f"epoch_{epoch}" if epoch_end else f"step_{global_step}"
     job.share_buffers()  # FSDP's checkpoint keeps one copy of what is not sharded: let it be rank 0's, as saved

@@ -91,6 +91,13 @@ def test_two_processes_agree_on_what_fits_both_and_train_bitwise_as_typed_then_r
     assert_same_weights(tmp_path / "auto", typed)
     results = read_json(tmp_path / "auto" / "results.json")
     assert (results["batch"]["batch_size"], results["batch"]["grad_accum_steps"]) == (4, 2)
+    # the tries of the first start, kept by its checkpoint; its training time too, before the resumed part's
+    assert results["batch"]["tried"] == [[8, "out of memory on process 1"], [4, "fits"]] and results["batch"]["found"]
+    assert read_json(tmp_path / "auto" / "run.json")["batch"] == results["batch"]
+    before = read_json(tmp_path / "auto" / "checkpoints" / "step_2" / "training_state.json")["train_time_s"]
+    resumed_epochs = sum(row["epoch_time_s"] for row in read_jsonl(tmp_path / "auto" / "metrics.jsonl")
+                         if "epoch_time_s" in row)  # each written by the resumed run (killed in the first epoch)
+    assert before > 0 and results["train_time_s"] >= before + resumed_epochs - 0.01
     assert read_json(typed / "results.json")["batch"] == {"global_batch_size": 16, "processes": 2, "batch_size": 4,
                                                          "grad_accum_steps": 2, "found": False, "tried": []}
     assert results["val_top1"] == read_json(typed / "results.json")["val_top1"]

@@ -75,10 +75,13 @@ def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_n
     assert typed["val_top1"] == found["val_top1"]
     # resumed from its first epoch with --lr auto: the checkpoint's LR, no range test, the same end
     written = (tmp_path / "auto" / "lr_find.csv").stat().st_mtime_ns
-    run_main([*BASE, "--lr", "auto", "--global_batch_size", "8", "--batch_size", "auto", "--output_dir",
-              tmp_path / "auto", "--resume", tmp_path / "auto" / "checkpoints" / "epoch_0"])
+    resumed = run_main([*BASE, "--lr", "auto", "--global_batch_size", "8", "--batch_size", "auto", "--output_dir",
+                        tmp_path / "auto", "--resume", tmp_path / "auto" / "checkpoints" / "epoch_0"])
     said = capsys.readouterr().out
     assert f"lr auto: {valley:g}, as the checkpoint was trained" in said and "lr_find:" not in said
+    # what the first start found, kept by its checkpoint for the records: the suggestions, the batch's tries
+    assert resumed["lr_found"] == found["lr_found"] == read_json(tmp_path / "auto" / "run.json")["lr_found"]
+    assert resumed["batch"] == found["batch"] == read_json(tmp_path / "auto" / "run.json")["batch"]
     assert (tmp_path / "auto" / "lr_find.csv").stat().st_mtime_ns == written
     assert_same_weights(tmp_path / "auto", tmp_path / "typed")
 

@@ -445,3 +445,20 @@ def test_an_evaluation_of_a_checkpoint_gets_a_folder_of_its_own(tmp_path, monkey
     assert len(folders) == 1 and folders[0].name.endswith("-synthetic-timm_test_resnet.r160_in1k")
     assert read_json(folders[0] / "results.json")["val_top1"] == results["val_top1"]
     assert {name: (run / name).read_bytes() for name in kept} == kept
+
+
+def test_a_finished_run_resumed_keeps_its_records_and_writes_no_row_twice(tmp_path, capsys):
+    """--resume latest on a run that finished: nothing to train; its final checkpoint's weights scored again for the
+    end's files, which say what the run said (its training time, its batch), not a run of 0 s; metrics.jsonl keeps
+    one row of that validation."""
+    out = tmp_path / "run"
+    argv = [*TINY, "--epochs", "2", "--warmup_epochs", "0", "--output_dir", out]
+    first = run_main(argv)
+    rows, record = (out / "metrics.jsonl").read_text(), read_json(out / "run.json")
+    capsys.readouterr()
+    again = run_main([*argv, "--resume", "latest"])
+    said = capsys.readouterr().out
+    assert first["train_time_s"] > 0 and "as its checkpoint was validated" in said
+    assert {k: v for k, v in again.items() if k != "command"} == {k: v for k, v in first.items() if k != "command"}
+    assert read_json(out / "results.json") == again and read_json(out / "run.json") == record
+    assert (out / "metrics.jsonl").read_text() == rows

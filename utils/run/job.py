@@ -3,7 +3,7 @@ and schedule, prepared by Accelerate (the Accelerator itself: accelerator.py), a
 
 import copy
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -33,7 +33,7 @@ from utils.reporting.progress import StepLogger
 from utils.run.batch_probe import given_batch, random_state_kept, take_batch, trial_steps
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
-from utils.training.checkpoints import resume_position
+from utils.training.checkpoints import TrainTime, resume_position
 from utils.training.early_stop import Patience
 from utils.training.balance import read_balance
 from utils.training.batch_size import BatchPlan, find_micro_batch
@@ -77,6 +77,7 @@ class Job:
     batch: BatchPlan = None  # how the global batch is taken: micro-batch, accumulation, processes
     lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "valley")
     frozen: str = None  # --lora: the SHA-256 of the frozen weights, which checkpoints leave out (utils/models/lora.py)
+    train_time: TrainTime = field(default_factory=TrainTime)  # over every attempt of a resumed run
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -276,6 +277,17 @@ def load_datasets(args, settings, accelerator, out, num_workers):
     return train_ds, val_ds, class_names, replace(settings, input=inp), targets
 
 
+def carry_records(job, state):
+    """What a run found before it was stopped, as its checkpoint `state` kept it, for its records (run.json, results):
+    its time training so far, --lr auto's suggestions and --batch_size auto's tries (the resumed run searches for
+    neither again). A checkpoint written before they were kept leaves them as this run has them."""
+    job.train_time = TrainTime(state.get("train_time_s", 0.0))
+    job.lr_found = state.get("lr_found", job.lr_found)
+    tried = (state.get("batch") or {}).get("tried")
+    if tried and job.batch is not None:
+        job.batch = replace(job.batch, tried=tuple(tuple(attempt) for attempt in tried))
+
+
 def resume(job, folder):
     """Load checkpoint `folder` into the job, once it is known to fit (its data, a newer history set
     aside); returns the Position it continues from and its state."""
@@ -294,6 +306,7 @@ def resume(job, folder):
     abandon_newer(accelerator, job.settings.folder, job.out, folder)  # once it is known to fit
     position = resume_position(state)
     job.patience.load(state.get("early_stop"))
+    carry_records(job, state)
     if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
         job.train_loader.load_position(folder, accelerator.process_index)
     accelerator.print(f"resumed from {folder}: epoch {position.epoch}, step {position.global_step}")

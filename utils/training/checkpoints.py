@@ -4,6 +4,7 @@ training stands in one (Position)."""
 import json
 import os
 import shutil
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -14,20 +15,40 @@ STATE_FILE = "training_state.json"  # written last: a folder holding it is a com
 
 
 class Position(NamedTuple):
-    """Where training stands: the epoch to run, its optimizer steps already done, the global step, and the
-    epoch whose validation is still owed (an interrupt at an epoch's end) or None."""
+    """Where training stands: the epoch to run, its optimizer steps already done, the global step, the epoch whose
+    validation is still owed (an interrupt at an epoch's end) or None, and whether its weights were validated."""
     epoch: int = 0
     step_in_epoch: int = 0
     global_step: int = 0
     owed_epoch: int = None
+    validated: bool = False  # the checkpoint's weights were validated, their row written, before it was saved
 
 
 def resume_position(state):
     """The Position a checkpoint's training_state.json continues from."""
     owed = state["epoch"] if state.get("validation_pending") else None
+    validated = state.get("val_score") is not None
     if state["epoch_end"]:
-        return Position(state["epoch"] + 1, 0, state["global_step"], owed)
-    return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed)
+        return Position(state["epoch"] + 1, 0, state["global_step"], owed, validated)
+    return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed, validated)
+
+
+class TrainTime:
+    """Seconds spent training (in the epochs' steps, not validating or saving), over every attempt of a resumed run:
+    a checkpoint keeps what it had (`seconds()`, the running epoch's part included), its resumed run goes on from
+    there."""
+
+    def __init__(self, before=0.0):
+        self.before, self.since = before, None  # since: when the running epoch began (None between epochs)
+
+    def start(self):
+        self.since = time.perf_counter()
+
+    def stop(self):
+        self.before, self.since = self.seconds(), None
+
+    def seconds(self):
+        return self.before + (time.perf_counter() - self.since if self.since is not None else 0.0)
 
 
 def folder_of(out):
