@@ -92,8 +92,7 @@ def main(argv=None):
         stop = Stop()  # from here on: the running fold is passed the signal
         state = run_folds(cv, env, stop, say)
         if state == "interrupted":
-            say(f"stopped by {stop.name}; the running fold saved its checkpoint: rerun the same command to continue",
-                file=sys.stderr)
+            say(stop.line("fold"), file=sys.stderr)
             return EXIT_INTERRUPTED
         if state.startswith("failed"):
             say(f"error: {state.split(': ', 1)[1]}", file=sys.stderr)

@@ -152,8 +152,7 @@ def run_study(args, base, params, stop):
                   flush=True)
             return 1
     if stop.name is not None:
-        print(f"{PROG}: stopped by {stop.name}; the running trial saved its checkpoint: rerun the same command to "
-              f"continue", file=sys.stderr, flush=True)
+        print(f"{PROG}: {stop.line('trial')}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     write_records(study, folder, base)
     left = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]

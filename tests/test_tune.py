@@ -335,6 +335,39 @@ def after_first_validation(process, trial_folder, signum):
     return process.communicate(timeout=120)
 
 
+def test_a_stopped_driver_says_what_the_same_command_continues_from(tmp_path):
+    """tune.py's and crossval.py's last line when stopped, from what the run's folder holds: nothing running, a run
+    stopped before its first checkpoint (it starts again), one that saved nothing since it started (it continues from
+    an older checkpoint), one that saved."""
+    from utils.tuning.trial_run import Stop, TrialRun
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stop = Stop()
+    finally:
+        for signum, handler in handlers.items():  # this test's process keeps its own
+            signal.signal(signum, handler)
+    stop.name = "SIGINT"
+    assert stop.line("trial") == "stopped by SIGINT between trials: rerun the same command to continue"
+
+    def checkpoint(run, step, when):
+        folder = run.folder / "checkpoints" / f"step_{step}"
+        folder.mkdir(parents=True)
+        (folder / "training_state.json").write_text(f'{{"global_step": {step}, "epoch_end": false}}')
+        os.utime(folder / "training_state.json", (when, when))
+
+    stop.stopped = run = TrialRun(["true"], tmp_path / "trial", {})
+    run.started = time.time() - 10
+    assert stop.line("fold") == ("stopped by SIGINT; the running fold had not reached its first checkpoint: rerun the "
+                                 "same command to start it again")
+    checkpoint(run, 4, run.started - 100)  # from an earlier start
+    assert stop.line("fold").endswith("saved nothing since it started: rerun the same command to continue it from "
+                                      "step_4")
+    checkpoint(run, 9, run.started + 5)
+    assert stop.line("trial") == ("stopped by SIGINT; the running trial saved its checkpoint step_9: rerun the same "
+                                  "command to continue")
+
+
 @pytest.mark.slow
 def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_trial_bitwise(tmp_path):
     # SIGTERM to tune.py during trial 0: passed to the trial's processes, which save; tune.py exits 75. Started again, it
@@ -351,9 +384,11 @@ def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_tri
                *command[command.index("--launch") + 2:]]
     first = start_study(wrapped)
     out, err = after_first_validation(first, trials[0], signal.SIGTERM)
+    saved = sorted((trials[0] / "checkpoints").iterdir(), key=lambda c: c.stat().st_mtime)
     assert first.returncode == 75 and err.strip().splitlines()[-1] == (
-        "tune.py: stopped by SIGTERM; the running trial saved its checkpoint: rerun the same command to continue"), err
-    assert not (trials[0] / "results.json").exists() and list((trials[0] / "checkpoints").iterdir())
+        f"tune.py: stopped by SIGTERM; the running trial saved its checkpoint {saved[-1].name}: rerun the same command "
+        f"to continue"), err
+    assert not (trials[0] / "results.json").exists()
     second = start_study(command)
     out, err = after_first_validation(second, trials[1], signal.SIGKILL)
     assert "tune.py: trial 0 continues (--resume latest)" in out and "tune.py: trial 0 complete" in out, out + err

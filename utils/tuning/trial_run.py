@@ -19,6 +19,7 @@ import psutil
 import yaml
 
 from utils.evaluation.tasks import tracked_figure
+from utils.training.checkpoints import STATE_FILE, complete_checkpoints
 from utils.training.run_lock import is_held
 
 SCRIPT = Path(__file__).parents[2] / "train_classification.py"
@@ -48,17 +49,26 @@ def _signalled_when_tune_dies():
 
 class Stop:
     """SIGTERM or SIGINT to the driver (tune.py, crossval.py): `name` says which; the run it is running (`run`, a
-    TrialRun) is passed the signal, saves a checkpoint, and is left for the next driver to continue."""
+    TrialRun) is passed the signal, saves a checkpoint, and is left for the next driver to continue (`stopped`: that
+    run, once signalled)."""
 
     def __init__(self):
-        self.name, self.run = None, None
+        self.name, self.run, self.stopped = None, None, None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame):
-        self.name = signal.Signals(signum).name
+        self.name = self.name or signal.Signals(signum).name
         if self.run is not None:
+            self.stopped = self.run
             self.run.stop()
+
+    def line(self, what):
+        """The driver's last line, once the stopped run has ended (`what`: "trial", "fold"): what the same command
+        continues from, as the run's folder says it."""
+        if self.stopped is None:
+            return f"stopped by {self.name} between {what}s: rerun the same command to continue"
+        return f"stopped by {self.name}; {self.stopped.left(what)}"
 
 
 def own(folder):
@@ -113,8 +123,10 @@ class TrialRun:
     def __init__(self, command, folder, env):
         self.command, self.folder, self.env = command, Path(folder), env
         self.process, self.signalled, self._offset, self._partial = None, None, 0, b""
+        self.started = None  # time.time() at its start
 
     def start(self):
+        self.started = time.time()
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / CONSOLE, "ab") as console:
             console.write(f"$ {' '.join(self.command)}\n".encode())
@@ -154,6 +166,17 @@ class TrialRun:
         while _group_alive(self.process.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         return code
+
+    def left(self, what):
+        """Where this stopped run (a `what`: "trial", "fold") stands, and what the driver's same command does with it:
+        continue from the checkpoint it saved, or from an older one, or start it again (none yet)."""
+        saved = complete_checkpoints(self.folder)
+        if saved and (saved[-1] / STATE_FILE).stat().st_mtime >= self.started:
+            return f"the running {what} saved its checkpoint {saved[-1].name}: rerun the same command to continue"
+        if saved:
+            return (f"the running {what} saved nothing since it started: rerun the same command to continue it from "
+                    f"{saved[-1].name}")
+        return f"the running {what} had not reached its first checkpoint: rerun the same command to start it again"
 
     def last_line(self):
         """What a failed run said last: its own one-line error if it printed one, else its console's last line."""
