@@ -115,6 +115,23 @@ def test_flipped_labels_are_the_same_in_every_fold_and_the_validation_split_is_u
     assert remake(train, val, data_options(flip_labels=0.1))[1] is val  # the split's own validation as it was
 
 
+def test_the_flips_are_a_function_of_the_sample_whatever_exclude_leaves_out(tmp_path):
+    """--flip_labels with --exclude (the retrain after label issues): the samples left are flipped as they were without
+    it, to the same labels; the excluded flips are gone, not drawn again among the rest."""
+    from utils.data.sources.folds import remake
+
+    train = digits_train()
+    _, _, alone, _ = remake(train, None, data_options(flip_labels=0.1))
+    dropped = [name for name, _, _ in alone.flipped[:20]] + ["0", "1", "2"]  # 20 flipped samples, and 3 others
+    named = tmp_path / "issues.csv"
+    named.write_text("sample\n" + "\n".join(dropped) + "\n")
+    kept, _, both, notes = remake(train, None, data_options(flip_labels=0.1, exclude=str(named)))
+    assert both.flipped == [row for row in alone.flipped if row[0] not in dropped] and len(both.flipped) == 10
+    given = dict(zip([name for name in map(str, range(len(train))) if name not in dropped], kept["label"][:]))
+    assert all(given[name] == label for name, _, label in both.flipped)  # trained on the same wrong label
+    assert notes[-1].endswith(f"left out of training ({named}), 20 of them flipped")
+
+
 @pytest.mark.parametrize("argv, line", [
     (["--folds", "1", "--fold", "0"], "folds: must be >= 2"),
     (["--folds", "3", "--fold", "3"], "fold: must be in 0..2 (--folds 3)"),

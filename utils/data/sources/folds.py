@@ -194,8 +194,8 @@ def groups_of(names, data, column_groups):
 
 
 def remake(train, val, data):
-    """(train, val, remade, notes): the training split without --exclude's samples, with --flip_labels' labels, and
-    with --folds its fold --fold as the validation (the split's own validation, `val`, left aside). A `group` column of
+    """(train, val, remade, notes): the training split with --flip_labels' labels (drawn over the whole split), without
+    --exclude's samples, and with --folds its fold --fold as the validation (the split's own validation, `val`, left aside). A `group` column of
     `train` (--group_column's, carried by the source) names each sample's group, and is dropped."""
     if not (data.exclude or data.flip_labels or data.folds):
         return train, val, None, []
@@ -203,12 +203,17 @@ def remake(train, val, data):
     if "group" in train.column_names:
         column_groups = dict(zip(names, train["group"][:]))
         train = train.remove_columns("group")
+    if data.flip_labels:  # before --exclude: which labels are flipped, and to what, is a function of the whole split
+        train, remade.flipped = flip(train, names, data.flip_labels)
+        notes.append(f"flip_labels: {len(remade.flipped)} of the {len(names)} training labels flipped at random "
+                     f"(flipped_labels.csv: those trained on)")
     if data.exclude:
         train, names, remade.excluded = exclude(train, names, data.exclude)
-        notes.append(f"exclude: {remade.excluded} samples left out of training ({data.exclude})")
-    if data.flip_labels:
-        train, remade.flipped = flip(train, names, data.flip_labels)
-        notes.append(f"flip_labels: {len(remade.flipped)} training labels flipped at random (flipped_labels.csv)")
+        kept = set(names)
+        left = [row for row in remade.flipped if row[0] in kept]
+        notes.append(f"exclude: {remade.excluded} samples left out of training ({data.exclude})"
+                     + (f", {len(remade.flipped) - len(left)} of them flipped" if remade.flipped else ""))
+        remade.flipped = left
     if not data.folds:
         return train, val, remade, notes
     labels = train["label"][:]
