@@ -243,9 +243,30 @@ def test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_probabi
     assert flips[0] == flips[1] == flips[2] and len(flips[0].splitlines()) == 31
 
 
+def test_an_interval_is_cut_to_what_its_figure_can_be():
+    """A t interval over a few folds of a share near 1 (or 0) reaches past it: cut there (val_topk 1.0165 and worst
+    recall -0.1298 were written before); a loss is cut at 0 only, --metrics' own figures not at all."""
+    from utils.evaluation.metrics import figure_range
+    from utils.tuning.label_issues import interval
+
+    _, _, (low, high) = interval([1.0, 0.96, 1.0], figure_range("val_topk"))
+    uncut = interval([1.0, 0.96, 1.0])[2]
+    assert uncut[1] > 1.0 and (low, high) == (uncut[0], 1.0)
+    assert interval([0.0, 0.2, 0.0], figure_range("val_worst_recall"))[2][0] == 0.0
+    assert interval([0.02, 0.5, 0.03], figure_range("val_loss"))[2][0] == 0.0
+    assert interval([0.02, 0.5, 0.03], figure_range("val_bleu"))[2][0] < 0  # a --metrics figure: no range known
+    shares = ["val_top1", "val_ema_topk", "video_top1", "clip_ema_top1", "macro_f1", "val_map", "val_f1_micro",
+              "val_exact_match", "val_ece", "val_balanced_accuracy", "val_recall_macro"]
+    assert {figure_range(key) for key in shares} == {(0.0, 1.0)}
+    assert {figure_range(key) for key in ("val_loss", "video_ema_loss", "val_map_classes", "test_videos")} == \
+        {(0.0, float("inf"))}
+
+
 @pytest.mark.slow
 def test_cv_results_give_each_figure_per_fold_with_its_mean_and_t_interval(finished):
     from scipy import stats
+
+    from utils.evaluation.metrics import figure_range
 
     out, said = finished
     summary = read_json(out / "cv_results.json")
@@ -256,6 +277,9 @@ def test_cv_results_give_each_figure_per_fold_with_its_mean_and_t_interval(finis
     half = stats.t.ppf(0.975, 2) * np.std(folds, ddof=1) / np.sqrt(3)
     assert top1["ci95"] == pytest.approx([np.mean(folds) - half, np.mean(folds) + half])
     assert {"val_balanced_accuracy", "val_loss", "macro_f1", "val_ece"} <= set(summary["figures"])
+    for key, figure in summary["figures"].items():  # each inside what its figure can be
+        low, high = figure_range(key)
+        assert low <= figure["ci95"][0] <= figure["mean"] <= figure["ci95"][1] <= high, key
     assert f"val_top1 {top1['mean']:.4f}" in said
 
 

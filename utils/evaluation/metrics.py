@@ -1,6 +1,7 @@
 """Validation figures of gathered per-sample results (utils/evaluation/class_figures.py, and the `evaluate` metrics
 --metrics adds): sums first, never a mean of means."""
 
+import math
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,24 @@ def figure_name(key, scope=None, ema=False):
     and of the EMA's weights with `ema`: figure_name("val_top1", "video", ema=True) is "video_ema_top1"."""
     own, what = key.split("_", 1)
     return f"{scope or own}_{'ema_' * ema}{what}"
+
+
+# What a figure can be, by its name without scope and EMA (figure_name): a share of samples or of classes, or a loss or a
+# count. --metrics' own figures have no range known here.
+SHARES = ("top1", "topk", "ece", "balanced_accuracy", "worst_recall", "macro_f1", "macro_precision", "macro_recall",
+          "map", "f1_macro", "f1_micro", "precision_macro", "precision_micro", "recall_macro", "recall_micro",
+          "exact_match")
+COUNTS_AND_LOSSES = ("loss", "samples", "map_classes", "map_classes_without_positives", "videos", "clips_scored")
+
+
+def figure_range(key):
+    """(lowest, highest) that figure `key` of results.json can be: (0, 1) for a share, (0, inf) for a loss or a count;
+    None when not known (--metrics' figures)."""
+    what = key.split("_", 1)[1] if key.startswith(("val_", "video_", "clip_", "test_")) else key
+    what = what.removeprefix("ema_")
+    if what in SHARES:
+        return 0.0, 1.0
+    return (0.0, math.inf) if what in COUNTS_AND_LOSSES else None
 
 
 SCALARS = ("val_top1", "val_topk", "topk", "val_loss", "val_samples", "val_macro_f1", "val_macro_precision",

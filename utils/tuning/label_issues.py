@@ -12,6 +12,7 @@ import numpy as np
 
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic, write_text_atomic
+from utils.evaluation.metrics import figure_range
 from utils.reporting.html_report import STYLE, embedded, figure_rows
 
 SHOWN = 24  # label issues in label_issues.png and report.html
@@ -22,14 +23,16 @@ class CrossValidationError(UserError):
     """Fold runs whose records do not add up (a fold from another cross-validation, a sample twice)."""
 
 
-def interval(values):
-    """(mean, standard deviation (n - 1), the 95 % interval of the mean by Student's t)."""
+def interval(values, bounds=None):
+    """(mean, standard deviation (n - 1), the 95 % interval of the mean by Student's t), the interval cut to `bounds`
+    (lowest, highest), what the figure can be: with 3 to 10 folds a t interval of a share near 1 reaches past it."""
     from scipy import stats
 
     values = np.asarray(values, dtype=np.float64)
     mean, std = float(values.mean()), float(values.std(ddof=1))
     half = float(stats.t.ppf(0.975, len(values) - 1)) * std / math.sqrt(len(values))
-    return mean, std, [mean - half, mean + half]
+    low, high = bounds or (-math.inf, math.inf)
+    return mean, std, [max(low, mean - half), min(high, mean + half)]
 
 
 def cv_results(cv):
@@ -40,7 +43,7 @@ def cv_results(cv):
         if key.startswith(("val_", "macro_", "video_", "clip_", "test_")) and key != "val_samples" \
                 and all(key in r for r in results):
             values = [r[key] for r in results]
-            mean, std, ci = interval(values)
+            mean, std, ci = interval(values, figure_range(key))
             figures[key] = {"folds": values, "mean": mean, "std": std, "ci95": ci}
     return {"folds": cv.folds, "fold_seed": cv.fold_seed, "tracked_metric": results[0]["tracked_metric"],
             "samples": [r["val_samples"] for r in results], "figures": figures}
