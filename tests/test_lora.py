@@ -26,7 +26,7 @@ def adapted(name, *options, size=32, log=None):
     from utils.config.options import parse
     from utils.models.libraries import add_adapters, build_model
 
-    _, settings = parse(["--model", name, "--image_size", str(size), "--lora", *options])
+    _, settings = parse(["--model", name, "--image_size", str(size), "--pretrained", "--lora", *options])
     torch.manual_seed(0)
     model = build_model(name, num_classes=3, class_names=["a", "b", "c"])
     plain = {k: v.clone() for k, v in model.state_dict().items()}
@@ -87,7 +87,9 @@ def test_only_the_adapters_and_the_head_train_and_the_merged_model_is_the_plain_
     (["--lora_targets", "qkv"], "lora_targets: sets the LoRA adapters: add --lora RANK"),
     (["--lora", "4", "--freeze_backbone"], "lora: trains adapters beside the head; --freeze_backbone"),
     (["--lora", "-1"], "lora: is the adapters' rank"),
-    (["--lora", "4", "--lora_dropout", "1"], "lora_dropout: must be in [0, 1)"),
+    (["--lora", "4", "--pretrained", "--lora_dropout", "1"], "lora_dropout: must be in [0, 1)"),
+    (["--lora", "4"], "lora: adapts trained weights, which it leaves frozen: give them (--pretrained, --weights or "
+                      "--init_from)"),  # adapters on a random backbone: val 0.125 where the whole model learns
 ])
 def test_what_lora_cannot_take_is_one_line(argv, line, capsys):
     code, lines = parse_fails(argv, capsys)
@@ -122,7 +124,7 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
     from utils.run.trained import load_run
 
     name = tiny_vit(tmp_path / "vit")
-    job = ("--model", name, "--lora", "4", "--lora_alpha", "8", "--optimizer", "adamw", "--lr", "0.01",
+    job = ("--model", name, "--pretrained", "--lora", "4", "--lora_alpha", "8", "--optimizer", "adamw", "--lr", "0.01",
            "--weight_decay", "0.01", "--model_ema", "--model_ema_decay", "0.5", "--no-model_ema_warmup")
     whole, out = tmp_path / "whole", tmp_path / "run"
     ranks_ok(resume_job(images, whole, 1, *job), nproc=2)
@@ -134,7 +136,7 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
               metadata={"sha256": "another run's"})
     ranks_killed(argv, "step:7", nproc=2)
     # the checkpoint holds the adapters, the classifier and the buffers, not the frozen weights: those are built again,
-    # and other ones (the folder's saved weights: --pretrained) are refused in one line, the checkpoints kept
+    # and other ones (the folder's pretrained weights, changed since) are refused in one line, the checkpoints kept
     from safetensors import safe_open
 
     latest = out / "checkpoints" / "step_6"
@@ -143,8 +145,11 @@ def test_a_lora_run_on_two_processes_resumes_bitwise_and_leaves_merged_weights_t
     assert kept and all("lora_" in k or k.startswith("classifier.") for k in kept), sorted(kept)[:5]
     average = torch.load(latest / "custom_checkpoint_0.pkl", weights_only=True)  # the EMA, likewise
     assert all("lora_" in k or ".classifier." in k or k == "n_averaged" for k in average), sorted(average)[:5]
-    before = snapshot(out / "checkpoints")
-    refused = run_ranks([*argv, "--resume", "latest", "--pretrained"], nproc=2)
+    before, pretrained = snapshot(out / "checkpoints"), tmp_path / "vit" / "model.safetensors"
+    original = pretrained.read_bytes()
+    save_file({k: v + 1 for k, v in load_file(pretrained).items()}, pretrained, metadata={"format": "pt"})
+    refused = run_ranks([*argv, "--resume", "latest"], nproc=2)
+    pretrained.write_bytes(original)
     lines = [line for line in refused.stderr.splitlines() if "train_classification.py" in line]
     assert refused.returncode == 2 and "was trained on other frozen weights than this run built" in lines[0], \
         refused.report()

@@ -284,6 +284,9 @@ def check_options(options, need, video):
     need(0 <= options.lora_dropout < 1, "lora_dropout", "must be in [0, 1)")
     need(not (options.lora and options.freeze_backbone), "lora", "trains adapters beside the head; --freeze_backbone "
          "trains the head alone: drop one of the two")
+    need(not options.lora or options.pretrained or options.weights or options.init_from, "lora", "adapts trained "
+         "weights, which it leaves frozen: give them (--pretrained, --weights or --init_from), or train the whole "
+         "model without --lora")
     need(not options.temporal_shift or video and not is_video_model(options.name), "temporal_shift",
          "shifts channels in time inside a 2D image model scoring video frames (TSM): give video data and an "
          "image model (resnet50, timm/resnet50...)")

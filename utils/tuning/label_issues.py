@@ -140,7 +140,7 @@ def write_report(cv, summary, issues, picture):
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{cv.folds}-fold cross-validation'
              f"</title><style>{STYLE}</style></head><body><h1>{cv.folds}-fold cross-validation</h1>",
              f"<pre>{html.escape(' '.join(cv.base))}</pre>",
-             "<h2>Figures across folds</h2><table><tr><th>figure</th><th>mean</th><th>std</th><th>95 % interval (t)"
+             "<h2>Figures across folds</h2><table><tr><th>figure</th><th>mean</th><th>std</th><th>95 % interval (t, cut to what the figure can be)"
              f"</th><th>per fold</th></tr>{figures}</table><ul>{folds}</ul>",
              f"<h2>Label issues: {len(issues)} found (label_issues.csv)</h2><table><tr><th>rank</th><th>sample</th>"
              f"<th>fold</th><th>given</th><th>suggested</th><th>quality</th></tr>{found}</table>"]
