@@ -23,12 +23,14 @@ import os
 import sys
 from pathlib import Path
 
+from utils.core.cli import OneLineParser
+
 PROG = "crossval.py"
 EXIT_INTERRUPTED = 75  # as train_classification.py: rerun the same command to continue
 
 
 def get_parser():
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="crossval.py --output_dir DIR --folds K [options] -- <options of "
                                       "train_classification.py>")

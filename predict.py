@@ -31,11 +31,13 @@ import contextlib
 import json
 from pathlib import Path
 
+from utils.core.cli import OneLineParser
+
 PROG = "predict.py"
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a run folder written by train_classification.py (run.json, labels.json, weights)")
     p.add_argument("inputs", nargs="*", help="image files, video files, folders of them (frame folders: videos)")

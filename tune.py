@@ -23,6 +23,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from utils.core.cli import OneLineParser
+
 PROG = "tune.py"
 EXIT_INTERRUPTED = 75  # as train_classification.py: rerun the same command to continue
 NOT_SEARCHED = {"--output_dir": "set by tune.py for each trial", "--resume": "set by tune.py for each trial",
@@ -30,7 +32,7 @@ NOT_SEARCHED = {"--output_dir": "set by tune.py for each trial", "--resume": "se
 
 
 def get_parser():
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="tune.py --study DIR --trials N [options] -- <options of train_classification.py>")
     p.add_argument("--study", required=True, help="the study folder: its journal, trials/, trials.csv, best.yaml...")

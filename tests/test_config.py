@@ -136,6 +136,40 @@ def test_shipped_recipes_parse(recipe, tmp_path):
     assert set(yaml.safe_load(recipe.read_text())) <= set(vars(args))
 
 
+def scripts_parse(script, argv):
+    """Each script's own parse of `argv`, in this process."""
+    import crossval
+    import predict
+    import tune
+
+    return {"train_classification.py": parse_args, "predict.py": predict.get_args, "tune.py": tune.main,
+            "crossval.py": crossval.main}[script](argv)
+
+
+@pytest.mark.parametrize("script, argv, said", [
+    ("train_classification.py", ["--epoch", "2"], "unrecognized arguments: --epoch 2 (--epoch: did you mean --epochs?)"),
+    ("train_classification.py", ["--lr_schedul=cosine", "--wd", "1"],
+     "unrecognized arguments: --lr_schedul=cosine --wd 1 (--lr_schedul: did you mean --lr_schedule?)"),
+    ("train_classification.py", ["--conf", "x.yaml"],  # not read as --config
+     "unrecognized arguments: --conf x.yaml (--conf: did you mean --config?)"),
+    ("train_classification.py", ["--epochz", "2", "--colour_jitter", "0.4"],
+     "unrecognized arguments: --epochz 2 --colour_jitter 0.4 (--epochz: did you mean --epochs?)"),
+    ("predict.py", ["runs/r", "--top", "3"], "unrecognized arguments: --top 3 (--top: did you mean --top_k?)"),
+    ("predict.py", ["runs/r", "--top_kk", "3"], "unrecognized arguments: --top_kk 3 (--top_kk: did you mean --top_k?)"),
+    ("tune.py", ["--study", "s", "--trials", "2", "--max_failure", "3"],
+     "unrecognized arguments: --max_failure 3 (--max_failure: did you mean --max_failures?)"),
+    ("crossval.py", ["--output_dir", "cv", "--folds", "3", "--fold_sed", "1"],
+     "unrecognized arguments: --fold_sed 1 (--fold_sed: did you mean --fold_seed or --folds?)"),
+])
+def test_an_option_is_its_whole_name_and_a_misspelt_one_is_told_the_close_names(script, argv, said, capsys):
+    """argparse took any unique prefix (--epoch 2 trained with --epochs 2, silently); each script takes whole names
+    only, and says in its one line which names a misspelt option is close to."""
+    with pytest.raises(SystemExit) as stopped:
+        scripts_parse(script, argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and lines == [f"{script}: error: {said} (see --help)"], lines
+
+
 @pytest.mark.slow
 def test_script_rejects_bad_input_before_writing_anything(tmp_path):
     # A fresh interpreter, plain python: its whole stderr (imports included) is the one line.

@@ -11,6 +11,7 @@ import sys
 import yaml
 
 from utils.config.checks import ConfigError, check_args
+from utils.core.cli import OneLineParser
 from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
 from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options, add_probe_options,
@@ -23,15 +24,11 @@ from utils.data.sources.protocol import DataOptions
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")  # a switch's words in --name=WORD (any case)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints the whole usage block on an error; we print one line and exit 2.
-
-    It also reads the forms a wandb sweep agent writes (`${args}`: --name=value for every option): a switch as
-    --model_ema=True / --nesterov=False, a list as --mean=[0.5, 0.5, 0.5]. argparse alone refuses a value given to
-    a switch ("ignored explicit argument") and would take a list's brackets for one value."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+class _OneLineParser(OneLineParser):
+    """One line and exit 2 on an error, whole option names only (utils/core/cli.py); and the forms a wandb sweep agent
+    writes (`${args}`: --name=value for every option): a switch as --model_ema=True / --nesterov=False, a list as
+    --mean=[0.5, 0.5, 0.5]. argparse alone refuses a value given to a switch ("ignored explicit argument") and would
+    take a list's brackets for one value."""
 
     def parse_known_args(self, args=None, namespace=None):
         args, switched_off = self._sweep_forms(sys.argv[1:] if args is None else list(args))
