@@ -6,7 +6,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from conftest import TINY, drawn, read_json, read_jsonl, run_main, run_ok, snapshot
+from conftest import SMALL_MODEL, TINY, drawn, read_json, read_jsonl, run_main, run_ok, snapshot
 from ranks import ranks_ok
 
 RESULT_KEYS = {"val_top1", "val_topk", "topk", "val_loss", "val_samples", "train_samples", "epochs_completed",
@@ -265,3 +265,21 @@ def test_an_epoch_whose_batches_accumulation_does_not_divide_has_a_step_for_its_
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "lr" in r]
     assert results["global_step"] == 6 and [(r["step"], r["epoch"]) for r in rows][2::3] == [(3, 1.0), (6, 2.0)]
     assert rows[2]["lr"] == pytest.approx(0.1)  # the peak LR, reached at the warmup's end: the end of epoch 0
+
+
+@pytest.mark.parametrize("model", [SMALL_MODEL, "resnet18"])  # timm's folder (save_for_hf), torchvision's (our own)
+def test_every_file_of_a_run_takes_the_users_umask(model, tmp_path, fresh_accelerate_state):
+    """A run folder shared with colleagues: every file it writes is 0666 less the umask, the weights too (safetensors
+    0.8 writes its files 0600: model.safetensors, model_ema.safetensors, model/, best/, each checkpoint's)."""
+    import os
+
+    out, mask = tmp_path / "run", os.umask(0o002)
+    try:
+        run_main([*TINY, "--model", model, "--epochs", "1", "--warmup_epochs", "0", "--model_ema", "--keep_best", "1",
+                  "--output_dir", out])
+    finally:
+        os.umask(mask)
+    modes = {str(p.relative_to(out)): oct(p.stat().st_mode & 0o777) for p in out.rglob("*") if p.is_file()}
+    assert {"model.safetensors", "model_ema.safetensors", "model/model.safetensors", "best/model.safetensors",
+            "checkpoints/epoch_0/model.safetensors"} <= set(modes)
+    assert {name: mode for name, mode in modes.items() if mode != oct(0o664)} == {}

@@ -28,6 +28,16 @@ def write_bytes_atomic(path, data):
         raise
 
 
+def usual_permissions(path):
+    """The file `path`, or every file under the folder `path`, given the permissions of any other file a run writes:
+    0666 less the umask. safetensors (0.8) writes its files 0600, through a private temporary file: the weights that
+    accelerate, timm and transformers save with it could not be read by the colleagues a run folder is shared with."""
+    path, mode = Path(path), 0o666 & ~_umask()
+    for file in path.rglob("*") if path.is_dir() else [path]:
+        if file.is_file():
+            os.chmod(file, mode)
+
+
 def _umask():
     mask = os.umask(0)
     os.umask(mask)

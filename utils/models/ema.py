@@ -13,6 +13,8 @@ checkpoint holds it (rank 0's) and a resumed run continues it exactly.
 import torch
 from torch.optim.swa_utils import AveragedModel
 
+from utils.core.io import usual_permissions
+
 
 def _ema_update(decay, warmup):
     """AveragedModel's multi_avg_fn: called per (device, dtype) group of tensors after the first update."""
@@ -65,3 +67,4 @@ def save_ema(module, path):
     from safetensors.torch import save_file
 
     save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(path))
+    usual_permissions(path)

@@ -13,7 +13,7 @@ The weights are the EMA's when --model_ema is on (the ones validation follows), 
 
 
 from utils.core.errors import UserError
-from utils.core.io import write_text_atomic
+from utils.core.io import usual_permissions, write_text_atomic
 from utils.models.libraries import library, save_in_library_form
 
 
@@ -38,6 +38,7 @@ def save_model_folder(model, name, inp, class_names, folder, task, temperature=N
     and --calibrate's temperature; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
     save_in_library_form(model, name, folder, input_config(inp, task.folder_fields, temperature), class_names)
+    usual_permissions(folder)
     return folder
 
 

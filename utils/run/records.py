@@ -9,7 +9,7 @@ import sys
 from accelerate.utils import gather_object
 
 from utils.config.recipes import save_config
-from utils.core.io import write_json_atomic
+from utils.core.io import usual_permissions, write_json_atomic
 from utils.evaluation.calibration import calibrate
 from utils.evaluation.tasks import tracked_key, tuned_thresholds
 from utils.models.ema import save_ema
@@ -49,6 +49,8 @@ def export_weights(job, figures):
     thresholds.json; with --folds, the held-out fold's probabilities (fold_predictions.csv)."""
     args, accelerator = job.args, job.accelerator
     accelerator.save_model(job.saved_model(), str(job.out))  # <out>/model.safetensors, a plain state dict
+    if accelerator.is_main_process:
+        usual_permissions(job.out / "model.safetensors")
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.saved_model(ema=True), job.out / "model_ema.safetensors")
     temperature = calibrate(job, figures) if args.calibrate else None

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from utils.core.io import first_free, write_json_atomic
+from utils.core.io import first_free, usual_permissions, write_json_atomic
 
 STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
 
@@ -102,6 +102,7 @@ def save(accelerator, out, name, state, own_files=None):
         own_files(aside)
     accelerator.wait_for_everyone()  # every rank's files (its RNG states among them) are in
     if accelerator.is_main_process:
+        usual_permissions(aside)
         write_json_atomic(aside / STATE_FILE, state)
         old = folder_of(out) / f".replaced-{name}"
         shutil.rmtree(old, ignore_errors=True)  # left by a process killed while replacing (recover() ran first)
@@ -186,4 +187,5 @@ def keep_if_best(accelerator, model, out, record, summary, key="val_top1"):
     record.append(summary[key])
     accelerator.save_model(model, str(out / "best"))
     if accelerator.is_main_process:
+        usual_permissions(out / "best")
         write_json_atomic(best, summary)
