@@ -84,7 +84,7 @@ def main(argv=None):
     try:
         if args.folds < 2:
             raise ConfigError(f"folds: must be >= 2, got {args.folds}")
-        check_base(base)
+        check_base(base, args.folds)
         cv = CrossValidation(Path(args.output_dir).resolve(), args.folds, args.fold_seed, args.launch, tuple(base),
                              args.devices)
         open_folder(cv)

@@ -168,7 +168,7 @@ def write_records(study, folder, base):
     from utils.tuning import study_records
 
     study_records.write_trials_csv(study, folder)
-    best = study_records.write_best_yaml(study, folder)
+    best = study_records.write_best_yaml(study, folder, base)
     pictures, notes = study_records.write_plots(study, folder)
     for note in notes:
         print(f"{PROG}: {note}")

@@ -132,6 +132,27 @@ def test_the_flips_are_a_function_of_the_sample_whatever_exclude_leaves_out(tmp_
     assert notes[-1].endswith(f"left out of training ({named}), 20 of them flipped")
 
 
+def test_the_options_after_the_dashes_are_checked_as_a_fold_of_the_folds_asked_for(tmp_path, capsys):
+    import crossval
+
+    assert crossval.main(["--output_dir", str(tmp_path / "x"), "--folds", "3", "--", "--probe", "knn"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()  # (it said "got 2" whatever --folds was)
+    assert len(said) == 1 and said[0].endswith("--probe knn votes instead: use --probe linear, got 3"), said
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_label_issues_quality_is_shown_to_two_significant_digits():
+    """The given label's probability, often under 0.01: "quality 0.00" on every picture said nothing."""
+    import numpy as np
+
+    from utils.tuning.label_issues import issues_figure
+
+    issues = [((4, "a/4.png", 1, "cat"), "dog", 0.0012), ((9, "a/9.png", 0, "dog"), "cat", 0.31)]
+    figure = issues_figure(issues, [np.zeros((8, 8, 3), np.uint8)] * 2)
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert [title.splitlines()[-1] for title in titles] == ["quality 0.0012", "quality 0.31"]
+
+
 @pytest.mark.parametrize("argv, line", [
     (["--folds", "1", "--fold", "0"], "folds: must be >= 2"),
     (["--folds", "3", "--fold", "3"], "fold: must be in 0..2 (--folds 3)"),
@@ -347,6 +368,7 @@ def test_a_folder_of_another_cross_validation_is_refused_and_kept(finished, tmp_
     assert (out / "crossval.json").read_bytes() == before
     assert crossval.main(["--output_dir", str(tmp_path / "x"), "--folds", "3", "--", "--fold", "1"]) == 2
     assert "--fold: set by crossval.py" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
 
 
 @pytest.mark.slow

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from conftest import drawn, read_json, resume_job, run_main
 from ranks import ranks_ok
 
+from helpers.browser import chromium
+
 
 def test_the_ece_is_the_usual_weighted_gap_of_equal_width_bins():
     """Hand-computed on fixed scores: 15 bins of (b/15, (b+1)/15]; a bin's weight is its share of the samples."""
@@ -184,30 +186,6 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
     assert read_json(one / "results.json")["val_ece"] == pytest.approx(read_json(two / "results.json")["val_ece"],
                                                                         abs=1e-6)
     assert (one / "most_confused.csv").read_text() == (two / "most_confused.csv").read_text()
-
-
-def chromium():
-    """A headless browser: Debian's chromium, installed with apt-get where it is missing (as root); the test is
-    skipped, saying why, where neither works."""
-    import os
-    import shutil
-    import subprocess
-
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if not shutil.which("apt-get") or os.geteuid() != 0:
-        pytest.skip("no chromium, and apt-get cannot install it here (not root, or not Debian): report.html not rendered")
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-    for command in (install, ["apt-get", "update"], install):
-        try:
-            subprocess.run(command, capture_output=True, timeout=900, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        except subprocess.TimeoutExpired:
-            break
-        if shutil.which("chromium"):
-            return shutil.which("chromium")
-    pytest.skip("Debian's chromium could not be installed with apt-get (no package index reachable?): report.html not "
-                "rendered")
 
 
 @pytest.mark.slow

@@ -307,3 +307,23 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
 def test_what_a_probe_cannot_apply_is_one_line(argv, said, capsys):
     code, lines = parse_fails(argv, capsys)
     assert code == 2 and len(lines) == 1 and said in lines[0], lines
+
+
+@pytest.mark.parametrize("probe, eval_only, said", [
+    ("knn", False, "--probe knn on the frozen model's features -> out"),  # it said "23 steps/epoch": it takes none
+    (None, True, "--eval_only: scored, not trained -> out"),
+    (None, False, "23 steps/epoch -> out"),
+])
+def test_the_start_up_line_says_what_the_run_does(probe, eval_only, said):
+    from types import SimpleNamespace
+
+    from utils.run.job import start_line
+
+    job = SimpleNamespace(settings=SimpleNamespace(probe=SimpleNamespace(probe=probe), source_name="digits",
+                                                   sample_unit="images"),
+                          accelerator=SimpleNamespace(num_processes=1, device=torch.device("cpu")),
+                          args=SimpleNamespace(model="resnet18", eval_only=eval_only), class_names=["a", "b"],
+                          task=SimpleNamespace(note=""), steps_per_epoch=23, out="out")
+    line = start_line(job, 1437, 360, 2)
+    assert line.startswith("resnet18 on digits: 1437 train / 360 val images, 2 classes, 1 process(es) on cpu")
+    assert line.endswith(f", {said}"), line

@@ -309,9 +309,10 @@ def test_a_pruned_trial_saves_on_both_ranks_and_best_yaml_trains_the_best_trial_
                           console, re.M)) == 2, console[-3000:]
     assert list((pruned / "checkpoints").iterdir()) and not (pruned / "results.json").exists()
     assert "tune.py: trial 1 pruned after 1 validations" in proc.stdout
-    # best.yaml: the baseline's options in force; trained again on two processes, its weights bitwise
+    # best.yaml: the baseline's recipe, what the options after -- set, nothing this machine resolved (its workers, its
+    # precision, its folder); trained again on two processes, its weights bitwise
     best = yaml.safe_load((folder / "best.yaml").read_text())
-    assert best["lr"] == 1e-6 and "output_dir" not in best
+    assert best == {"epochs": 2, "lr": 1e-6, "max_train_samples": 200, "num_workers": 0, "no_plots": True}, best
     ranks_ok(["--config", folder / "best.yaml", "--output_dir", tmp_path / "again"])
     assert_same_weights(folder / "trials" / "0000", tmp_path / "again")
     page = (folder / "study.html").read_text()
@@ -333,6 +334,48 @@ def after_first_validation(process, trial_folder, signum):
         time.sleep(0.05)
     os.kill(process.pid, signum)
     return process.communicate(timeout=120)
+
+
+def test_the_options_a_command_line_sets_are_its_flags_over_its_recipes_keys(tmp_path):
+    """best.yaml's recipe: what the options after -- set (a --config recipe's keys under the flags, a sweep's forms),
+    not the defaults nor what the machine resolves (num_workers, the precision)."""
+    from utils.config.options import given_options
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("lr: 0.05\nepochs: 9\nmodel_ema: true\n")
+    assert given_options(["--config", str(recipe), "--epochs", "3", "--model_ema=False", "--mean", "0.5", "0.5",
+                          "0.5", "--dataset", "moving_digits"]) == {"lr": 0.05, "epochs": 3, "model_ema": False,
+                                                                    "mean": [0.5, 0.5, 0.5], "dataset": "moving_digits"}
+    assert given_options([]) == {}
+
+
+@pytest.mark.slow
+def test_the_study_page_is_titled_by_its_study_and_fits_its_window(tmp_path):
+    """study.html in headless chromium, 1200 px wide: its own title (not "study study"), and no horizontal scroll
+    however long a trial's run folder or last line (each trial's folder shown within the study's)."""
+    import optuna
+
+    from helpers.browser import chromium, measured
+    from utils.tuning.study_records import write_study_html
+
+    folder = tmp_path / "a_study_folder_of_a_long_name" / "study"
+    study = optuna.create_study(study_name="study")
+    for number in range(3):
+        run = folder / "trials" / f"{number:04d}"
+        run.mkdir(parents=True)
+        (run / "report.html").write_text("<html></html>")
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 0.01 * (number + 1), "label_smoothing": 0.1}, value=0.9 + number / 100,
+            distributions={"lr": optuna.distributions.FloatDistribution(0.001, 1, log=True),
+                           "label_smoothing": optuna.distributions.FloatDistribution(0, 0.3)},
+            user_attrs={"run_folder": str(run), "epochs": 3, "line": "train_classification.py: error: " + "x" * 300}))
+    page = write_study_html(study, folder, [], None).read_text()
+    assert "<title>tune.py: study</title>" in page and 'href="trials/0002/report.html"' in page
+    assert "<td>trials/0001</td>" in page and str(tmp_path) not in page
+    fits = measured(chromium(), page, "document.title = document.documentElement.scrollWidth + ' ' + innerWidth",
+                    tmp_path)
+    wide, window = map(int, fits.split())
+    assert wide <= window, fits
 
 
 def test_a_stopped_driver_says_what_the_same_command_continues_from(tmp_path):

@@ -188,6 +188,23 @@ def parse(argv=None, prog="train_classification.py"):
     return args, settle(args, source, inp, typed)
 
 
+def given_options(argv):
+    """{option: value} of what `argv` itself sets: its flags, over the keys of the recipe its --config names; no
+    default, nothing a --dataset's own recipe or this machine supplies (the worker count, the launch's precision). A
+    recipe as a person would write it, which fills in the rest wherever it is trained."""
+    parser = get_args_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS  # an option absent from argv is absent from the namespace
+    config_path, _ = _find_config_arg(argv, parser)
+    try:
+        recipe = load_recipe(config_path, parser) if config_path is not None else {}
+    except ConfigError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    given = vars(parser.parse_args(argv))
+    given.pop("config", None)
+    return {**recipe, **given}
+
+
 def parser_defaults():
     """{option: the parser's own default}, before any recipe: what "left at its default" means in the checks."""
     return {action.dest: action.default for action in get_args_parser()._actions}

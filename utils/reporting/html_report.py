@@ -11,7 +11,8 @@ from utils.core.io import write_text_atomic
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:2em}
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left}
-pre{background:#f6f6f6;padding:1em;overflow-x:auto}img{max-width:100%;border:1px solid #eee}"""
+pre{background:#f6f6f6;padding:1em;overflow-x:auto}img{max-width:100%;border:1px solid #eee}
+.wide{overflow-x:auto}"""
 
 
 def figure_rows(results):

@@ -37,16 +37,16 @@ class CrossValidation:
                 "--resume", "latest"]  # a fresh start where the folder holds no checkpoint
 
 
-def check_base(base):
+def check_base(base, folds):
     """The base options: none that crossval.py sets itself, and accepted by the script (parsed and checked here, with
-    fold 0's options, nothing started). One line, exit 2."""
+    fold 0's options of `folds`, nothing started). One line, exit 2."""
     from utils.config.options import check_argv
 
     given = [word.split("=", 1)[0] for word in base]
     for option in SET_BY_CROSSVAL:
         if option in given:
             raise ConfigError(f"{option}: set by crossval.py for each fold (remove it from the options after --)")
-    if (line := check_argv([*base, "--folds", "2", "--fold", "0"])) is not None:
+    if (line := check_argv([*base, "--folds", str(folds), "--fold", "0"])) is not None:
         raise ConfigError(f"the options after -- are refused: {line}")
 
 

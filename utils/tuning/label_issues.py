@@ -121,7 +121,8 @@ def issues_figure(issues, pictures):
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax, ((row, suggested, quality), picture) in zip(axes, shown):
         ax.imshow(picture, interpolation="nearest")
-        ax.set_title(f"{row[1][-18:]}\ngiven {row[3]} / sugg. {suggested}\nquality {quality:.2f}", fontsize=7)
+        # (a label issue's quality is the given label's own probability, often under 0.01: two significant digits)
+        ax.set_title(f"{row[1][-18:]}\ngiven {row[3]} / sugg. {suggested}\nquality {quality:.2g}", fontsize=7)
     for ax in axes:
         ax.axis("off")
     fig.suptitle("label issues found by cleanlab in the out-of-fold predictions (label_issues.csv)")
@@ -136,12 +137,13 @@ def write_report(cv, summary, issues, picture):
     folds = "".join(f'<li><a href="fold_{f}/report.html">fold {f}</a> ({n} held-out samples)</li>'
                     for f, n in enumerate(summary["samples"]))
     found = "".join(f"<tr><td>{r}</td><td>{html.escape(row[1])}</td><td>{row[2]}</td><td>{html.escape(row[3])}</td>"
-                    f"<td>{html.escape(s)}</td><td>{q:.4f}</td></tr>" for r, (row, s, q) in enumerate(issues[:SHOWN], 1))
+                    f"<td>{html.escape(s)}</td><td>{q:.3g}</td></tr>" for r, (row, s, q) in enumerate(issues[:SHOWN], 1))
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{cv.folds}-fold cross-validation'
              f"</title><style>{STYLE}</style></head><body><h1>{cv.folds}-fold cross-validation</h1>",
              f"<pre>{html.escape(' '.join(cv.base))}</pre>",
-             "<h2>Figures across folds</h2><table><tr><th>figure</th><th>mean</th><th>std</th><th>95 % interval (t, cut to what the figure can be)"
-             f"</th><th>per fold</th></tr>{figures}</table><ul>{folds}</ul>",
+             "<h2>Figures across folds</h2><table><tr><th>figure</th><th>mean</th><th>std</th>"
+             f"<th>95 % interval (t, within what the figure can be)</th><th>per fold</th></tr>{figures}</table>"
+             f"<ul>{folds}</ul>",
              f"<h2>Label issues: {len(issues)} found (label_issues.csv)</h2><table><tr><th>rank</th><th>sample</th>"
              f"<th>fold</th><th>given</th><th>suggested</th><th>quality</th></tr>{found}</table>"]
     if picture is not None:

@@ -57,16 +57,19 @@ def best_trial(study):
     return study.best_trial if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)) else None
 
 
-def write_best_yaml(study, folder):
-    """best.yaml: the best trial's options in force (its run's config.yaml) but its run folder: `train_classification.py
-    --config best.yaml` trains it again (on the same data, seed and hardware: bitwise)."""
+def write_best_yaml(study, folder, base):
+    """best.yaml: the best trial's recipe, what the study's options after -- (`base`) set and what the search chose
+    for it, nothing else: the defaults, and what a machine resolves for itself (its worker count, its precision), are
+    filled in where it is trained. `train_classification.py --config best.yaml` trains it again (on the same data,
+    seed and hardware: bitwise)."""
+    from utils.config.options import given_options
+
     best = best_trial(study)
     if best is None:
         return None
-    options = yaml.safe_load((Path(best.user_attrs["run_folder"]) / "config.yaml").read_text())
-    options.pop("output_dir", None)
+    options = {**given_options(list(base)), **best.params}
     head = (f"# the best trial of study {study.study_name}: trial {best.number}, objective {best.value:.6g}\n"
-            f"# its options: {', '.join(f'{k}={v}' for k, v in best.params.items())}\n"
+            f"# the search chose: {', '.join(f'{k}={v}' for k, v in best.params.items()) or 'the base options'}\n"
             f"# train it again: accelerate launch train_classification.py --config best.yaml --output_dir DIR\n")
     write_text_atomic(folder / "best.yaml", head + yaml.safe_dump(options, sort_keys=False))
     return folder / "best.yaml"
@@ -94,6 +97,14 @@ def write_plots(study, folder):
     return drawn, notes
 
 
+def _within(path, folder):
+    """`path` relative to the study folder where it lies in it (its trials do), else as it is."""
+    try:
+        return str(Path(path).relative_to(folder))
+    except ValueError:
+        return str(path)
+
+
 def _cell(value):
     return f"{value:.6g}" if isinstance(value, float) else html.escape("" if value is None else str(value))
 
@@ -105,15 +116,17 @@ def write_study_html(study, folder, pictures, best_path):
     head = "".join(f"<th>{html.escape(f)}</th>" for f in fields)
     body = []
     for row in table:
-        report = Path(row["run_folder"] or "") / "report.html"
-        link = (f'<a href="{html.escape(str(report.relative_to(folder)))}">{row["number"]}</a>'
-                if row["run_folder"] and report.is_file() else str(row["number"]))
-        body.append("<tr>" + "".join(f"<td>{link if f == 'number' else _cell(row[f])}</td>" for f in fields) + "</tr>")
-    title = f"study {study.study_name}"
+        run = Path(row["run_folder"] or "")
+        shown = {**row, "run_folder": _within(run, folder) if row["run_folder"] else None}  # trials/0003, not a path
+        link = (f'<a href="{html.escape(_within(run / "report.html", folder))}">{row["number"]}</a>'
+                if row["run_folder"] and (run / "report.html").is_file() else str(row["number"]))
+        body.append("<tr>" + "".join(f"<td>{link if f == 'number' else _cell(shown[f])}</td>" for f in fields)
+                    + "</tr>")
+    title = f"tune.py: {study.study_name}"  # (a study is named after its folder: "study study" said nothing)
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
-             f"<h2>Trials ({study.direction.name.lower()} the objective)</h2>",
-             f"<table><tr>{head}</tr>{''.join(body)}</table>"]
+             f"<h2>{len(table)} trials ({study.direction.name.lower()} the objective)</h2>",
+             f'<div class="wide"><table><tr>{head}</tr>{"".join(body)}</table></div>']
     parts += [f"<h2>{html.escape(p.stem)}</h2>{embedded(p)}" for p in pictures]
     if best_path is not None:
         parts.append(f"<h2>best.yaml</h2><pre>{html.escape(best_path.read_text())}</pre>")
