@@ -111,7 +111,7 @@ def trial_env(args, study_name):
     return env
 
 
-def progress(claim, outcome, objective, done, total):
+def ended_line(claim, outcome, objective, done, total):
     from utils.tuning.trial_run import objective_key
 
     values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in claim.values.items())
@@ -128,7 +128,7 @@ def run_study(args, base, params, stop):
 
     from utils.tuning import study_records
     from utils.tuning.study import StudyOptions, claim_next, finish, open_study, run_trial
-    from utils.tuning.trial_run import TrialRun
+    from utils.tuning.trial_run import Progress, TrialRun
 
     folder = Path(args.study).resolve()
     options = StudyOptions(folder, args.study_name or folder.name, args.storage, args.sampler, args.seed, args.pruner,
@@ -136,17 +136,20 @@ def run_study(args, base, params, stop):
                            args.trials, tuple(base))
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # tune.py says what happens, once a trial
     study = open_study(options, params)
-    failures = 0
+    failures, following = 0, Progress(PROG)
     while stop.name is None and (claim := claim_next(study, options, params)) is not None:
         started = "continues (--resume latest)" if claim.resumed else "starts"
         print(f"{PROG}: trial {claim.trial.number} {started} in {claim.folder}", flush=True)
         run = TrialRun(command_for(args, claim, base), claim.folder, trial_env(args, options.name))
-        outcome = run_trial(claim, run, args.objective, stop)
+        ended = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+        label = f"trial {claim.trial.number} ({ended + 1} of {args.trials})"
+        outcome = run_trial(claim, run, args.objective, stop, lambda epoch, key, value: following.validated(
+            run, label, epoch, key, value, max(0, args.trials - ended - 1)))
         finish(study, claim, outcome)
         if outcome.state == "interrupted":
             break
         ended = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
-        print(progress(claim, outcome, args.objective, ended, args.trials), flush=True)
+        print(ended_line(claim, outcome, args.objective, ended, args.trials), flush=True)
         study_records.write_trials_csv(study, folder)
         failures = failures + 1 if outcome.state == "failed" else 0
         if failures >= args.max_failures:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, SMALL_MODEL, environment, main_fails, read_json
+from conftest import ROOT, SMALL_MODEL, environment, main_fails, read_json, read_jsonl
 from ranks import run_ranks
 
 SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16", "--no_plots"]  # odd-sized folds of 100 and 101
@@ -262,6 +262,22 @@ def test_the_out_of_fold_file_holds_every_sample_once_with_its_fold_runs_probabi
         assert split == {"folds": 3, "fold": fold, "fold_seed": 0, "stratified": "by class", "flipped_labels": 30}
     flips = [(out / f"fold_{fold}" / "flipped_labels.csv").read_text() for fold in range(3)]
     assert flips[0] == flips[1] == flips[2] and len(flips[0].splitlines()) == 31
+
+
+def test_crossval_says_each_validation_of_each_fold_as_it_comes(finished):
+    """As a run's own lines do: which fold of how many, its epoch of its epochs, its tracked figure (the run's own), the
+    time elapsed and left (none once the last fold's last epoch is in)."""
+    import re
+
+    out, said = finished
+    lines = re.findall(r"^crossval\.py: fold (\d) of 3: epoch (\d+)/10, val_top1 (\S+); elapsed \S+, ~(\S+) left$", said,
+                       re.M)
+    assert [(int(fold), int(epoch)) for fold, epoch, _, _ in lines] == [(f, e) for f in range(3) for e in range(1, 11)]
+    for fold, epoch, value, _ in lines:
+        row = next(r for r in read_jsonl(out / f"fold_{fold}" / "metrics.jsonl") if r.get("epoch") == int(epoch)
+                   and "val_top1" in r)
+        assert value == f"{row['val_top1']:.4f}"
+    assert lines[-1][3] == "0:00:00"
 
 
 def test_an_interval_is_cut_to_what_its_figure_can_be():

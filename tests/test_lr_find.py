@@ -87,9 +87,9 @@ def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_n
 
 
 @pytest.mark.slow
-def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path):
+def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path, capsys):
     """With loader workers: the sweep's job is closed at its end, its workers stopped with it (the run built after
-    it has its own)."""
+    it has its own). It says where it is every tenth of the sweep, as training says it every --log_every steps."""
     import psutil
 
     out, before = tmp_path / "run", {child.pid for child in psutil.Process().children(recursive=True)}
@@ -97,6 +97,9 @@ def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path):
     left = [c for c in psutil.Process().children(recursive=True) if c.pid not in before and c.status() != "zombie"]
     assert not left, left
     assert set(found["lr_find"]) == {"valley", "steepest"}
+    steps = [int(line.split()[2]) for line in capsys.readouterr().out.splitlines() if line.startswith("lr_find: step ")]
+    curve = rows(out / "lr_find.csv")
+    assert steps == list(range(3, min(len(curve), 30), 3)), steps  # every 3rd of 30, up to the step it stopped at
     assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["lr_find.csv", "lr_find.png"]  # no more
 
 

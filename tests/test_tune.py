@@ -309,6 +309,9 @@ def test_a_pruned_trial_saves_on_both_ranks_and_best_yaml_trains_the_best_trial_
                           console, re.M)) == 2, console[-3000:]
     assert list((pruned / "checkpoints").iterdir()) and not (pruned / "results.json").exists()
     assert "tune.py: trial 1 pruned after 1 validations" in proc.stdout
+    said = re.findall(r"^tune\.py: trial (\d) \((\d) of 2\): epoch (\d)/2, val_loss \S+; elapsed \S+, ~\S+ left$",
+                      proc.stdout, re.M)  # each validation as it comes, as a run's own lines
+    assert said == [("0", "1", "1"), ("0", "1", "2"), ("1", "2", "1")], proc.stdout
     # best.yaml: the baseline's recipe, what the options after -- set, nothing this machine resolved (its workers, its
     # precision, its folder); trained again on two processes, its weights bitwise
     best = yaml.safe_load((folder / "best.yaml").read_text())

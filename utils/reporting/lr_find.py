@@ -4,28 +4,38 @@ suggestions marked."""
 
 import csv
 import io
+import time
 
 from utils.core.io import write_text_atomic
 from utils.reporting.plots import save
-from utils.reporting.progress import StepLogger
+from utils.reporting.progress import StepLogger, elapsed_and_left
 from utils.training.lr_range import Curve, sweep_lr
 
 
 class SweepLogger(StepLogger):
     """The training loop's logger during the sweep: every step's loss, the mean over every sample of every process
-    (StepLogger's reduction), into a Curve at the LR that step trained with; nothing written, no line but its own."""
+    (StepLogger's reduction), into a Curve at the LR that step trained with; nothing written; a line every tenth of
+    the sweep (where it is, its loss, elapsed and left), as training's own lines come every --log_every steps."""
+
+    LINES = 10  # a sweep of N steps says where it is every N / 10
 
     def __init__(self, accelerator, low, high, steps, steps_per_epoch):
         super().__init__(accelerator, None, 1, steps_per_epoch, steps)
         self.low, self.high, self.sweep_steps = low, high, steps
         self.curve = Curve(steps)
+        self.started = time.perf_counter()
 
     def optimizer_step(self, global_step, lr):
         self.steps += 1
         train_loss = self._figures(self._reduce_window(), self.window_start)["train_loss"]
         self._new_window()
         # `lr` is the scheduler's after its step: the next step's; this one trained at the sweep's step before
-        self.curve.add(sweep_lr(self.low, self.high, self.sweep_steps, global_step - 1), train_loss)
+        swept = sweep_lr(self.low, self.high, self.sweep_steps, global_step - 1)
+        self.curve.add(swept, train_loss)
+        if global_step % max(1, self.sweep_steps // self.LINES) == 0 and global_step < self.sweep_steps:
+            self.accelerator.print(f"lr_find: step {global_step} of {self.sweep_steps} at lr {swept:.3g}: loss "
+                                   f"{train_loss:.4f} (smoothed {self.curve.smoothed[-1]:.4f}); "
+                                   f"{elapsed_and_left(time.perf_counter() - self.started, global_step, self.sweep_steps)}")
 
     def start_epoch(self, epoch, first_step):
         self._reset(epoch, first_step)

@@ -17,6 +17,12 @@ def _eta(seconds):
     return str(timedelta(seconds=round(seconds)))
 
 
+def elapsed_and_left(elapsed, done, total):
+    """"elapsed 0:01:10, ~0:05:50 left": `done` of `total` units of work in `elapsed` seconds, the rest at that pace."""
+    left = f", ~{_eta(elapsed / done * (total - done))} left" if done else ""
+    return f"elapsed {_eta(elapsed)}{left}"
+
+
 def watched():
     """Whether a person watches this process on a terminal: stdout is one, and so is stderr (where a bar goes), or
     stderr is a pipe that our parent copies to its own terminal. `accelerate launch` >= 1.16 runs a one-process job

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from utils.config.checks import ConfigError
 from utils.core.io import write_json_atomic
-from utils.tuning.trial_run import SCRIPT, TrialRun, launcher, own, run_unlocked
+from utils.tuning.trial_run import SCRIPT, Progress, TrialRun, launcher, own, run_unlocked
 
 RECORD = "crossval.json"  # in the cross-validation's folder: what it is (folds, fold seed, base options)
 SET_BY_CROSSVAL = ("--output_dir", "--resume", "--folds", "--fold", "--fold_seed", "--lr_find", "--eval_only")
@@ -70,9 +70,10 @@ def finished(cv, fold):
 
 
 def run_folds(cv, env, stop, say):
-    """Run every fold not finished and not owned by another process, in order. Returns 'done' (every fold finished),
-    'others' (some still run in other processes), 'interrupted' (`stop` was signalled: the running fold saved) or
-    'failed: <its line>'."""
+    """Run every fold not finished and not owned by another process, in order, a line at each of its validations.
+    Returns 'done' (every fold finished), 'others' (some still run in other processes), 'interrupted' (`stop` was
+    signalled: the running fold saved) or 'failed: <its line>'."""
+    following = Progress("crossval.py")
     for fold in range(cv.folds):
         if stop.name is not None:
             return "interrupted"
@@ -86,6 +87,10 @@ def run_folds(cv, env, stop, say):
                 f"{cv.fold_folder(fold)}")
             run = TrialRun(cv.command(fold), cv.fold_folder(fold), env)
             stop.run = run.start()
+            after = sum(not finished(cv, other) for other in range(fold + 1, cv.folds))
+            for epoch, key, value in run.validations("tracked"):
+                if epoch > run.validated_epoch:  # (not those of an earlier start)
+                    following.validated(run, f"fold {fold} of {cv.folds}", epoch, key, value, after)
             code = run.wait()
             stop.run = None
             if stop.name is not None:

@@ -7,7 +7,6 @@ whose owner lock is free lost its tune.py, and the next one to claim finishes it
 import contextlib
 import fcntl
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +15,11 @@ from optuna.trial import TrialState
 
 from utils.config.checks import ConfigError
 from utils.tuning.space import grid_size
-from utils.tuning.trial_run import Outcome, epochs_of, objective_key, own, run_unlocked
+from utils.tuning.trial_run import Outcome, objective_key, own, run_unlocked
 
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")
 JOURNAL = "journal.log"
-POLL_S = 0.5  # how often a running trial's metrics.jsonl is read
 
 
 @dataclass(frozen=True)
@@ -150,28 +148,23 @@ def finish(study, claim, outcome):
     claim.owner.close()
 
 
-def run_trial(claim, run, objective, stop):
+def run_trial(claim, run, objective, stop, validated=lambda epoch, key, value: None):
     """Run the claimed trial (`run`: its TrialRun, not started), report each validation row's figure to its study as
-    the row appears, SIGTERM it when the pruner says so; its Outcome. `stop`: tune.py's own signal (its `.name` set
-    once tune.py is told to stop: the trial, passed the signal, saves and is left RUNNING for the next tune.py)."""
+    the row appears (and to `validated`), SIGTERM it when the pruner says so; its Outcome. `stop`: tune.py's own
+    signal (its `.name` set once tune.py is told to stop: the trial, passed the signal, saves and is left RUNNING for
+    the next tune.py)."""
     done = _finished_outcome(claim, objective)
     if done is not None:  # its owner died after the run ended, before recording it
         return done
     stop.run = run.start()
-    rows, key, reported = [], None, claim.reported
-    while True:
-        alive = run.running()
-        rows += run.new_rows()
-        key = key or objective_key(claim.folder, objective)
-        for epoch, value in sorted(epochs_of(rows, key).items()) if key else ():
-            if epoch not in reported:
-                claim.trial.report(value, epoch)
-                reported.add(epoch)
-                if run.signalled is None and stop.name is None and claim.trial.should_prune():
-                    run.stop()
-        if not alive:
-            break
-        time.sleep(POLL_S)
+    reported = claim.reported
+    for epoch, key, value in run.validations(objective):
+        if epoch not in reported:
+            claim.trial.report(value, epoch)
+            reported.add(epoch)
+            validated(epoch, key, value)
+            if run.signalled is None and stop.name is None and claim.trial.should_prune():
+                run.stop()
     code = run.wait()
     stop.run = None
     epochs = len(reported)

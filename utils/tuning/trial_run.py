@@ -19,6 +19,7 @@ import psutil
 import yaml
 
 from utils.evaluation.tasks import tracked_figure
+from utils.reporting.progress import elapsed_and_left
 from utils.training.checkpoints import STATE_FILE, complete_checkpoints
 from utils.training.run_lock import is_held
 
@@ -28,6 +29,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 GROUP_EXIT_WAIT_S = 120  # how long a stopped trial's processes get to save and leave after their launcher
 OWNER = ".owner"  # in a run folder: locked by the driver process running it
 RUN_LOCK_WAIT_S = 120  # how long an orphaned run may still be saving (its ranks got SIGTERM as its owner died)
+POLL_S = 0.5  # how often a running run's metrics.jsonl is read
 
 
 @dataclass
@@ -124,9 +126,12 @@ class TrialRun:
         self.command, self.folder, self.env = command, Path(folder), env
         self.process, self.signalled, self._offset, self._partial = None, None, 0, b""
         self.started = None  # time.time() at its start
+        self.validated_epoch = 0  # the last epoch a driver's Progress saw validated
 
     def start(self):
         self.started = time.time()
+        self.validated_epoch = max(epochs_of(self.new_rows(), "val_loss"), default=0)  # by an earlier start
+        self._offset, self._partial = 0, b""  # (its caller reads them too)
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / CONSOLE, "ab") as console:
             console.write(f"$ {' '.join(self.command)}\n".encode())
@@ -150,6 +155,23 @@ class TrialRun:
         self._offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
         return [json.loads(line) for line in lines if line.strip()]
+
+    def validations(self, objective):
+        """Follow the started run until it ends: (epoch, figure's key, value) of each validation as its row is written,
+        once each (an epoch validated again keeps its first), rows of an earlier start first; `objective`: the figure
+        (objective_key)."""
+        rows, key, seen = [], None, set()
+        while True:
+            alive = self.running()
+            rows += self.new_rows()
+            key = key or objective_key(self.folder, objective)
+            for epoch, value in sorted(epochs_of(rows, key).items()) if key else ():
+                if epoch not in seen:
+                    seen.add(epoch)
+                    yield epoch, key, value
+            if not alive:
+                return
+            time.sleep(POLL_S)
 
     def stop(self, signum=signal.SIGTERM):
         """Signal every process of the trial (its launcher, its ranks, their workers: they leave it to their rank)."""
@@ -187,6 +209,34 @@ class TrialRun:
         lines = [line for line in lines if line]
         own = [line for line in lines if line.startswith(f"{SCRIPT.name}:")]
         return (own or lines or ["(no output)"])[-1]
+
+
+class Progress:
+    """A driver's line at each validation of the run it follows (a trial, a fold), as a training's own lines go: which
+    run of how many, its epoch of its epochs, the figure it is judged by, elapsed and left. Left: the epochs still to
+    come, this run's and those of the runs after it (each as long as this one), at the pace of the epochs this driver
+    has seen trained."""
+
+    def __init__(self, prog, say=print):
+        self.prog, self.say, self.started, self.trained = prog, say, time.monotonic(), 0
+
+    def validated(self, run, label, epoch, key, value, runs_after):
+        """`run` (a TrialRun, called `label`) validated `epoch` (its `key` figure: `value`); `runs_after`: how many runs
+        are to follow it."""
+        epochs = planned_epochs(run.folder)
+        self.trained += max(0, epoch - run.validated_epoch)  # (an epoch of an earlier start was not trained now)
+        run.validated_epoch = max(run.validated_epoch, epoch)
+        left = (epochs - epoch) + runs_after * epochs if epochs else 0
+        self.say(f"{self.prog}: {label}: epoch {epoch}/{epochs or '?'}, {key} {value:.4f}; "
+                 f"{elapsed_and_left(time.monotonic() - self.started, self.trained, self.trained + left)}", flush=True)
+
+
+def planned_epochs(folder):
+    """The epochs the run in `folder` trains, as its config.yaml says (None before it is written)."""
+    try:
+        return yaml.safe_load((Path(folder) / "config.yaml").read_text()).get("epochs")
+    except (OSError, AttributeError, yaml.YAMLError):
+        return None
 
 
 def objective_key(folder, objective):
