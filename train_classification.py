@@ -68,7 +68,7 @@ from utils.models.ema import update_ema
 from utils.models.lora import FROZEN_FILE, write_frozen
 from utils.reporting import trackers
 from utils.reporting.model_folder import push_model_folder
-from utils.run.accelerator import build_accelerator, check_fsdp
+from utils.run.accelerator import build_accelerator, cannot_go_on, check_fsdp
 from utils.run.job import build_job, resume
 from utils.run.probe import probe
 from utils.run.range_test import find_lr, resumed_choices, with_found_lr
@@ -76,7 +76,6 @@ from utils.run.records import (command_line, export_weights, log_validation_medi
                                start_records)
 from utils.training import checkpoints
 from utils.training.objective import NonFiniteLoss
-from utils.training.batch_size import is_out_of_memory, out_of_memory_line
 from utils.training.run_folder import output_dir_for, resume_folder
 from utils.training.run_lock import lock_run_folder
 
@@ -131,7 +130,7 @@ def main(argv=None):
         accelerator.end_training()  # close the dashboards' runs properly
         raise SystemExit(EXIT_INTERRUPTED) from None
     except (NonFiniteLoss, RuntimeError) as e:  # NaN losses past the allowance, the device out of memory: exit 1
-        cannot_go_on(e, args, accelerator)
+        cannot_go_on(e, args, accelerator, PROG)
     finally:
         if job is not None:
             job.close()  # whatever ended the run: its loaders' workers stop with it
@@ -145,20 +144,6 @@ def work(job, position, num_workers):
     if job.settings.probe.probe:
         return probe(job, num_workers)
     return evaluate_only(job, position) if job.args.eval_only else train(job, position)
-
-
-def cannot_go_on(error, args, accelerator):
-    """A run that cannot go on stops with one line, exit 1: more NaN/inf losses than --skip_nonfinite_steps allows (said
-    once), or the device out of memory (said by the process it happened on, with what to pass); other errors go on."""
-    if isinstance(error, NonFiniteLoss):
-        accelerator.print(f"{PROG}: error: {error}", file=sys.stderr)
-    elif is_out_of_memory(error):
-        print(f"{PROG}: error: " + out_of_memory_line(error, args.batch_size, args.global_batch_size or args.batch_size
-                                                      * args.grad_accum_steps * accelerator.num_processes,
-                                                      accelerator.device), file=sys.stderr, flush=True)
-    else:
-        raise error
-    raise SystemExit(1) from None
 
 
 def train(job, start):
@@ -200,8 +185,7 @@ def train(job, start):
                         val_score=tracked_figure(job, figures))
     return {"epochs_completed": epochs_completed, "global_step": global_step,
             "world_size": accelerator.num_processes, "train_time_s": round(job.train_time.seconds(), 3),
-            "model": args.model,
-            "dataset": job.settings.source_name, **job.patience.results()}, figures
+            "model": args.model, "dataset": job.settings.source_name, **job.patience.results()}, figures
 
 
 def after_epoch(job, epoch, global_step, finished):

@@ -246,3 +246,18 @@ def test_fixed_cost_benchmark_finds_where_training_starts_and_where_the_last_val
                (9.6, "checkpoint: /tmp/run/checkpoints/epoch_1"), (11.0, "done: val top-1 0.8 on 360 images")]
     assert fixed.marks(stamped) == (3.3, 9.5)
     assert fixed.marks([(1.0, "epoch 0.1 step 10 loss 1.0")]) == (None, None)
+
+
+@pytest.mark.slow
+def test_lr_find_benchmark_trains_at_the_suggestion_and_the_recipes_lr(tmp_path, capsys):
+    said = benchmark_in_process("lr_find.py", capsys, "--jobs", "digits_small", "--seeds", "0", "--epochs", "1",
+                                "--out", tmp_path)
+    import yaml
+
+    suggested, lowest, ours, theirs = figure(
+        rf"^digits_small seed 0: suggested {NUMBER} \(lowest {NUMBER}\): val top-1 {NUMBER} against {NUMBER} at the "
+        r"recipe's 0\.1$", said)
+    assert suggested == pytest.approx(lowest / 3, rel=0.05) and 0 <= ours <= 1 and 0 <= theirs <= 1
+    trained = {run: yaml.safe_load((tmp_path / "digits_small_0" / run / "config.yaml").read_text())["lr"]
+               for run in ("suggested", "recipe")}
+    assert trained == {"suggested": suggested, "recipe": 0.1}

@@ -317,7 +317,7 @@ def test_what_a_probe_cannot_apply_is_one_line(argv, said, capsys):
 def test_the_start_up_line_says_what_the_run_does(probe, eval_only, said):
     from types import SimpleNamespace
 
-    from utils.run.job import start_line
+    from utils.reporting.progress import start_line
 
     job = SimpleNamespace(settings=SimpleNamespace(probe=SimpleNamespace(probe=probe), source_name="digits",
                                                    sample_unit="images"),

@@ -6,7 +6,7 @@ import csv
 import io
 import time
 
-from utils.core.io import write_text_atomic
+from utils.core.io import write_json_atomic, write_text_atomic
 from utils.reporting.plots import save
 from utils.reporting.progress import StepLogger, elapsed_and_left
 from utils.training.lr_range import Curve, sweep_lr
@@ -45,9 +45,12 @@ class SweepLogger(StepLogger):
         self._new_window()
 
 
-def write_lr_find(out, curve, suggestions, stopped, plots=True):
-    """lr_find.csv (lr, loss, smoothed loss a step) and, with `plots`, lr_find.png: the smoothed loss against the LR
-    (log scale), the raw losses faint, the suggestions marked; `stopped`: why the sweep ended, in the title."""
+def write_lr_find(out, curve, suggestions, why, stopped, plots=True):
+    """lr_find.csv (lr, loss, smoothed loss a step), lr_find.json (the suggestions, or why the curve holds none: for a
+    script) and, with `plots`, lr_find.png: the smoothed loss against the LR (log scale), the raw losses faint, the
+    suggestions marked; `stopped`: why the sweep ended, in the title."""
+    write_json_atomic(out / "lr_find.json", {"steps": len(curve.lrs), "stopped": stopped, "suggestions": suggestions,
+                                              "no_suggestion": why})
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["step", "lr", "loss", "smoothed_loss"])
@@ -63,7 +66,7 @@ def write_lr_find(out, curve, suggestions, stopped, plots=True):
     ax = fig.subplots()
     ax.plot(curve.lrs, curve.losses, color="tab:blue", alpha=0.25, label="loss")
     ax.plot(curve.lrs, curve.smoothed, color="tab:blue", label="smoothed")
-    for (name, lr), color in zip((suggestions or {}).items(), ("tab:red", "tab:orange")):
+    for (name, lr), color in zip((suggestions or {}).items(), ("tab:red", "tab:green", "tab:orange")):
         ax.axvline(lr, color=color, linestyle="--", label=f"{name} {lr:g}")
     finite = [v for v in curve.smoothed if v == v]
     if finite:  # the divergence's last values would squash the curve

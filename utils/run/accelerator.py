@@ -1,7 +1,9 @@
 """The Accelerator a run's options ask for (its process group's timeout, compilation, mixed precision, accumulation,
-the sampler's seeds), and what FSDP, when a launcher config asks for it, can do here."""
+the sampler's seeds), what FSDP, when a launcher config asks for it, can do here, and the device errors a run cannot
+go on after (out of memory, too many NaN losses)."""
 
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -11,6 +13,8 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs, TorchDynam
 from utils.core.elastic import join_restarted_group
 from utils.core.seeding import spread
 from utils.reporting import trackers
+from utils.training.batch_size import is_out_of_memory, out_of_memory_line
+from utils.training.objective import NonFiniteLoss
 
 
 def build_accelerator(args):
@@ -63,3 +67,17 @@ def check_fsdp(args, accelerator):
     if args.model_ema:
         return "--model_ema: not available with FSDP (the averaged copy is not sharded); drop it or use a DDP config"
     return None
+
+
+def cannot_go_on(error, args, accelerator, prog):
+    """A run that cannot go on stops with one line, exit 1: more NaN/inf losses than --skip_nonfinite_steps allows (said
+    once), or the device out of memory (said by the process it happened on, with what to pass); other errors go on."""
+    if isinstance(error, NonFiniteLoss):
+        accelerator.print(f"{prog}: error: {error}", file=sys.stderr)
+    elif is_out_of_memory(error):
+        print(f"{prog}: error: " + out_of_memory_line(error, args.batch_size, args.global_batch_size or args.batch_size
+                                                      * args.grad_accum_steps * accelerator.num_processes,
+                                                      accelerator.device), file=sys.stderr, flush=True)
+    else:
+        raise error
+    raise SystemExit(1) from None

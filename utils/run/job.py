@@ -29,7 +29,7 @@ from utils.models.ema import build_ema
 from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
 from utils.models.device import for_device
 from utils.models.lora import leave_frozen_out, merged
-from utils.reporting.progress import StepLogger
+from utils.reporting.progress import StepLogger, start_line
 from utils.run.batch_probe import given_batch, random_state_kept, take_batch, trial_steps
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
@@ -75,7 +75,7 @@ class Job:
     balance: object = None  # the training split's class counts and the weights drawn from them (utils/training/balance.py)
     pictures: object = None  # the end-of-run pictures, drawn while the run ends (utils/reporting/drawing.py)
     batch: BatchPlan = None  # how the global batch is taken: micro-batch, accumulation, processes
-    lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "valley")
+    lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "suggested")
     frozen: str = None  # --lora: the SHA-256 of the frozen weights, which checkpoints leave out (utils/models/lora.py)
     train_time: TrainTime = field(default_factory=TrainTime)  # over every attempt of a resumed run
 
@@ -197,19 +197,6 @@ def build_job(args, settings, accelerator, out, batch=None, lr_found=None):
     return job, source.sample_count(train_ds), num_workers
 
 
-def start_line(job, train_samples, val_samples, num_workers):
-    """What the run trains, on what, where: the line before its first step."""
-    settings, accelerator = job.settings, job.accelerator
-    if settings.probe.probe:  # no step of training: the frozen model's features, then a vote or a fitted head
-        work = f"--probe {settings.probe.probe} on the frozen model's features"
-    else:
-        work = "--eval_only: scored, not trained" if job.args.eval_only else f"{job.steps_per_epoch} steps/epoch"
-    return (f"{job.args.model} on {settings.source_name}: {train_samples or '?'} train / {val_samples} val "
-            f"{settings.sample_unit}, {len(job.class_names)} classes{job.task.note}, {accelerator.num_processes} "
-            f"process(es) on {accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
-            f"{work} -> {job.out}")
-
-
 def probed_batch(args, settings, class_names, accelerator, teacher):
     """--batch_size auto: (Settings, BatchPlan) of the largest micro-batch of the global batch that a training step of
     the run's model fits on every process (utils/run/batch_probe.py), the random streams left as they were; the plan
@@ -281,17 +268,6 @@ def load_datasets(args, settings, accelerator, out, num_workers):
     return train_ds, val_ds, class_names, replace(settings, input=inp), targets
 
 
-def carry_records(job, state):
-    """What a run found before it was stopped, as its checkpoint `state` kept it, for its records (run.json, results):
-    its time training so far, --lr auto's suggestions and --batch_size auto's tries (the resumed run searches for
-    neither again). A checkpoint written before they were kept leaves them as this run has them."""
-    job.train_time = TrainTime(state.get("train_time_s", 0.0))
-    job.lr_found = state.get("lr_found", job.lr_found)
-    tried = (state.get("batch") or {}).get("tried")
-    if tried and job.batch is not None:
-        job.batch = replace(job.batch, tried=tuple(tuple(attempt) for attempt in tried))
-
-
 def resume(job, folder):
     """Load checkpoint `folder` into the job, once it is known to fit (its data, a newer history set
     aside); returns the Position it continues from and its state."""
@@ -310,7 +286,7 @@ def resume(job, folder):
     abandon_newer(accelerator, job.settings.folder, job.out, folder)  # once it is known to fit
     position = resume_position(state)
     job.patience.load(state.get("early_stop"))
-    carry_records(job, state)
+    job.train_time, job.lr_found, job.batch = checkpoints.carried(state, job.lr_found, job.batch)
     if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
         job.train_loader.load_position(folder, accelerator.process_index)
     accelerator.print(f"resumed from {folder}: epoch {position.epoch}, step {position.global_step}")

@@ -23,7 +23,8 @@ def find_lr(args, settings, accelerator, out, train_epoch):
     checkpoints or records) and freed after it: the run is then built from scratch, so that --lr auto trains as the run
     with the suggestion typed by hand. Each step's loss is the mean over every sample of every process; every process
     stops at the same step, where that mean diverges. Writes lr_find.csv and lr_find.png (not with --no_plots); returns
-    ({"valley": lr, "steepest": lr}, the BatchPlan the job took); (None, None) without either option."""
+    ({"suggested": lr, "lowest": lr, "steepest": lr} or None when the curve holds no LR, the BatchPlan the job took);
+    (None, None) without either option. --lr auto on a curve that holds no LR is refused in one line."""
     if not (args.lr_find or args.lr == "auto"):
         return None, None
     set_seed(args.seed)
@@ -47,22 +48,28 @@ def find_lr(args, settings, accelerator, out, train_epoch):
         accelerator.free_memory()  # Accelerate's references to its model, optimizer, scheduler and loaders
     args.batch_size, args.grad_accum_steps = sweep.batch_size, sweep.grad_accum_steps  # what --batch_size auto found
     curve = job.logger.curve
-    suggestions = curve.suggestions()
-    written = [out / "lr_find.csv"] if args.no_plots else [out / "lr_find.png", out / "lr_find.csv"]
+    suggestions, why = curve.reading()
+    written = [out / "lr_find.csv", out / "lr_find.json"] + ([] if args.no_plots else [out / "lr_find.png"])
     if accelerator.is_main_process:
-        write_lr_find(out, curve, suggestions, stopped, plots=not args.no_plots)
-    unread = (f"the loss has no descent to read an LR from ({len(curve.lrs)} steps, {stopped}); sweep from a lower "
-              f"--lr_find_min or over more --lr_find_steps")
-    if suggestions is None and args.lr == "auto":
-        raise ConfigError(f"lr auto: {unread}, or give --lr")
-    said = unread if suggestions is None else (
-        f"{len(curve.lrs)} steps from {low:g} to {high:g} ({stopped}); suggested peak LR: valley "
-        f"{suggestions['valley']:g}{' (--lr auto trains with it)' if args.lr == 'auto' else ''}, steepest "
-        f"{suggestions['steepest']:g}")
+        write_lr_find(out, curve, suggestions, why, stopped, plots=not args.no_plots)
+    said = reading_line(f"{len(curve.lrs)} steps from {low:g} to {high:g} ({stopped})", suggestions, why, args.lr)
     accelerator.print(f"lr_find: {said} -> {', '.join(map(str, written))}")
     if args.lr_find:
         accelerator.end_training()  # the range test alone: the run ends here
     return suggestions, job.batch
+
+
+def reading_line(swept, suggestions, why, lr):
+    """The range test's reading in words (`swept`: how far it went); --lr auto on a curve that holds no LR (`why`) is
+    refused in one line."""
+    if suggestions is None:
+        if lr == "auto":
+            raise ConfigError(f"lr auto: {swept}: no LR suggested, {why}; give --lr (the recipe's, or one read from "
+                              f"lr_find.csv), or sweep over more --lr_find_steps")
+        return f"{swept}: no LR suggested, {why} (a longer sweep, --lr_find_steps, may learn enough to show one)"
+    return (f"{swept}; suggested peak LR {suggestions['suggested']:g}{' (--lr auto trains with it)' * (lr == 'auto')}: "
+            f"a third of {suggestions['lowest']:g}, where the smoothed loss is lowest (steepest fall at "
+            f"{suggestions['steepest']:g})")
 
 
 @contextlib.contextmanager
@@ -93,9 +100,9 @@ def resumed_choices(args, settings, folder, say):
 
 
 def with_found_lr(args, settings, found):
-    """--lr auto: the options and Settings with the range test's valley as --lr, from here on the run that has it typed
+    """--lr auto: the options and Settings with the range test's suggestion as --lr, from here on the run that has it typed
     (`found`: find_lr's suggestions; the Settings as they are without --lr auto)."""
     if args.lr != "auto":
         return settings
-    args.lr = found["valley"]
+    args.lr = found["suggested"]
     return replace(settings, optimizer=replace(settings.optimizer, lr=args.lr))

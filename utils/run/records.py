@@ -108,7 +108,7 @@ def report_results(job, summary, figures, train_samples, command):
     results["tracked_metric"] = job.task.tracked
     results["batch"] = job.batch.record()  # micro-batch x accumulation x processes, and --batch_size auto's tries
     if job.lr_found is not None:
-        results["lr_found"] = job.lr_found  # --lr auto: the range test's suggestions; the run trained at "valley"
+        results["lr_found"] = job.lr_found  # --lr auto: the range test's suggestions; the run trained at "suggested"
     if job.pictures is None:  # (train and evaluate_only start them as soon as their figures are final)
         start_pictures(job, figures)
     if accelerator.is_main_process:

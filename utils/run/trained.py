@@ -51,7 +51,7 @@ class TrainedRun:
     # with --model_ema). None: a run recorded before it was kept (they were taken to fit any weights).
     tuned_on: str = None
     batch: dict = None  # how its global batch was taken (utils/training/batch_size.py BatchPlan.record); None: not said
-    lr_found: dict = None  # --lr auto: the LR range test's suggestions, its LR the "valley" (None: --lr was given)
+    lr_found: dict = None  # --lr auto: the LR range test's suggestions, its LR the "suggested" (None: --lr was given)
     # What --folds (its fold and fold seed), --exclude and --flip_labels made of the training split (utils/data/sources/
     # folds.py Remade.record); None: the split as the data has it
     split: dict = None

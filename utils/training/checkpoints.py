@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -31,6 +32,17 @@ def resume_position(state):
     if state["epoch_end"]:
         return Position(state["epoch"] + 1, 0, state["global_step"], owed, validated)
     return Position(state["epoch"], state["step_in_epoch"], state["global_step"], owed, validated)
+
+
+def carried(state, lr_found, batch):
+    """(TrainTime, --lr auto's suggestions, BatchPlan) of a run resumed from checkpoint `state`: what its first start
+    found, kept for its records (run.json, results.json): its seconds of training so far, the suggestions and
+    --batch_size auto's tries (the resumed run searches for neither again). A checkpoint written before they were kept
+    leaves `lr_found` and `batch` as they are."""
+    tried = (state.get("batch") or {}).get("tried")
+    if tried and batch is not None:
+        batch = replace(batch, tried=tuple(tuple(attempt) for attempt in tried))
+    return TrainTime(state.get("train_time_s", 0.0)), state.get("lr_found", lr_found), batch
 
 
 class TrainTime:

@@ -1,7 +1,13 @@
 """The learning-rate range test (Smith, "Cyclical Learning Rates for Training Neural Networks", 2015; fastai's
 lr_find, Lightning's Tuner): a few steps of the run's own training at an LR that grows exponentially from low to high,
 the loss of each step being the mean over every sample of every process; the curve smoothed, cut where it diverges,
-and two suggestions read from it.
+and a suggestion read from it when the curve holds one.
+
+The rule, measured on the embedded digits (python benchmarks/lr_find.py; docs/batch_and_lr.md): the LR a third of
+the way, in ratio, below the smoothed loss's lowest point trained as well as the recipes' own LR over their epochs,
+where the "valley" read before (two thirds down the descent, near a tenth of the lowest point's LR) trained worse;
+and a curve whose smoothed loss falls by less than a sixth of where it started (the default job's: 5-9 %, a sweep
+too short for resnet18 to learn) holds no suggestion: the LRs read from such curves trained worse than the recipe.
 
 The sweep and the suggestions are arithmetic on the curve; the steps themselves are the run's (train_classification.py
 runs its own loop with this schedule), so accumulation, mixed precision, MixUp and the NaN check are the training's.
@@ -15,6 +21,8 @@ from torch.optim.lr_scheduler import LambdaLR
 SMOOTHING = 0.98  # the exponential moving average of the loss, debiased (as Smith's and fastai's), at most: a
 SMOOTHED_STEPS = 4  # sweep of N steps averages over about N / 4 of them (0.96 for 100), or it would lag its own end
 DIVERGED = 4.0  # the smoothed loss this many times its lowest so far: the sweep stops there
+MIN_FALL = 1 / 6  # the least share of its starting level the smoothed loss must fall by for an LR to be read
+BELOW_LOWEST = 3  # the suggestion: the lowest point's LR divided by this
 
 
 class LossDiverged(Exception):
@@ -55,30 +63,37 @@ class Curve:
             raise LossDiverged(f"diverged at lr {lr:.3g} (smoothed loss {self.smoothed[-1]:.4g}, past {DIVERGED:g} x "
                                f"its lowest {lowest:.4g})")
 
-    def suggestions(self):
-        """{"valley": lr, "steepest": lr}, read from the smoothed curve's descent into its lowest point: the descent
-        starts where the loss is below its first tenth's level by twice that tenth's noise (the std of its raw
-        losses) and a fifth of the whole fall, so that a long flat start, drifting down, is not taken for it. Valley: two thirds of the way
-        down the descent (in log LR), well inside the fall and short of the bottom (the LR --lr auto takes); steepest:
-        where the smoothed loss falls fastest against log LR within it. Rounded to 2 significant digits, so that the
-        same LR typed by hand is the same float. None when the curve is too short, or has no descent, to tell."""
+    def reading(self):
+        """(suggestions, why): {"suggested": lr, "lowest": lr, "steepest": lr} and None, or None and why the curve
+        holds no LR. Lowest: the LR at the smoothed loss's lowest point; suggested (the LR --lr auto takes): a third of
+        it; steepest (for the eye): where the smoothed loss falls fastest against log LR on its way down, from where it
+        is below its first tenth's level by twice that tenth's noise and a fifth of the whole fall (so that a long flat
+        start, drifting down, is not taken for the descent). Rounded to 2 significant digits, so that the same LR typed
+        by hand is the same float. No LR when the curve is too short, its loss falls by less than MIN_FALL of its start,
+        or still falls at the sweep's last step (its lowest point not found)."""
         smoothed = np.asarray(self.smoothed, dtype=np.float64)
         finite = np.flatnonzero(np.isfinite(smoothed))
         if len(finite) < 3:
-            return None
+            return None, f"{len(self.lrs)} steps are too few to read an LR from"
         lowest = int(finite[np.argmin(smoothed[finite])])
         first = max(len(self.losses) // 10, 2)
         level = float(np.median(smoothed[:first]))
+        if level - smoothed[lowest] < MIN_FALL * level:
+            return None, (f"the smoothed loss falls by {(level - smoothed[lowest]) / level:.0%} of its start "
+                          f"({level:.4g} -> {smoothed[lowest]:.4g}), too little to read an LR from (at least "
+                          f"{MIN_FALL:.0%})")
+        if lowest == len(smoothed) - 1:
+            return None, f"the smoothed loss still falls at the sweep's last LR, {self.lrs[-1]:.3g}"
         noise = float(np.std(np.asarray(self.losses[:first], dtype=np.float64)))
         fall = max(2 * noise, 0.2 * (level - smoothed[lowest]))  # past the noise, and a fifth of the way down
         start = next((i for i in range(lowest + 1) if smoothed[i] < level - fall), lowest)
-        if lowest - start < 2:
-            return None
         lrs = np.asarray(self.lrs[:lowest + 1])
-        valley = start + (2 * (lowest - start)) // 3
-        slopes = np.gradient(smoothed[:lowest + 1], np.log10(lrs))
-        steepest = start + int(np.argmin(slopes[start:lowest + 1]))
-        return {"valley": _rounded(lrs[valley]), "steepest": _rounded(lrs[steepest])}
+        steepest = lowest
+        if lowest >= 2:
+            slopes = np.gradient(smoothed[:lowest + 1], np.log10(lrs))
+            steepest = start + int(np.argmin(slopes[start:lowest + 1]))
+        return {"suggested": _rounded(lrs[lowest] / BELOW_LOWEST), "lowest": _rounded(lrs[lowest]),
+                "steepest": _rounded(lrs[steepest])}, None
 
 
 def _rounded(lr):
