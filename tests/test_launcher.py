@@ -11,6 +11,7 @@ release before it raised one without. So:
 Each runs the launcher for real, on a terminal where the terminal is what is tested (tests/helpers/terminal.py).
 """
 
+import shlex
 import subprocess
 import sys
 
@@ -36,6 +37,18 @@ def test_a_progress_bar_on_a_terminal_under_accelerate_launch(tmp_path):
     assert bar and any("8/8" in part for part in bar), shown[-3000:]  # 64 images, batch 8: the epoch's 8 steps
     assert "step 1 loss" not in shown  # the bar replaces the periodic lines ...
     assert "epoch 0 train: loss" in shown and (out / "results.json").is_file()  # ... not the epoch's own line
+
+
+def test_a_launchers_stderr_sent_to_a_file_gets_no_bar(tmp_path):
+    """`accelerate launch ... 2> err.log` on a terminal: the script's stderr is still the launcher's pipe, but what the
+    launcher copies it to is a file: the plain lines (on the terminal), no bar redrawn into err.log."""
+    out, err = tmp_path / "run", tmp_path / "err.log"
+    command = " ".join(map(shlex.quote, [*LAUNCH, *DEFAULT, SCRIPT, *TINY, "--epochs", "1", "--log_every", "4",
+                                         "--output_dir", str(out)]))
+    shown, code = on_a_terminal(["sh", "-c", f"exec {command} 2> {shlex.quote(str(err))}"], env=environment(), cwd=ROOT,
+                                timeout=240)
+    assert code == 0, shown[-3000:] + err.read_text()[-3000:]
+    assert "epoch 0.50 step 4 loss" in shown and "epoch 0: " not in err.read_text() + shown
 
 
 def test_off_a_terminal_the_plain_lines_and_no_bar(tmp_path):

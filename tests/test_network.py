@@ -119,3 +119,27 @@ def test_offline_the_hub_is_not_asked(monkeypatch):
 
     monkeypatch.setattr(network, "_connect", lambda host, port: pytest.fail(f"asked {host}:{port}"))
     assert why_not_fetched() == "HF_HUB_OFFLINE is set"  # (conftest sets it, as the suite runs offline)
+
+
+def test_a_hub_dataset_that_may_be_cached_is_left_to_datasets_when_the_hub_cannot_be_reached(tmp_path, monkeypatch):
+    """The Hub unreachable and HF_HUB_OFFLINE unset: a dataset not cached is refused at once; one that may be in a
+    cache (the Hub's files, or datasets' own prepared copy, by either form of its name) is asked of datasets, which
+    reads it there."""
+    import datasets
+    from huggingface_hub import constants
+
+    from utils.data.sources import hub
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    monkeypatch.setattr(hub, "offline", lambda: False)
+    monkeypatch.setattr(hub, "why_not_fetched", lambda: "huggingface.co:443 cannot be reached (refused)")
+    monkeypatch.setattr(datasets, "load_dataset_builder", lambda name, config: f"the builder of {name}")
+    hub._hub.cache_clear()
+    (tmp_path / "hub" / "datasets--tester--on-the-hub").mkdir(parents=True)
+    (tmp_path / "datasets" / "tester___prepared_here").mkdir(parents=True)
+    for name in ("tester/on-the-hub", "tester/PreparedHere"):
+        assert hub._hub(name, None, False) == f"the builder of {name}"
+    missing = hub._hub("tester/nowhere", None, False)
+    assert isinstance(missing, hub.Unreachable) and str(missing) == "huggingface.co:443 cannot be reached (refused)"
+    hub._hub.cache_clear()

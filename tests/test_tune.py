@@ -352,13 +352,10 @@ def test_the_options_a_command_line_sets_are_its_flags_over_its_recipes_keys(tmp
     assert given_options([]) == {}
 
 
-@pytest.mark.slow
-def test_the_study_page_is_titled_by_its_study_and_fits_its_window(tmp_path):
-    """study.html in headless chromium, 1200 px wide: its own title (not "study study"), and no horizontal scroll
-    however long a trial's run folder or last line (each trial's folder shown within the study's)."""
+def study_page(tmp_path):
+    """study.html of a study of 3 trials in a folder of a long name, each with a long last line: its text."""
     import optuna
 
-    from helpers.browser import chromium, measured
     from utils.tuning.study_records import write_study_html
 
     folder = tmp_path / "a_study_folder_of_a_long_name" / "study"
@@ -372,11 +369,22 @@ def test_the_study_page_is_titled_by_its_study_and_fits_its_window(tmp_path):
             distributions={"lr": optuna.distributions.FloatDistribution(0.001, 1, log=True),
                            "label_smoothing": optuna.distributions.FloatDistribution(0, 0.3)},
             user_attrs={"run_folder": str(run), "epochs": 3, "line": "train_classification.py: error: " + "x" * 300}))
-    page = write_study_html(study, folder, [], None).read_text()
+    return write_study_html(study, folder, [], None).read_text()
+
+
+def test_the_study_page_is_titled_by_its_study_and_shows_each_trials_folder_within_it(tmp_path):
+    page = study_page(tmp_path)  # (a study is named after its folder: the title said "study study")
     assert "<title>tune.py: study</title>" in page and 'href="trials/0002/report.html"' in page
     assert "<td>trials/0001</td>" in page and str(tmp_path) not in page
-    fits = measured(chromium(), page, "document.title = document.documentElement.scrollWidth + ' ' + innerWidth",
-                    tmp_path)
+
+
+@pytest.mark.slow
+def test_the_study_page_fits_its_window(tmp_path):
+    """study.html in headless chromium, 1200 px wide: no horizontal scroll however long a trial's last line."""
+    from helpers.browser import chromium, measured
+
+    fits = measured(chromium(), study_page(tmp_path), "document.title = document.documentElement.scrollWidth + ' ' + "
+                    "innerWidth", tmp_path)
     wide, window = map(int, fits.split())
     assert wide <= window, fits
 
