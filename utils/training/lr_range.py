@@ -66,10 +66,8 @@ class Curve:
     def reading(self):
         """(suggestions, why): {"suggested": lr, "lowest": lr, "steepest": lr} and None, or None and why the curve
         holds no LR. Lowest: the LR at the smoothed loss's lowest point; suggested (the LR --lr auto takes): a third of
-        it; steepest (for the eye): where the smoothed loss falls fastest against log LR on its way down, from where it
-        is below its first tenth's level by twice that tenth's noise and a fifth of the whole fall (so that a long flat
-        start, drifting down, is not taken for the descent). Rounded to 2 significant digits, so that the same LR typed
-        by hand is the same float. No LR when the curve is too short, its loss falls by less than MIN_FALL of its start,
+        it; steepest (for the eye): where the smoothed loss falls fastest against log LR on its way down. Rounded to 2
+        significant digits, so that the same LR typed by hand is the same float. No LR when the curve is too short, its loss falls by less than MIN_FALL of its start,
         or still falls at the sweep's last step (its lowest point not found)."""
         smoothed = np.asarray(self.smoothed, dtype=np.float64)
         finite = np.flatnonzero(np.isfinite(smoothed))
@@ -84,14 +82,8 @@ class Curve:
                           f"{MIN_FALL:.0%})")
         if lowest == len(smoothed) - 1:
             return None, f"the smoothed loss still falls at the sweep's last LR, {self.lrs[-1]:.3g}"
-        noise = float(np.std(np.asarray(self.losses[:first], dtype=np.float64)))
-        fall = max(2 * noise, 0.2 * (level - smoothed[lowest]))  # past the noise, and a fifth of the way down
-        start = next((i for i in range(lowest + 1) if smoothed[i] < level - fall), lowest)
         lrs = np.asarray(self.lrs[:lowest + 1])
-        steepest = lowest
-        if lowest >= 2:
-            slopes = np.gradient(smoothed[:lowest + 1], np.log10(lrs))
-            steepest = start + int(np.argmin(slopes[start:lowest + 1]))
+        steepest = int(np.argmin(np.gradient(smoothed[:lowest + 1], np.log10(lrs)))) if lowest >= 2 else lowest
         return {"suggested": _rounded(lrs[lowest] / BELOW_LOWEST), "lowest": _rounded(lrs[lowest]),
                 "steepest": _rounded(lrs[steepest])}, None
 
