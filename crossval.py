@@ -31,9 +31,9 @@ EXIT_INTERRUPTED = 75  # as train_classification.py: rerun the same command to c
 
 def get_parser():
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                usage="crossval.py --output_dir DIR --folds K [options] -- <options of "
-                                      "train_classification.py>")
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      usage="crossval.py --output_dir DIR --folds K [options] -- <options of "
+                            "train_classification.py>")
     p.add_argument("--output_dir", required=True, help="the cross-validation's folder: fold_I/, cv_results.json...")
     p.add_argument("--folds", type=int, required=True, help="K: the training split is cut into K folds, each the "
                    "validation of one run")

@@ -38,7 +38,7 @@ PROG = "predict.py"
 
 def get_args(argv=None):
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a run folder written by train_classification.py (run.json, labels.json, weights)")
     p.add_argument("inputs", nargs="*", help="image files, video files, folders of them (frame folders: videos)")
     p.add_argument("--top_k", type=int, default=5, help="labels per file (at most the class count)")

@@ -33,8 +33,8 @@ NOT_SEARCHED = {"--output_dir": "set by tune.py for each trial", "--resume": "se
 
 def get_parser():
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                usage="tune.py --study DIR --trials N [options] -- <options of train_classification.py>")
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      usage="tune.py --study DIR --trials N [options] -- <options of train_classification.py>")
     p.add_argument("--study", required=True, help="the study folder: its journal, trials/, trials.csv, best.yaml...")
     p.add_argument("--trials", type=int, required=True, help="trials in the study, all its processes together")
     p.add_argument("--space", default=None, help="YAML: option: {low, high[, log, step]} or {choices: [...]} "
