@@ -132,6 +132,24 @@ def test_the_flips_are_a_function_of_the_sample_whatever_exclude_leaves_out(tmp_
     assert notes[-1].endswith(f"left out of training ({named}), 20 of them flipped")
 
 
+def test_each_fold_is_launched_on_the_cut_the_driver_reads(tmp_path):
+    """With --fold_seed 3, fold f's command holds out what the driver reads as seed 3's fold f (its pictures, its
+    record), not the default seed's."""
+    from utils.config.options import parse
+    from utils.data.sources.folds import remake
+    from utils.tuning.cross_validation import SCRIPT, CrossValidation
+
+    train = digits_train()
+    driver, default = folds_of(train, folds=3, fold_seed=3), folds_of(train, folds=3)
+    cv = CrossValidation(tmp_path, 3, 3, sys.executable, tuple(SMALL))
+    for fold in range(3):
+        command = cv.command(fold)
+        _, settings = parse(command[command.index(str(SCRIPT)) + 1:])
+        assert (settings.data.folds, settings.data.fold, settings.data.fold_seed) == (3, fold, 3)
+        launched = remake(train, None, settings.data)[2].held_index
+        assert launched == driver[fold].held_index and launched != default[fold].held_index
+
+
 def test_the_options_after_the_dashes_are_checked_as_a_fold_of_the_folds_asked_for(tmp_path, capsys):
     import crossval
 

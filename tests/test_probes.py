@@ -283,6 +283,9 @@ def test_a_broken_file_or_another_runs_cache_is_one_line_and_nothing_is_lost(fol
                                       "--image_size", "24"), capsys)
     assert code == 2 and "holds features of other weights, input, data or --batch_size" in err.strip().splitlines()[-1]
     code, err = main_fails(folder_job(broken, tmp_path / "skipped", "--skip_bad_images", "--resume", "latest",
+                                      "--val_crop_size", "14", "--val_resize_size", "18"), capsys)  # 16 in 18 cached
+    assert code == 2 and "holds features of other weights, input, data or --batch_size" in err.strip().splitlines()[-1]
+    code, err = main_fails(folder_job(broken, tmp_path / "skipped", "--skip_bad_images", "--resume", "latest",
                                       "--seed", "1"), capsys)  # another random backbone, all else the same
     assert code == 2 and "holds features of other weights" in err.strip().splitlines()[-1]
     assert cache_bytes(tmp_path / "skipped") == cached

@@ -101,6 +101,34 @@ def test_the_default_space_leaves_out_and_names_what_the_run_refuses(capsys):
     assert with_ema == names + ["model_ema_decay"]
 
 
+def test_on_long_tailed_data_the_default_space_searches_how_to_balance_the_classes_too(tmp_path, capsys):
+    """The digits made long-tailed (class 0 whole, class 9 about a hundredth of it): the default space adds
+    long_tail.yaml's sampler, class weights and logit adjustment, and says why; the digits as they are, or a space of
+    one's own, do not."""
+    args = tune.get_parser().parse_args(["--study", "unused", "--trials", "1"])
+    names = [p.name for p in tune.preflight(args, ["--dataset", "digits", "--imbalance", "100"])]
+    said = capsys.readouterr().out
+    assert names == ["lr", "weight_decay", "label_smoothing", "mixup_alpha", "cutmix_alpha", "sampler", "class_weights",
+                     "logit_adjust"]
+    assert re.search(r"^tune\.py: the training classes are long-tailed \(head/tail \d+x\): the default space searches "
+                     r"how to balance them too \(sampler in \['shuffle', 'balanced'\], class_weights in \[None, "
+                     r"'balanced'\], logit_adjust in \[None, 0\.5, 1\.0\], from long_tail\.yaml\)$", said, re.M), said
+    assert "long-tailed" not in capsys.readouterr().out + "".join(
+        p.name for p in tune.preflight(args, ["--dataset", "digits", "--imbalance", "5"]))  # head/tail 5: not
+    space = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 0.1}\n")
+    own = tune.get_parser().parse_args(["--study", "unused", "--trials", "1", "--space", str(space)])
+    assert [p.name for p in tune.preflight(own, ["--dataset", "digits", "--imbalance", "100"])] == ["lr"]
+
+
+@pytest.mark.parametrize("pruner, kind", [("median", "MedianPruner"), ("successive_halving", "SuccessiveHalvingPruner"),
+                                          ("hyperband", "HyperbandPruner"), ("none", "NopPruner")])
+def test_each_pruner_is_optunas_own(pruner, kind, tmp_path):
+    from utils.tuning.study import StudyOptions, _pruner
+
+    options = StudyOptions(tmp_path, "s", None, "tpe", 0, pruner, 5, False, "tracked", 4, ())
+    assert type(_pruner(options)).__name__ == kind
+
+
 # configs/search/: tune.py's spaces (and a wandb sweep), apart from the recipes of configs/
 @pytest.mark.parametrize("space", [ROOT / "configs" / "search" / name for name in ("tune_space.yaml", "long_tail.yaml")],
                          ids=lambda p: p.name)
@@ -370,6 +398,40 @@ def study_page(tmp_path):
                            "label_smoothing": optuna.distributions.FloatDistribution(0, 0.3)},
             user_attrs={"run_folder": str(run), "epochs": 3, "line": "train_classification.py: error: " + "x" * 300}))
     return write_study_html(study, folder, [], None).read_text()
+
+
+TABLE_ON_A_FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+import optuna
+from utils.tuning.study_records import write_trials_csv
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+folder, study = Path(sys.argv[1]), optuna.create_study()
+lr = optuna.distributions.FloatDistribution(0.001, 1, log=True)
+for number in range(40):
+    study.add_trial(optuna.trial.create_trial(params={"lr": 0.001 * (number + 1)}, distributions={"lr": lr}, value=0.5,
+                                              user_attrs={"epochs": 3, "line": "a line " * 20}))
+    if number == 0:
+        write_trials_csv(study, folder)  # the table as the study had it after its first trial
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+try:
+    write_trials_csv(study, folder)
+except OSError as error:
+    print(error.strerror)
+"""
+
+
+def test_a_table_that_cannot_be_written_leaves_the_one_before_whole(tmp_path):
+    """trials.csv is rewritten whole or not at all: a write that fails (here a file-size limit, as a full disk fails
+    it) leaves the table of the trials before, never a truncated one, and no temporary file."""
+    done = subprocess.run([sys.executable, "-c", TABLE_ON_A_FULL_DISK, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "File too large", done.stderr
+    table = trials_table(tmp_path)
+    assert [row["number"] for row in table] == ["0"] and table[0]["lr"] == "0.001"
+    assert [p.name for p in tmp_path.iterdir()] == ["trials.csv"]
 
 
 def test_the_study_page_is_titled_by_its_study_and_shows_each_trials_folder_within_it(tmp_path):
