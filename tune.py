@@ -44,9 +44,9 @@ def get_parser():
                    help="tracked: the run's --track_metric figure (maximised); val_loss (minimised)")
     p.add_argument("--sampler", default="tpe", choices=("tpe", "random", "grid"), help="grid: every option has choices")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed: the same study proposes the same trials")
-    p.add_argument("--pruner", default="median", choices=("median", "hyperband", "none"),
+    p.add_argument("--pruner", default="median", choices=("median", "successive_halving", "hyperband", "none"),
                    help="median: stop a trial whose figure is worse than the median of the earlier trials' at the same "
-                        "epoch; hyperband: Optuna's HyperbandPruner")
+                        "epoch; successive_halving, hyperband: Optuna's SuccessiveHalvingPruner, HyperbandPruner")
     p.add_argument("--prune_startup", type=int, default=None,
                    help="--pruner median: trials that complete before it prunes (default: 5, Optuna's)")
     p.add_argument("--baseline", action="store_true",
@@ -57,6 +57,10 @@ def get_parser():
     p.add_argument("--devices", default=None, help="CUDA_VISIBLE_DEVICES of this process's trials, e.g. 0,1")
     p.add_argument("--max_failures", type=int, default=3, help="stop after this many failed trials in a row")
     return p
+
+
+def say(line):
+    print(f"{PROG}: {line}", flush=True)
 
 
 def split_argv(argv):
@@ -71,7 +75,7 @@ def preflight(args, base):
     """The space's Params, checked against the script's parser and the run's own options before any trial."""
     from utils.config.checks import ConfigError
     from utils.config.options import check_argv
-    from utils.tuning.space import DEFAULT_SPACE, load_space, refused
+    from utils.tuning.space import default_space, load_space, refused
 
     given = [word.split("=", 1)[0] for word in base]
     for option, why in NOT_SEARCHED.items():
@@ -79,7 +83,7 @@ def preflight(args, base):
             raise ConfigError(f"{option}: {why} (remove it from the options after --)")
     if (line := check_argv(base)) is not None:
         raise ConfigError(f"the options after -- are refused: {line}")
-    params = load_space(args.space or DEFAULT_SPACE)
+    params = load_space(args.space) if args.space else default_space(base, say)
     lines = refused(params, base)
     if args.space is not None and lines:
         name, line = next(iter(lines.items()))

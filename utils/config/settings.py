@@ -5,6 +5,8 @@ and each subsystem's options typed; and those of a resumed checkpoint made befor
 
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 from utils.data.sources.catalog import source_for
 from utils.data.sources.protocol import DataOptions, DataSource
 from utils.data.transforms.batch import BatchOptions
@@ -75,6 +77,19 @@ def datasets_for(args, rank=0, world=1):
     set_epoch before each epoch."""
     data, source, inp = _source_and_input(args)
     return source.datasets(data, inp, rank, world)
+
+
+def class_counts(args):
+    """Each class's training samples in the data the options `args` name, or None where a sample has several labels
+    or the labels come only with a pass over the data (a stream): what tune.py reads the data's balance from."""
+    data, source, inp = _source_and_input(args)
+    if not source.labels_ahead:
+        return None
+    train, _, class_names, _ = source.datasets(data, inp, 0, 1)
+    rows = source.labels(train)
+    if any(isinstance(row, (list, tuple)) for row in rows):
+        return None
+    return np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(class_names))
 
 
 def _source_and_input(args):

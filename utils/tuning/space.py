@@ -15,6 +15,9 @@ from utils.config.recipes import check_yaml_value
 from utils.config.training_options import learning_rate, micro_batch
 
 DEFAULT_SPACE = Path(__file__).parents[2] / "configs" / "search" / "tune_space.yaml"
+LONG_TAIL_SPACE = DEFAULT_SPACE.with_name("long_tail.yaml")
+BALANCE = ("sampler", "class_weights", "logit_adjust")  # how long_tail.yaml balances the classes
+LONG_TAILED = 10  # the head/tail of the training class counts from which the default space searches the balance too
 RANGE_KEYS = {"low", "high", "log", "step"}
 NUMBERS = {int: "int", float: "float", learning_rate: "float", micro_batch: "int"}  # an option's type: its range's
 
@@ -104,6 +107,24 @@ def load_space(path):
             raise ConfigError(f"{name}: set by tune.py for each trial (in {path}); not searchable")
         params.append(_param(name, spec, actions[name], path))
     return params
+
+
+def default_space(base_argv, say):
+    """The default space's Params for the run `base_argv`: tune_space.yaml's; on long-tailed data (one label a sample,
+    its most frequent class LONG_TAILED times its rarest or more, or a class without samples), long_tail.yaml's
+    balance options beside them (said), where the default recipe trains every class alike."""
+    from utils.config.options import parse_args
+    from utils.config.settings import class_counts
+
+    params = load_space(DEFAULT_SPACE)
+    counts = class_counts(parse_args(list(base_argv)))
+    if counts is None or counts.max() < LONG_TAILED * counts.min():
+        return params
+    balance = [param for param in load_space(LONG_TAIL_SPACE) if param.name in BALANCE]
+    ratio = f"{counts.max() / counts.min():.3g}x" if counts.min() else "a class without samples"
+    say(f"the training classes are long-tailed (head/tail {ratio}): the default space searches how to balance them "
+        f"too ({', '.join(param.describe() for param in balance)}, from {LONG_TAIL_SPACE.name})")
+    return params + balance
 
 
 def as_argv(values):

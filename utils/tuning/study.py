@@ -69,7 +69,8 @@ def _sampler(options, params, number):
 def _pruner(options):
     if options.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=options.prune_startup)
-    return optuna.pruners.HyperbandPruner() if options.pruner == "hyperband" else optuna.pruners.NopPruner()
+    return {"hyperband": optuna.pruners.HyperbandPruner, "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+            "none": optuna.pruners.NopPruner}[options.pruner]()
 
 
 def direction(objective):
