@@ -8,10 +8,12 @@ torchrun's signals do, or to rank 0 alone as a crash or the OOM killer sends it 
 seconds), and with two ranks the other is torn down as torchrun tears it down.
 """
 
+import re
+
 import pytest
 
 from conftest import assert_same_weights, read_json, read_jsonl, resume_job, resumed_from
-from ranks import ranks_killed, ranks_ok
+from ranks import ranks_killed, ranks_ok, run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +109,31 @@ def test_checkpoints_name_no_module_of_ours_so_moving_code_cannot_break_their_re
     named = {module for path in files for module in pickled_modules(path)}
     assert named and all(module.split(".")[0] in {"torch", "numpy", "collections", "_codecs", "builtins"}
                          for module in named), sorted(named)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_the_disk_cannot_take_stops_both_ranks_in_one_line_and_the_last_one_stays_whole(images, tmp_path):
+    """Two processes with a worker each, SIGKILLed while saving epoch_1, resumed where no file may grow past half the
+    weights' size (as a full disk stops a write): the save of epoch 1 fails on rank 0; both ranks stop (no hang) with the one line that
+    names the folder, the space a checkpoint takes and the space free; epoch_0 is whole, byte for byte, no partial
+    folder is left, and the same command without the limit resumes from epoch_0."""
+    out = tmp_path / "run"
+    job = resume_job(images, out, "1", "--epochs", "2", "--save_every", "1")
+    ranks_killed(job, "save:epoch_1", nproc=2)
+    first = out / "checkpoints" / "epoch_0"
+    before = {f.name: f.read_bytes() for f in first.iterdir()}
+    limit = (first / "model.safetensors").stat().st_size // 2
+    stopped = run_ranks([str(limit), *job, "--resume", "latest"], target="helpers.file_size_limit:main")
+    assert not stopped.timed_out and [r.returncode for r in stopped.ranks] == [2, 2], stopped.report()
+    line = (re.escape(f"train_classification.py: error: checkpoint: could not write {out / 'checkpoints' / 'epoch_1'} "
+                      "(File too large): a checkpoint takes about ") + r"(\d+\.\d) MiB, \d+\.\d MiB are free there; "
+            + re.escape("the last one, epoch_0, is whole. Free space on that disk (or move the run folder to another) "
+                        "and run again with --resume latest"))
+    for rank in stopped.ranks:
+        assert re.fullmatch(line, rank.stderr.strip()), rank.stderr
+    taken = float(re.fullmatch(line, stopped.ranks[0].stderr.strip()).group(1))
+    assert taken == round(sum(len(data) for data in before.values()) / 2**20, 1)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_0"]
+    assert {f.name: f.read_bytes() for f in first.iterdir()} == before
+    resumed = ranks_ok([*job, "--resume", "latest"])
+    assert resumed_from(resumed.stdout) == first and (out / "checkpoints" / "epoch_1").is_dir()

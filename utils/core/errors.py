@@ -6,7 +6,8 @@ import sys
 class UserError(Exception):
     """Input that cannot be used as asked. The message is one line saying what was wrong and what to do;
     the scripts' main() prints it with `report`. Each subsystem has its subclass (DataError, ModelError,
-    FolderError, MetricError, PushError, ConfigError, RunError, TeacherError), so a caller can tell them apart."""
+    FolderError, CheckpointError, MetricError, PushError, ConfigError, RunError, TeacherError), so a caller can tell
+    them apart."""
 
     @classmethod
     def fail(cls, message):

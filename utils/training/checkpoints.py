@@ -1,8 +1,10 @@
 """Checkpoints that are complete or absent: written aside, renamed into place, found by `latest`, pruned; where
 training stands in one (Position)."""
 
+import errno
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import replace
@@ -10,9 +12,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from accelerate.utils import gather_object
+
+from utils.core.errors import UserError
 from utils.core.io import first_free, usual_permissions, write_json_atomic
 
 STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
+
+
+class CheckpointError(UserError):
+    """A checkpoint the disk could not take: the run stops, the last complete checkpoint kept."""
 
 
 class Position(NamedTuple):
@@ -109,13 +118,16 @@ def save(accelerator, out, name, state, own_files=None):
     if accelerator.is_main_process and aside.exists():
         shutil.rmtree(aside)  # left by a process killed while saving
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(aside))
-    if own_files is not None:
-        own_files(aside)
-    accelerator.wait_for_everyone()  # every rank's files (its RNG states among them) are in
+    failed = _written(lambda: (accelerator.save_state(str(aside)), own_files and own_files(aside)))
+    if not any(gather_object([failed])) and accelerator.is_main_process:  # every rank's files (RNG states too) are in
+        failed = _written(lambda: (usual_permissions(aside), write_json_atomic(aside / STATE_FILE, state)))
+    if any(failures := gather_object([failed])):
+        line = None
+        if accelerator.is_main_process:
+            shutil.rmtree(aside, ignore_errors=True)
+            line = _disk_line(accelerator, out, aside, next(f for f in failures if f))
+        raise CheckpointError(next(said for said in gather_object([line]) if said))
     if accelerator.is_main_process:
-        usual_permissions(aside)
-        write_json_atomic(aside / STATE_FILE, state)
         old = folder_of(out) / f".replaced-{name}"
         shutil.rmtree(old, ignore_errors=True)  # left by a process killed while replacing (recover() ran first)
         if final.exists():  # the same name saved again (e.g. after a resume that redid the same steps)
@@ -127,6 +139,52 @@ def save(accelerator, out, name, state, own_files=None):
         shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+# What torch, safetensors and Python say when a file cannot be written for want of space (torch's own writer gives
+# only its "unexpected pos" when the disk fills); any other error is left to raise as it is.
+WRITE_FAILED = re.compile(r"unexpected pos|file write failed|No space left|Disk quota|File too large|os error 2[78]")
+
+
+def _written(write):
+    """None once `write()` has written its files, or what stopped it when the disk could not take them."""
+    try:
+        write()
+    except Exception as error:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return error.strerror
+        if not WRITE_FAILED.search(str(error)):
+            raise
+        reason = re.search(r"I/O error: (.*?) \(os error", str(error))
+        return reason.group(1) if reason else "a file could not be written"
+    return None
+
+
+def _disk_line(accelerator, out, aside, reason):
+    """The line a save the disk could not take stops the run with: the folder, the space a checkpoint takes (the last
+    one's size, else the weights' and optimizer's tensors), the space free, and that the last checkpoint is whole."""
+    previous = latest(out)
+    if previous is not None:
+        need = sum(f.stat().st_size for f in previous.rglob("*") if f.is_file())
+    else:
+        states = [m.state_dict() for m in accelerator._models] + [o.state_dict() for o in accelerator._optimizers]
+        need = sum(t.numel() * t.element_size() for t in _tensors(states))
+    free = shutil.disk_usage(aside.parent).free
+    kept = f"the last one, {previous.name}, is whole" if previous is not None else "none was saved before"
+    return (f"checkpoint: could not write {aside.with_name(aside.name.removeprefix('.partial-'))} ({reason}): a "
+            f"checkpoint takes about {need / 2**20:.1f} MiB, {free / 2**20:.1f} MiB are free there; {kept}. Free space "
+            f"on that disk (or move the run folder to another) and run again with --resume latest")
+
+
+def _tensors(value):
+    if hasattr(value, "element_size"):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
 
 
 def recover(out):
