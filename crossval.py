@@ -51,15 +51,20 @@ def write_records(cv):
     from utils.tuning import label_issues
     from utils.tuning.cross_validation import held_out_pictures, say
 
+    classes, rows, skipped = label_issues.read_out_of_fold(cv)
     summary = label_issues.cv_results(cv)
+    if skipped:
+        summary["skipped_images"] = skipped
+        say(f"{len(skipped)} file(s) of the training split skipped as unreadable (--skip_bad_images), so in no "
+            f"out-of-fold prediction and no label issue: {', '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''} "
+            f"(cv_results.json)")
     label_issues.write_summary(cv, summary)
-    classes, rows = label_issues.read_out_of_fold(cv)
     label_issues.write_out_of_fold(cv, classes, rows)
     multi_label = json.loads((cv.fold_folder(0) / "run.json").read_text()).get("multi_label", False)
     issues = label_issues.find_issues(classes, rows, multi_label)
     label_issues.write_issues_csv(cv, issues)
     picked = [issue[0] for issue in issues[:label_issues.SHOWN]]
-    figure = label_issues.issues_figure(issues, held_out_pictures(cv, rows, picked)) if picked else None
+    figure = label_issues.issues_figure(issues, held_out_pictures(cv, picked)) if picked else None
     picture = cv.folder / "label_issues.png"
     if figure is not None:
         save(figure, picture)

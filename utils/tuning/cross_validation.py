@@ -114,9 +114,9 @@ def say(line, file=sys.stdout):
     print(f"crossval.py: {line}", file=file, flush=True)
 
 
-def held_out_pictures(cv, rows, picked):
-    """Each picked row's sample as its fold's run loads it for validation (`rows`: every out-of-fold row, to place it
-    in its fold): a (H, W, 3) uint8 array, or None (utils/reporting/failures.py picture)."""
+def held_out_pictures(cv, picked):
+    """Each picked row's sample as its fold's run loads it for validation, placed by its index in the training split
+    among its fold's held-out samples: a (H, W, 3) uint8 array, or None (utils/reporting/failures.py picture)."""
     from utils.config.options import parse
     from utils.reporting.failures import picture
 
@@ -124,7 +124,7 @@ def held_out_pictures(cv, rows, picked):
     for fold in sorted({row[2] for row in picked}):
         _, settings = parse([*cv.base, "--folds", str(cv.folds), "--fold", str(fold), "--fold_seed", str(cv.fold_seed)])
         _, val, _, _ = settings.source.datasets(settings.data, settings.input)
-        place = {row[0]: position for position, row in enumerate(r for r in rows if r[2] == fold)}
+        place = {index: position for position, index in enumerate(settings.source.remade.held_index)}
         for row in picked:
             if row[2] == fold:
                 pictures[row[0]] = picture(val, place[row[0]])

@@ -50,8 +50,9 @@ def cv_results(cv):
 
 
 def read_out_of_fold(cv):
-    """(class names, rows): every fold's fold_predictions.csv, sorted by the sample's place in the training split;
-    each place exactly once, or a CrossValidationError."""
+    """(class names, rows, skipped): every fold's fold_predictions.csv, sorted by the sample's place in the training
+    split; each place exactly once, but for the files the folds' runs skipped as unreadable (named in `skipped`), or a
+    CrossValidationError."""
     rows, classes = [], None
     for fold in range(cv.folds):
         with open(cv.fold_folder(fold) / "fold_predictions.csv", newline="") as f:
@@ -61,10 +62,20 @@ def read_out_of_fold(cv):
         classes = table[0][len(HEAD):]
         rows += [(int(r[0]), r[1], int(r[2]), r[3], [float(p) for p in r[len(HEAD):]]) for r in table[1:]]
     rows.sort(key=lambda row: row[0])
-    if [row[0] for row in rows] != list(range(len(rows))):
+    skipped = skipped_held_out(cv, rows)
+    places = [row[0] for row in rows]
+    if len(set(places)) != len(places) or (places and places[-1] >= len(rows) + len(skipped)):
         raise CrossValidationError("the folds' held-out samples are not the training split once each (folds of "
                                    "another cross-validation in the folder?)")
-    return classes, rows
+    return classes, rows, skipped
+
+
+def skipped_held_out(cv, rows):
+    """The training split's files a fold's run left out as unreadable (--skip_bad_images; results.json's
+    skipped_images) that are held out nowhere: the places the out-of-fold rows lack, named."""
+    skipped = {name for fold in range(cv.folds)
+               for name in json.loads((cv.fold_folder(fold) / "results.json").read_text()).get("skipped_images", [])}
+    return sorted(skipped - {row[1] for row in rows})
 
 
 def write_out_of_fold(cv, classes, rows):
