@@ -269,7 +269,8 @@ def finished(tmp_path_factory):
     it under a lock in the session's common temporary folder and reads it (none of the tests writes to it)."""
     import fcntl
 
-    root = tmp_path_factory.getbasetemp().parent  # one folder for every worker of this session
+    root = tmp_path_factory.getbasetemp()  # one folder for every worker of this session: their basetemps' parent
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # (-n 0: the parent of every session)
     out, said = root / "crossval_shared" / "cv", root / "crossval_shared" / "said.txt"
     with open(root / "crossval_shared.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
