@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY, environment, read_json
+from conftest import ROOT, TINY, environment, read_json, run_main
 from ranks import ranks_killed, ranks_ok
 
 from utils.config.options import parse, parse_args
@@ -133,8 +133,9 @@ def test_the_data_config_follows_the_model_unless_set(tiny_vit, tmp_path):
 
     assert inp.mean_std == (DIGITS_MEAN, DIGITS_STD)  # its own statistics, not the model's ImageNet ones
     assert looks(folders)[1] == (224, 0.875, "bilinear")  # torchvision names: as before
-    with pytest.raises(SystemExit) as e:  # a ViT's position embeddings fix its input size
-        parse_args([*folders, "--model", f"hf/{tiny_vit}", "--image_size", "32"])
+    assert parse_args([*folders, "--model", f"hf/{tiny_vit}", "--image_size", "32"]).image_size == 32  # resampled
+    with pytest.raises(SystemExit) as e:  # but its 8-px patches must tile the image
+        parse_args([*folders, "--model", f"hf/{tiny_vit}", "--image_size", "20"])
     assert e.value.code == 2
 
 
@@ -229,3 +230,95 @@ def test_namespace_models_train_on_two_processes_and_resume_bitwise(model, tiny_
     with torch.no_grad():
         logits = theirs.eval()(pixels)
         assert torch.equal(getattr(logits, "logits", logits), ours.eval()(pixels))
+
+
+def vit_scores(folder, pixels):
+    """(predict.py's probabilities of uint8 `pixels` from the run folder, the run's recorded input)."""
+    from utils.inference import EvalGraph, load_run
+
+    run, model = load_run(folder)
+    with torch.no_grad():
+        return EvalGraph(model, run.input)(pixels).softmax(dim=1), run.input
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["timm", "hf"])
+def test_a_vit_fine_tuned_at_another_size_predicts_exports_and_loads_at_it(model, tiny_vit, images, tmp_path):
+    """timm's test_vit (160 px) at 64 px, training on 48 px crops (its embeddings resampled to each input), and the
+    16-px transformers ViT at 32 px from its weights (interpolate_pos_encoding): each trains, records its sizes, and,
+    from its run folder copied elsewhere, predicts its validation images as it validated them; its ONNX graph and its
+    model/ folder (loaded by the library alone) answer as the run's model."""
+    import shutil
+
+    import numpy as np
+    import onnxruntime
+
+    import predict
+    from utils.inference import EvalGraph, load_run
+
+    name, sizes = ("timm/test_vit", ["--image_size", "64", "--train_crop_size", "48"]) if model == "timm" else \
+        (f"hf/{tiny_vit}", ["--image_size", "32", "--pretrained"])
+    side = int(sizes[1])
+    out = tmp_path / "run"
+    run_main(["--train_dir", images / "tr", "--val_dir", images / "va", "--model", name, *sizes, "--batch_size", "4",
+              "--epochs", "2", "--num_workers", "0", "--no_plots", "--output_dir", out])
+    recorded = read_json(out / "run.json")["input"]
+    assert (recorded["val_crop_size"], recorded["train_crop_size"]) == ((64, 48) if model == "timm" else (32, 32))
+    moved = shutil.copytree(out, tmp_path / "elsewhere" / "run")
+    shutil.rmtree(out)
+    folders = ("--train_dir", images / "tr", "--val_dir", images / "va")
+    _, settings = parse([str(a) for a in (*folders, "--model", name, *sizes)])
+    _, val, _, _ = settings.source.datasets(settings.data, settings.input)
+    pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
+    assert pixels.shape[-1] == side
+    probs, _ = vit_scores(moved, pixels)
+    labels = torch.as_tensor([val[i]["labels"] for i in range(len(val))])
+    results = read_json(moved / "results.json")
+    assert (probs.argmax(dim=1) == labels).float().mean().item() == pytest.approx(results["val_top1"])
+    onnx = tmp_path / "model.onnx"
+    predict.main([str(moved), "--export_onnx", str(onnx)])
+    session = onnxruntime.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    run, ours = load_run(moved)
+    with torch.no_grad():
+        expected = EvalGraph(ours, run.input)(pixels).numpy()
+    assert np.abs(session.run(None, {"pixels": pixels.numpy()})[0] - expected).max() <= 1e-4
+    normalised = torch.randn(3, 3, side, side, generator=torch.Generator().manual_seed(0))
+    if model == "timm":
+        import timm
+
+        theirs = timm.create_model(f"local-dir:{moved / 'model'}", pretrained=True).eval()
+        answer = theirs(normalised)
+    else:
+        from transformers import AutoModelForImageClassification
+
+        theirs = AutoModelForImageClassification.from_pretrained(moved / "model").eval()
+        answer = theirs(normalised, interpolate_pos_encoding=True).logits
+    with torch.no_grad():
+        assert torch.allclose(answer, ours.eval()(normalised), atol=1e-5)
+
+
+def test_a_vit_at_another_size_starts_from_its_weights_with_its_position_embeddings_resampled(tmp_path, monkeypatch):
+    """timm/test_vit.r160_in1k's weights in the Hugging Face cache (written here: nothing is downloaded), built for 64
+    px: every weight is the file's but the position embeddings, which are the file's 10x10 grid resampled to 4x4 by
+    timm (its class token's kept); at its own 160 px, the file's own."""
+    import timm
+    from huggingface_hub import constants
+    from safetensors.torch import load_file, save_file
+    from timm.layers import resample_abs_pos_embed
+
+    from utils.models.protocol import ImageSize
+
+    snapshot = tmp_path / "hub" / "models--timm--test_vit.r160_in1k" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    torch.manual_seed(0)
+    save_file(timm.create_model("test_vit").state_dict(), snapshot / "model.safetensors")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    saved = load_file(snapshot / "model.safetensors")
+    small = build_model("timm/test_vit.r160_in1k", 3, pretrained=True, image_size=ImageSize(64)).state_dict()
+    assert small["pos_embed"].shape == (1, 1 + 4 * 4, saved["pos_embed"].shape[-1])
+    assert torch.equal(small["pos_embed"], resample_abs_pos_embed(saved["pos_embed"], (4, 4), num_prefix_tokens=1))
+    assert all(torch.equal(small[k], saved[k]) for k in saved if k != "pos_embed" and not k.startswith("head"))
+    own = build_model("timm/test_vit.r160_in1k", 3, pretrained=True, image_size=ImageSize(160)).state_dict()
+    assert torch.equal(own["pos_embed"], saved["pos_embed"])

@@ -137,6 +137,10 @@ def test_no_limit_where_torchvision_meta_overstates_the_minimum(name):
      "inception_v3 needs --image_size 75 or more, got 74"),
     (["--model", "vit_b_16", "--train_dir", "x", "--image_size", "256"],
      "vit_b_16 takes --image_size 224 only, got 256"),
+    (["--model", "timm/test_vit", "--dataset", "synthetic", "--image_size", "60"],
+     "timm/test_vit cuts images into 16 px patches: --image_size must be a multiple of 16 (its own is 160), got 60"),
+    (["--model", "timm/test_vit", "--train_dir", "x", "--image_size", "56", "--train_crop_size", "48"],
+     "timm/test_vit cuts images into 16 px patches: --image_size must be a multiple of 16 (its own is 160), got 56"),
 ])
 def test_an_image_size_the_model_cannot_take_is_one_line_exit_2(argv, message, capsys):
     from utils.config.options import parse_args
@@ -149,7 +153,8 @@ def test_an_image_size_the_model_cannot_take_is_one_line_exit_2(argv, message, c
 
 @pytest.mark.parametrize("argv", [["--model", "inception_v3", "--image_size", "75"], ["--model", "googlenet"],
                                   ["--model", "efficientnet_v2_s"], ["--model", "swin_t"],
-                                  ["--model", "vit_b_16", "--train_dir", "x"]])
+                                  ["--model", "vit_b_16", "--train_dir", "x"],
+                                  ["--model", "timm/test_vit", "--dataset", "synthetic", "--image_size", "64"]])
 def test_image_sizes_the_model_can_take_pass(argv):
     from utils.config.options import parse_args
 

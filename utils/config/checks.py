@@ -141,7 +141,8 @@ def _model_input(args, source, asked, fmt):
     clip length the model can take."""
     try:
         inp = inputs.resolve_input(asked, source, fmt)
-        libraries.check_image_size(args.model, min(inp.train_crop_size, inp.val_crop_size), inp.frames)
+        for size in sorted({inp.train_crop_size, inp.val_crop_size}):  # the smallest first (torchvision's minimums)
+            libraries.check_image_size(args.model, size, inp.frames)
     except ValueError as e:
         default = " (the default for this data)" if args.image_size is None else ""
         raise ConfigError(f"image_size: {e}{default}") from None

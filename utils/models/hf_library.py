@@ -73,7 +73,8 @@ class Transformers(Library):
             raise ValueError(f"hf/{ref}: not in the Hugging Face cache and {why}; download it where there is network "
                              f"(hf download {ref}) and copy the cache (HF_HOME), or give a local folder{hint}")
 
-    def build_image_or_video(self, ref, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
+    def build_image_or_video(self, ref, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3,
+                             image_size=None):
         transformers = quiet_transformers()
         names = class_names or [str(i) for i in range(num_classes)]
         labels = dict(num_labels=num_classes, id2label=dict(enumerate(names)),
@@ -110,6 +111,8 @@ class Transformers(Library):
         if video:  # our clips are (B, C, T, H, W), as torchvision's video models take them; transformers'
             # are (B, T, C, H, W)
             model.register_forward_pre_hook(_frames_first)
+        if image_size is not None and _resized(config, image_size.side):  # the config's embeddings, resampled to
+            model.register_forward_pre_hook(_interpolated, with_kwargs=True)  # each input by transformers itself
         model.register_forward_hook(_logits)  # the loop wants logits; the state dict keeps transformers' names
         return model
 
@@ -142,13 +145,18 @@ class Transformers(Library):
         return out
 
     def check_image_size(self, ref, size, frames=None):
-        """A model that cuts images into patches (ViT-like): its position embeddings are laid out for its
-        config's image_size."""
+        """A model that cuts images into patches (ViT-like): its position embeddings are laid out for its config's
+        image_size; another size where its forward resamples them (interpolate_pos_encoding) and the patches tile it."""
         config = _config(ref)
-        fixed = getattr(config, "image_size", None)
-        if hasattr(config, "patch_size") and isinstance(fixed, int) and size != fixed:
+        if not _resized(config, size):
+            return
+        fixed, patch = config.image_size, config.patch_size if isinstance(config.patch_size, int) else None
+        if not _interpolates(config):
             raise ModelError(f"hf/{ref} takes --image_size {fixed} only (its position embeddings are laid out for "
-                             f"it), got {size}")
+                             f"it, and its {config.model_type} model cannot resample them), got {size}")
+        if patch and size % patch:
+            raise ModelError(f"hf/{ref} cuts images into {patch} px patches: --image_size must be a multiple of "
+                             f"{patch} (its own is {fixed}), got {size}")
 
     def check_clip_frames(self, ref, frames):
         """A video model's position embeddings are laid out for its config's num_frames."""
@@ -229,6 +237,29 @@ def _hf_block(rest):
     if block := re.match(r"(?:encoder\.)?layers?\.(\d+)\.", rest):
         return (1, int(block[1]))
     return None
+
+
+def _resized(config, side):
+    """Whether a model of `config` cuts images into patches laid out for another size than `side` (ViT-like)."""
+    fixed = getattr(config, "image_size", None)
+    return hasattr(config, "patch_size") and isinstance(fixed, int) and side != fixed
+
+
+def _interpolates(config):
+    """Whether the image classifier of `config` resamples its position embeddings to its input when asked to
+    (transformers' interpolate_pos_encoding: ViT, DeiT, BEiT, Data2Vec, ViT-MSN, ...)."""
+    import inspect
+
+    mapping = quiet_transformers().models.auto.modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING
+    try:
+        forward = mapping[type(config)].forward
+    except KeyError:
+        return False
+    return "interpolate_pos_encoding" in inspect.signature(forward).parameters
+
+
+def _interpolated(module, args, kwargs):
+    return args, {**kwargs, "interpolate_pos_encoding": True}
 
 
 def _frames_first(module, inputs):

@@ -18,6 +18,7 @@ from utils.models.errors import ModelError
 from utils.models.grad_checkpointing import keep_batchnorm_statistics
 from utils.models.hf_library import Transformers
 from utils.models.lora import LoraOptions
+from utils.models.protocol import ImageSize
 from utils.models.pv_library import PyTorchVideo
 from utils.models.temporal_shift import add_temporal_shift
 from utils.models.timm_library import Timm, import_timm
@@ -93,16 +94,25 @@ def check_model_name(name):
 
 
 def build_model(name, num_classes, video=False, zero_init_residual=True, drop_path=None, dropout=None,
-                pretrained=False, class_names=None, temporal_shift=None, in_chans=3):
+                pretrained=False, class_names=None, temporal_shift=None, in_chans=3, image_size=None):
     """A model with a `num_classes`-way classifier; timm and transformers models load their own pretrained
     weights when `pretrained` (the classifier for our labels newly initialised). torchvision's pretrained
     weights are loaded afterwards by initialise(). An image model on video scores frames (TSN); with
     `temporal_shift` (the clip's frame count) its residual blocks also shift channels in time (TSM). `in_chans`:
-    the input's channels (multispectral, grayscale), the stem built or adapted for them (utils/models/stem.py)."""
+    the input's channels (multispectral, grayscale), the stem built or adapted for them (utils/models/stem.py).
+    `image_size`: the ImageSize (built_size) a model laid out for one input size is made for (a ViT at another
+    size than its own: its position embeddings resampled by its library); None: its own."""
     lib, arch = library(name)
     model = lib.build(arch, num_classes, video=video, zero_init_residual=zero_init_residual, drop_path=drop_path,
-                      dropout=dropout, pretrained=pretrained, class_names=class_names, in_chans=in_chans)
+                      dropout=dropout, pretrained=pretrained, class_names=class_names, in_chans=in_chans,
+                      image_size=image_size)
     return add_temporal_shift(model, temporal_shift, name) if temporal_shift else model
+
+
+def built_size(inp):
+    """The ImageSize a run's model is built for, from its Input: its eval crop (what it is scored and exported at),
+    varying when training crops other sides (another train crop, progressive resizing)."""
+    return ImageSize(inp.val_crop_size, inp.train_crop_size != inp.val_crop_size or bool(inp.progressive_resize))
 
 
 @functools.lru_cache(maxsize=None)
@@ -195,7 +205,7 @@ def save_in_library_form(model, name, folder, inputs, class_names):
     lib.save(model, arch, folder, inputs, class_names)
 
 
-def pretrained_model(name, num_classes, video, class_names, log=print):
+def pretrained_model(name, num_classes, video, class_names, log=print, image_size=None):
     """`name` with its library's pretrained weights, whole: their classifier must have `num_classes` outputs (a
     --teacher NAME: a new classifier would teach nothing). A ModelError otherwise."""
     lib, arch = library(name)
@@ -208,7 +218,8 @@ def pretrained_model(name, num_classes, video, class_names, log=print):
         count = f"has {have} classes" if have else "has a class count its library does not say"
         raise ModelError(f"{name}'s pretrained classifier {count} and the data {num_classes}: its predictions are "
                          f"not of these classes; train a model on this data and give its run folder")
-    model = build_model(name, num_classes, video=video, pretrained=True, class_names=class_names)
+    model = build_model(name, num_classes, video=video, pretrained=True, class_names=class_names,
+                        image_size=image_size)
     if not lib.builds_pretrained:
         load_weights(model, "pretrained", pretrained_state(name, None), log)
     return model

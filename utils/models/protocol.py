@@ -6,10 +6,19 @@ module with one subclass; nothing outside utils/models/ asks which library a mod
 `google/vit-base-patch16-224` or a local folder).
 """
 
+from typing import NamedTuple
+
 from utils.models.errors import ModelError
 
 MATCH_PREV = 99999  # timm's MATCH_PREV_GROUP: an ordinal ending in it joins the layer before (a final norm)
 INF = float("inf")  # timm's ordinal of what no rule matched: the head, the last layer
+
+
+class ImageSize(NamedTuple):
+    """The input a model is built for: `side` px square (the eval crop: what it is scored and exported at), and
+    whether training shows it other sides too (another train crop, progressive resizing)."""
+    side: int
+    varying: bool = False
 
 
 class Library:
@@ -30,16 +39,19 @@ class Library:
         return False
 
     def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names,
-              in_chans=3):
+              in_chans=3, image_size=None):
         """A model with a `num_classes`-way classifier taking `in_chans` channels (an image model on video data:
-        frame_averaged)."""
+        frame_averaged), built for ImageSize `image_size` where its input size is fixed (None: its own)."""
         model = self.build_image_or_video(arch, num_classes, drop_path=drop_path, dropout=dropout,
-                                          pretrained=pretrained, class_names=class_names, in_chans=in_chans)
+                                          pretrained=pretrained, class_names=class_names, in_chans=in_chans,
+                                          image_size=image_size)
         return frame_averaged(model) if video and not self.is_video(arch) else model
 
-    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3,
+                             image_size=None):
         """The model, its pretrained weights loaded when the library loads them itself; its stem for `in_chans`
-        channels (the library's own way where it has one, else utils/models/stem.py), pretrained weights adapted."""
+        channels (the library's own way where it has one, else utils/models/stem.py), pretrained weights adapted;
+        a model laid out for one input size (a ViT's position embeddings) made for ImageSize `image_size`."""
         raise NotImplementedError
 
     def pretrained_classes(self, arch):

@@ -98,7 +98,8 @@ class PyTorchVideo(Library):
     def is_video(self, arch):
         return True
 
-    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3,
+                             image_size=None):
         if drop_path is not None:
             raise ModelError(f"--drop_path: pytorchvideo's {arch} has no stochastic depth; drop the option")
         kwargs = {"model_num_class": num_classes} | ({"dropout_rate": dropout} if dropout is not None else {})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from utils.models.errors import ModelError, missing_library
 from utils.models.hub import cached_file, why_not_fetched
-from utils.models.protocol import Library
+from utils.models.protocol import ImageSize, Library
 
 
 def offline_weights_error(name, why, fetch):
@@ -53,7 +53,8 @@ class Timm(Library):
                 else "; see timm.list_models() (architectures) and timm.list_pretrained() (name.tag weights)")
         raise ValueError(f"'{self.prefix}{arch}' is not a timm {'pretrained model' if '.' in arch else 'model'}{hint}")
 
-    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3):
+    def build_image_or_video(self, arch, num_classes, *, drop_path, dropout, pretrained, class_names, in_chans=3,
+                             image_size=None):
         timm = import_timm()
 
         asked = {key: value for key, value in (("drop_path_rate", drop_path), ("drop_rate", dropout))
@@ -62,8 +63,9 @@ class Timm(Library):
             asked["in_chans"] = in_chans
         if pretrained and (why := _why_weights_not_fetched(arch)) is not None:  # at once, not after the retries
             raise offline_weights_error(self.prefix + arch, why, f"hf download {_hub_id(arch)}")
-        try:
-            return timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **asked)
+        try:  # at another size, timm resamples pretrained position embeddings as it loads them
+            return timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **asked,
+                                     **_sized(arch, image_size))
         except TypeError as e:
             if not asked or not any(key in str(e) for key in asked):
                 raise
@@ -90,9 +92,28 @@ class Timm(Library):
         return out
 
     def check_image_size(self, arch, size, frames=None):
+        """A model laid out for one size (a ViT's position embeddings), built at `size` on the meta device (no
+        memory, no weights) and run once there: its patches must tile the image, and it must take the input."""
         cfg = import_timm("timm.models").get_pretrained_cfg(arch)
-        if cfg is not None and cfg.fixed_input_size and size != cfg.input_size[-1]:
-            raise ModelError(f"{self.prefix}{arch} takes --image_size {cfg.input_size[-1]} only, got {size}")
+        if cfg is None or not cfg.fixed_input_size or size == cfg.input_size[-1]:
+            return
+        import torch
+
+        native = cfg.input_size[-1]
+        try:
+            with torch.device("meta"):
+                model = import_timm().create_model(arch, **_sized(arch, ImageSize(size)))
+                patch = getattr(getattr(model, "patch_embed", None), "patch_size", None)
+                if patch is not None and (size % patch[0] or size % patch[-1]):
+                    raise ModelError(f"{self.prefix}{arch} cuts images into {patch[0]} px patches: --image_size must "
+                                     f"be a multiple of {patch[0]} (its own is {native}), got {size}")
+                model.eval()(torch.empty(1, 3, size, size))
+        except ModelError:
+            raise
+        except (TypeError, RuntimeError, ValueError, AssertionError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"{self.prefix}{arch} is laid out for {native} px and cannot take {size} ({why}); "
+                             f"give --image_size {native}") from None
 
     def layer_matcher(self, model):
         """timm's own grouping (its models' group_matcher), as its param_groups_layer_decay uses it."""
@@ -123,9 +144,24 @@ class Timm(Library):
         data = dict(input_size=(channels, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
                     std=tuple(inputs["std"]), interpolation=inputs["interpolation"],
                     crop_pct=inputs["image_size"] / inputs["resize"])
-        config = {"label_names": list(class_names), **({"model_args": {"in_chans": channels}} if channels != 3 else {})}
+        # timm builds the folder's model from these: its stem's channels, and the size it was made for
+        model_args = {**({"in_chans": channels} if channels != 3 else {}),
+                      **_sized(arch, ImageSize(inputs["image_size"]))}
+        config = {"label_names": list(class_names), **({"model_args": model_args} if model_args else {})}
         import_timm("timm.models").save_for_hf(model, str(folder), model_config=config, safe_serialization=True,
                                                data_config=data)
+
+
+def _sized(arch, image_size):
+    """timm's arguments that make a model laid out for one input size (its pretrained config's fixed_input_size: a
+    ViT's position embeddings) for ImageSize `image_size`: img_size, and dynamic_img_size when training shows it other
+    sides too (timm then resamples the embeddings to each input); {} for its own size, or any size it takes."""
+    cfg = import_timm("timm.models").get_pretrained_cfg(arch)
+    if image_size is None or cfg is None or not cfg.fixed_input_size:
+        return {}
+    if image_size.side == cfg.input_size[-1] and not image_size.varying:
+        return {}
+    return {"img_size": image_size.side, **({"dynamic_img_size": True} if image_size.varying else {})}
 
 
 def _why_weights_not_fetched(arch):

@@ -184,7 +184,7 @@ class Torchvision(Library):
         return _is_video_model(arch)
 
     def build(self, arch, num_classes, *, video, zero_init_residual, drop_path, dropout, pretrained, class_names,
-              in_chans=3):
+              in_chans=3, image_size=None):
         return _build_model(arch, num_classes, video, zero_init_residual, drop_path, dropout, in_chans)
 
     def pretrained_classes(self, arch):

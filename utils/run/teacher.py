@@ -18,7 +18,8 @@ from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
 from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD
 from utils.evaluation.tasks import SingleLabel, task_kind
 from utils.models.libraries import check_clip_frames, check_image_size, data_config, pretrained_model
-from utils.run.trained import load_run
+from utils.models.protocol import ImageSize
+from utils.run.trained import load_run, read_run
 from utils.training.checkpoints import STATE_FILE
 
 
@@ -81,7 +82,9 @@ def _model(args, class_names, inp, task):
             raise TeacherError(f"teacher: {args.teacher}'s pretrained weights see 8-bit RGB, this run's input "
                                f"{inp.channels} channels of its files' own bits; give a run folder trained on them")
         _check_input(args, args.teacher, inp)
-        model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None)
+        sizes = _train_sizes(args, inp)  # a ViT made for the student's crops, its embeddings resampled
+        model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None,
+                                 image_size=ImageSize(sizes[-1], varying=len(sizes) > 1))
         recommended = data_config(args.teacher)  # a torchvision name recommends nothing: ImageNet's, Kinetics' then
         stats = (recommended["mean"], recommended["std"]) if "mean" in recommended else \
             (KINETICS_MEAN, KINETICS_STD) if inp.video else (IMAGENET_MEAN, IMAGENET_STD)
@@ -95,7 +98,9 @@ def _model(args, class_names, inp, task):
         raise TeacherError(f"teacher: {weights} does not exist: " + (
             "a sharded (FSDP) checkpoint cannot teach; give the finished run's folder" if checkpoint else
             "the run has not finished; give one of its checkpoints (<run>/checkpoints/<name>)"))
-    trained, model = load_run(run, ema=ema, checkpoint=checkpoint)  # what the run recorded, not its data
+    trained = read_run(run)  # what the run recorded, not its data; a ViT's embeddings resampled to other crops
+    _, model = load_run(run, ema=ema, checkpoint=checkpoint,
+                        varying=_train_sizes(args, inp) != [trained.input.val_crop_size])
     names = trained.classes
     if names != list(class_names):
         raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
@@ -119,14 +124,18 @@ def _model(args, class_names, inp, task):
 def _check_input(args, name, inp):
     """The teacher takes the student's train input: its size (every train crop size; progressive resizing's first
     and last), and for video its clip length."""
-    sizes = sorted({inp.train_crop(0), inp.train_crop(args.epochs - 1)})
     try:
-        for size in sizes:
+        for size in _train_sizes(args, inp):
             check_image_size(name, size, inp.frames)
         if inp.video:
             check_clip_frames(name, inp.frames)
     except ValueError as e:
         raise TeacherError(f"teacher: {e}") from None
+
+
+def _train_sizes(args, inp):
+    """The sides of the student's train crops, smallest first (progressive resizing's first and last)."""
+    return sorted({inp.train_crop(0), inp.train_crop(args.epochs - 1)})
 
 
 def _renormalisation(student, teacher):

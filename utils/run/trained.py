@@ -17,7 +17,7 @@ from utils.config.options import parse
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
 from utils.data.transforms.input import Input
-from utils.models.libraries import add_adapters, build_model, replace_classifier
+from utils.models.libraries import add_adapters, build_model, built_size, replace_classifier
 from utils.models.lora import FROZEN_FILE, LoraOptions, frozen_fingerprint, merged
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
@@ -137,11 +137,17 @@ def read_run(run_dir):
             from None
 
 
-def load_run(run_dir, ema=False, checkpoint=None):
+def _built(inp, varying):
+    built = built_size(inp)
+    return built._replace(varying=built.varying or varying)
+
+
+def load_run(run_dir, ema=False, checkpoint=None, varying=False):
     """(the TrainedRun, its model in eval mode with the chosen weights on the CPU; divided by --calibrate's temperature
     where the weights are those it was fitted to: tuned_for).
 
-    Weights: <run>/model.safetensors, model_ema.safetensors with `ema`, or a checkpoint folder's."""
+    Weights: <run>/model.safetensors, model_ema.safetensors with `ema`, or a checkpoint folder's. The model is built
+    for the size the run recorded (a ViT's embeddings at its eval crop), resampled to each input with `varying`."""
     run_dir = Path(run_dir)
     run = read_run(run_dir)
     weights = Path(checkpoint) / "model.safetensors" if checkpoint else \
@@ -151,7 +157,7 @@ def load_run(run_dir, ema=False, checkpoint=None):
         raise RunError(f"{weights} does not exist{hint if not checkpoint else ''}")
     model = build_model(run.model, num_classes=len(run.classes), video=run.input.video, class_names=run.classes,
                         temporal_shift=run.input.frames if run.temporal_shift else None,  # TSM, as the run trained
-                        in_chans=run.input.channels)
+                        in_chans=run.input.channels, image_size=_built(run.input, varying))
     try:
         if checkpoint and run.lora:  # the adapters apart, the frozen weights in the run folder: merged once loaded
             load_adapted(model, run, run_dir, Path(checkpoint))
