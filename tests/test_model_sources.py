@@ -322,3 +322,26 @@ def test_a_vit_at_another_size_starts_from_its_weights_with_its_position_embeddi
     assert all(torch.equal(small[k], saved[k]) for k in saved if k != "pos_embed" and not k.startswith("head"))
     own = build_model("timm/test_vit.r160_in1k", 3, pretrained=True, image_size=ImageSize(160)).state_dict()
     assert torch.equal(own["pos_embed"], saved["pos_embed"])
+
+
+def test_init_from_a_vit_run_at_another_size_resamples_its_position_embeddings(tmp_path, capsys):
+    """A test_vit's weights at 64 px given to one at 96 px by --init_from: every weight loaded as it is, but the
+    position embeddings, resampled by timm from the 4x4 patch grid to 6x6 (not re-initialised), and said."""
+    from safetensors.torch import save_file
+    from timm.layers import resample_abs_pos_embed
+
+    from utils.models.libraries import initialise
+    from utils.models.protocol import ImageSize
+
+    torch.manual_seed(0)
+    small = build_model("timm/test_vit", 7, image_size=ImageSize(64)).state_dict()
+    save_file(small, tmp_path / "model.safetensors")
+    _, settings = parse(["--model", "timm/test_vit", "--dataset", "synthetic", "--image_size", "96", "--num_classes",
+                         "7", "--init_from", str(tmp_path)])
+    model = build_model("timm/test_vit", 7, image_size=ImageSize(96))
+    initialise(model, settings.model, log=print)
+    state = model.state_dict()
+    assert torch.equal(state["pos_embed"], resample_abs_pos_embed(small["pos_embed"], (6, 6), num_prefix_tokens=1))
+    assert all(torch.equal(state[k], small[k]) for k in small if k != "pos_embed")
+    said = capsys.readouterr().out.splitlines()
+    assert said == ["init_from: pos_embed resampled by timm to this model's input size", "init_from: weights loaded"]

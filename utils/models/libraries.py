@@ -248,7 +248,11 @@ def initialise(model, options, log=print):
     if not lib.builds_pretrained and (options.pretrained or options.weights):
         load_weights(model, "pretrained", pretrained_state(options.name, options.weights), log)
     elif options.init_from:
-        load_weights(model, "init_from", read_state_dict(options.init_from), log)
+        given = read_state_dict(options.init_from)
+        state = lib.fitted(model, given)
+        if resampled := [k for k in state if state[k].shape != given[k].shape]:
+            log(f"init_from: {', '.join(resampled)} resampled by {lib.name} to this model's input size")
+        load_weights(model, "init_from", state, log)
     elif options.pretrained:
         adapted = f"; its stem adapted to {channels} channels (summed for one, repeated and scaled for more)"
         log(f"pretrained: {options.name}'s weights loaded by {lib.name}, with a new classifier"

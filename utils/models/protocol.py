@@ -54,6 +54,11 @@ class Library:
         a model laid out for one input size (a ViT's position embeddings) made for ImageSize `image_size`."""
         raise NotImplementedError
 
+    def fitted(self, model, state):
+        """`state` (--init_from's weights) with what the library resamples to `model`'s shapes where they differ (a
+        ViT's position embeddings for another input size); the rest as it is."""
+        return state
+
     def pretrained_classes(self, arch):
         """How many classes the classifier of the library's pretrained weights of `arch` has (None: unknown)."""
         return None

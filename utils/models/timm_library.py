@@ -76,6 +76,18 @@ class Timm(Library):
                 raise
             raise offline_weights_error(self.prefix + arch, type(e).__name__, f"hf download {_hub_id(arch)}") from None
 
+    def fitted(self, model, state):
+        """timm's own checkpoint_filter_fn of the model's family, as timm applies it to pretrained weights (a ViT's:
+        position embeddings resampled to its patch grid), taken for the tensors whose shape differs from the
+        model's and that it makes fit."""
+        fit = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+        own = model.state_dict()
+        differ = [k for k, v in state.items() if k in own and v.shape != own[k].shape]
+        if fit is None or not differ:
+            return state
+        resampled = fit(dict(state), model)
+        return {**state, **{k: resampled[k] for k in differ if k in resampled and resampled[k].shape == own[k].shape}}
+
     def pretrained_classes(self, arch):
         cfg = import_timm("timm.models").get_pretrained_cfg(arch)
         return cfg.num_classes if cfg is not None else None
