@@ -18,7 +18,6 @@ from utils.models.errors import ModelError
 from utils.models.grad_checkpointing import keep_batchnorm_statistics
 from utils.models.hf_library import Transformers
 from utils.models.lora import LoraOptions
-from utils.models.protocol import ImageSize
 from utils.models.pv_library import PyTorchVideo
 from utils.models.temporal_shift import add_temporal_shift
 from utils.models.timm_library import Timm, import_timm
@@ -100,19 +99,13 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
     weights are loaded afterwards by initialise(). An image model on video scores frames (TSN); with
     `temporal_shift` (the clip's frame count) its residual blocks also shift channels in time (TSM). `in_chans`:
     the input's channels (multispectral, grayscale), the stem built or adapted for them (utils/models/stem.py).
-    `image_size`: the ImageSize (built_size) a model laid out for one input size is made for (a ViT at another
+    `image_size`: the ImageSize (ImageSize.of) a model laid out for one input size is made for (a ViT at another
     size than its own: its position embeddings resampled by its library); None: its own."""
     lib, arch = library(name)
     model = lib.build(arch, num_classes, video=video, zero_init_residual=zero_init_residual, drop_path=drop_path,
                       dropout=dropout, pretrained=pretrained, class_names=class_names, in_chans=in_chans,
                       image_size=image_size)
     return add_temporal_shift(model, temporal_shift, name) if temporal_shift else model
-
-
-def built_size(inp):
-    """The ImageSize a run's model is built for, from its Input: its eval crop (what it is scored and exported at),
-    varying when training crops other sides (another train crop, progressive resizing)."""
-    return ImageSize(inp.val_crop_size, inp.train_crop_size != inp.val_crop_size or bool(inp.progressive_resize))
 
 
 @functools.lru_cache(maxsize=None)

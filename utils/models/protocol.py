@@ -20,6 +20,12 @@ class ImageSize(NamedTuple):
     side: int
     varying: bool = False
 
+    @classmethod
+    def of(cls, inp):
+        """A run's from its Input: its eval crop (what it is scored and exported at), varying when training crops other
+        sides (another train crop, progressive resizing)."""
+        return cls(inp.val_crop_size, inp.train_crop_size != inp.val_crop_size or bool(inp.progressive_resize))
+
 
 class Library:
     name = ""  # written into model cards and config files: torchvision, timm, hf

@@ -26,8 +26,8 @@ from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
-from utils.models.libraries import (build_model, built_size, distillation_head, enable_grad_checkpointing, initialise,
-                                    layer_ids)
+from utils.models.libraries import build_model, distillation_head, enable_grad_checkpointing, initialise, layer_ids
+from utils.models.protocol import ImageSize
 from utils.models.device import for_device
 from utils.models.lora import leave_frozen_out, merged
 from utils.reporting.progress import StepLogger, start_line
@@ -134,7 +134,7 @@ def new_model(chosen, class_names, pretrained, inp):
     return build_model(chosen.name, num_classes=len(class_names), video=inp.video, temporal_shift=shift,
                        zero_init_residual=chosen.zero_init_residual, drop_path=chosen.drop_path,
                        dropout=chosen.dropout, pretrained=pretrained, class_names=class_names, in_chans=inp.channels,
-                       image_size=built_size(inp))
+                       image_size=ImageSize.of(inp))
 
 
 def new_ema(model, chosen, accelerator):

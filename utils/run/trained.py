@@ -17,7 +17,8 @@ from utils.config.options import parse
 from utils.core.errors import UserError
 from utils.core.io import write_json_atomic
 from utils.data.transforms.input import Input
-from utils.models.libraries import add_adapters, build_model, built_size, replace_classifier
+from utils.models.libraries import add_adapters, build_model, replace_classifier
+from utils.models.protocol import ImageSize
 from utils.models.lora import FROZEN_FILE, LoraOptions, frozen_fingerprint, merged
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
@@ -138,7 +139,7 @@ def read_run(run_dir):
 
 
 def _built(inp, varying):
-    built = built_size(inp)
+    built = ImageSize.of(inp)
     return built._replace(varying=built.varying or varying)
 
 
