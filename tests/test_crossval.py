@@ -152,9 +152,10 @@ def test_each_fold_is_launched_on_the_cut_the_driver_reads(tmp_path):
 
 @pytest.mark.slow
 def test_a_file_a_fold_skips_as_unreadable_is_named_and_the_others_keep_their_pictures(images, tmp_path):
-    """A corrupt training file with --skip_bad_images: each fold's run leaves it out; crossval.py finishes, names it
-    (its line, cv_results.json), and the out-of-fold rows are every other sample once; the picture of each other
-    sample of its fold is that sample's (placed by its index in the split, not by its row's order)."""
+    """Four corrupt training files with --skip_bad_images: each fold's run leaves them out; crossval.py finishes, names
+    them (its line, the first three; cv_results.json, all), and the out-of-fold rows are every other sample once; the
+    picture of each other sample of a fold that held one out is that sample's (placed by its index in the split, not
+    by its row's order)."""
     from utils.config.options import parse
     from utils.reporting.failures import picture
     from utils.tuning.cross_validation import CrossValidation, held_out_pictures
@@ -162,7 +163,10 @@ def test_a_file_a_fold_skips_as_unreadable_is_named_and_the_others_keep_their_pi
     data = tmp_path / "data"
     shutil.copytree(images, data)
     broken = data / "tr" / "dog" / "zz_broken.png"
-    broken.write_bytes(b"not an image")
+    others = [data / "tr" / "cat" / "zz_b1.png", data / "tr" / "eel" / "zz_b2.png", data / "tr" / "eel" / "zz_b3.png"]
+    for path in (broken, *others):
+        path.write_bytes(b"not an image")
+    named = sorted(map(str, (broken, *others)))
     base = ["--model", SMALL_MODEL, "--train_dir", str(data / "tr"), "--val_dir", str(data / "va"), "--image_size",
             "16", "--batch_size", "4", "--epochs", "1", "--num_workers", "0", "--skip_bad_images", "--no_plots"]
     out = tmp_path / "cv"
@@ -170,12 +174,14 @@ def test_a_file_a_fold_skips_as_unreadable_is_named_and_the_others_keep_their_pi
                            "--launch", sys.executable, "--", *base], cwd=ROOT, env=environment(), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert (f"crossval.py: 1 file(s) of the training split skipped as unreadable (--skip_bad_images), so in no "
-            f"out-of-fold prediction and no label issue: {broken} (cv_results.json)") in done.stdout.splitlines()
-    assert read_json(out / "cv_results.json")["skipped_images"] == [str(broken)]
+    assert (f"crossval.py: 4 file(s) of the training split skipped as unreadable (--skip_bad_images), so in no "
+            f"out-of-fold prediction and no label issue: {', '.join(named[:3])} ... (cv_results.json)") \
+        in done.stdout.splitlines()
+    assert read_json(out / "cv_results.json")["skipped_images"] == named
     oof = table(out / "oof_predictions.csv")
-    assert len(oof) == 36 and str(broken) not in {row["sample"] for row in oof}
-    assert sorted(int(row["index"]) for row in oof) == sorted(set(range(37)) - {24})  # dog's last file: place 24
+    assert len(oof) == 36 and not set(named) & {row["sample"] for row in oof}
+    assert sorted(int(row["index"]) for row in oof) == sorted(set(range(40)) - {12, 25, 38, 39})  # each class's last
+    broken_place = 25
     cv = CrossValidation(out, 3, 0, sys.executable, tuple(base))
     for fold in range(3):  # the fold that holds it out
         _, settings = parse([*base, "--folds", "3", "--fold", str(fold)])
@@ -184,7 +190,7 @@ def test_a_file_a_fold_skips_as_unreadable_is_named_and_the_others_keep_their_pi
         if str(broken) in names:
             break
     rows = [(int(row["index"]), row["sample"], int(row["fold"])) for row in oof if row["fold"] == str(fold)]
-    assert str(broken) in names and any(row[0] > 24 for row in rows)  # samples after it in its fold
+    assert str(broken) in names and any(row[0] > broken_place for row in rows)  # samples after it in its fold
     for row, shown in zip(rows, held_out_pictures(cv, rows)):
         assert np.array_equal(shown, picture(val, names.index(row[1]))), row
 

@@ -297,25 +297,33 @@ def test_a_vit_fine_tuned_at_another_size_predicts_exports_and_loads_at_it(model
         assert torch.allclose(answer, ours.eval()(normalised), atol=1e-5)
 
 
-def test_a_vit_at_another_size_starts_from_its_weights_with_its_position_embeddings_resampled(tmp_path, monkeypatch):
-    """timm/test_vit.r160_in1k's weights in the Hugging Face cache (written here: nothing is downloaded), built for 64
-    px: every weight is the file's but the position embeddings, which are the file's 10x10 grid resampled to 4x4 by
-    timm (its class token's kept); at its own 160 px, the file's own."""
+def cached_timm_weights(tmp_path, monkeypatch, name):
+    """timm's pretrained weights `name` (arch.tag) in a Hugging Face cache under tmp_path, as a download leaves them
+    (random weights of the architecture: nothing is downloaded); the hub's cache pointed there. The file's path."""
     import timm
     from huggingface_hub import constants
-    from safetensors.torch import load_file, save_file
-    from timm.layers import resample_abs_pos_embed
+    from safetensors.torch import save_file
 
-    from utils.models.protocol import ImageSize
-
-    snapshot = tmp_path / "hub" / "models--timm--test_vit.r160_in1k" / "snapshots" / ("0" * 40)
+    snapshot = tmp_path / "hub" / f"models--timm--{name}" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
     torch.manual_seed(0)
-    save_file(timm.create_model("test_vit").state_dict(), snapshot / "model.safetensors")
+    save_file(timm.create_model(name.split(".")[0]).state_dict(), snapshot / "model.safetensors")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    saved = load_file(snapshot / "model.safetensors")
+    return snapshot / "model.safetensors"
+
+
+def test_a_vit_at_another_size_starts_from_its_weights_with_its_position_embeddings_resampled(tmp_path, monkeypatch):
+    """timm/test_vit.r160_in1k's weights in the Hugging Face cache (written here: nothing is downloaded), built for 64
+    px: every weight is the file's but the position embeddings, which are the file's 10x10 grid resampled to 4x4 by
+    timm (its class token's kept); at its own 160 px, the file's own."""
+    from safetensors.torch import load_file
+    from timm.layers import resample_abs_pos_embed
+
+    from utils.models.protocol import ImageSize
+
+    saved = load_file(cached_timm_weights(tmp_path, monkeypatch, "test_vit.r160_in1k"))
     small = build_model("timm/test_vit.r160_in1k", 3, pretrained=True, image_size=ImageSize(64)).state_dict()
     assert small["pos_embed"].shape == (1, 1 + 4 * 4, saved["pos_embed"].shape[-1])
     assert torch.equal(small["pos_embed"], resample_abs_pos_embed(saved["pos_embed"], (4, 4), num_prefix_tokens=1))
@@ -345,3 +353,56 @@ def test_init_from_a_vit_run_at_another_size_resamples_its_position_embeddings(t
     assert all(torch.equal(state[k], small[k]) for k in small if k != "pos_embed")
     said = capsys.readouterr().out.splitlines()
     assert said == ["init_from: pos_embed resampled by timm to this model's input size", "init_from: weights loaded"]
+
+
+@pytest.mark.parametrize("sizes, built, made", [
+    (["--image_size", "224"], (224, False), {}),  # its own size: built as before
+    (["--image_size", "96"], (96, False), {"img_size": 96}),
+    (["--image_size", "96", "--train_crop_size", "64"], (96, True), {"img_size": 96, "dynamic_img_size": True}),
+    (["--image_size", "224", "--progressive_resize", "160", "224", "0", "2", "--epochs", "3"], (224, True),
+     {"img_size": 224, "dynamic_img_size": True}),
+    (["--image_size", "224", "--progressive_resize", "224", "288", "0", "2", "--epochs", "3"], (224, True),
+     {"img_size": 224, "dynamic_img_size": True}),  # its first train crop the eval crop, and larger ones after
+])
+def test_a_vit_is_built_for_its_eval_crop_and_resamples_to_each_input_when_training_crops_other_sides(sizes, built,
+                                                                                                     made):
+    """timm's vit_tiny_patch16_224 (its embeddings fixed at 224 unless told): built for the eval crop, and made to
+    resample its embeddings to each input where the train crops are other sides (another train crop, progressive
+    resizing); the model so built takes each of them."""
+    from utils.models.protocol import ImageSize
+    from utils.models.timm_library import _sized
+
+    inp = input_for(parse_args(["--model", "timm/vit_tiny_patch16_224", "--train_dir", "x", *sizes]))
+    size = ImageSize.of(inp)
+    assert size == built and _sized("vit_tiny_patch16_224", size) == made
+    model = build_model("timm/vit_tiny_patch16_224", 3, image_size=size).eval()
+    with torch.no_grad():
+        for side in sorted({inp.train_crop(0), inp.train_crop(2), inp.val_crop_size}):
+            assert model(torch.zeros(1, 3, side, side)).shape == (1, 3)
+
+
+@pytest.mark.slow
+def test_a_vit_teacher_takes_every_train_crop_of_its_student(images, tmp_path, monkeypatch):
+    """A pretrained ViT teacher (vit_tiny_patch16_224's weights, cached here) of a student trained with progressive
+    resizing (crops of 160 then 224 px), and a run folder's ViT (trained at 64 px) teaching a student that crops 48:
+    each teacher answers every train crop of its student."""
+
+    from utils.evaluation.tasks import SingleLabel
+    from utils.run.teacher import _model
+
+    cached_timm_weights(tmp_path, monkeypatch, "vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    student = parse_args(["--model", "resnet18", "--train_dir", "x", "--teacher",
+                          "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", "--teacher_pretrained", "--image_size",
+                          "224", "--progressive_resize", "160", "224", "0", "2", "--epochs", "3"])
+    inp = input_for(student)
+    model = _model(student, [str(k) for k in range(1000)], inp, SingleLabel(None, 1000))[0].eval()
+    with torch.no_grad():
+        for side in (160, 224):
+            assert model(torch.zeros(1, 3, side, side)).shape == (1, 1000)
+    folders = ["--train_dir", images / "tr", "--val_dir", images / "va", "--batch_size", "4", "--epochs", "1",
+               "--num_workers", "0", "--no_plots"]
+    run_main([*folders, "--model", "timm/vit_tiny_patch16_224", "--image_size", "64", "--output_dir", tmp_path / "t"])
+    run_main([*folders, "--model", "resnet18", "--image_size", "64", "--train_crop_size", "48", "--teacher",
+              tmp_path / "t", "--output_dir", tmp_path / "s"])
+    (saved,) = (tmp_path / "s" / "checkpoints").iterdir()
+    assert read_json(saved / "training_state.json")["teacher"]["teacher"] == str(tmp_path / "t")

@@ -137,3 +137,36 @@ def test_a_checkpoint_the_disk_cannot_take_stops_both_ranks_in_one_line_and_the_
     assert {f.name: f.read_bytes() for f in first.iterdir()} == before
     resumed = ranks_ok([*job, "--resume", "latest"])
     assert resumed_from(resumed.stdout) == first and (out / "checkpoints" / "epoch_1").is_dir()
+
+
+WRITERS_ON_A_FULL_DISK = """
+import resource, signal, sys, torch
+from safetensors.torch import save_file
+from utils.training.checkpoints import _written
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (10000, 10000))
+big, folder = {"w": torch.zeros(100000)}, sys.argv[1]
+for write in (lambda: torch.save(big, folder + "/optimizer.bin"), lambda: save_file(big, folder + "/model.safetensors"),
+              lambda: open(folder + "/state.json", "w").write("x" * 20000), lambda: None):
+    print(_written(write))
+try:
+    _written(lambda: torch.zeros(2) @ torch.zeros(3))  # not a write: raised as it is
+except RuntimeError:
+    print("raised")
+"""
+
+
+def test_each_writer_a_checkpoint_uses_is_recognised_when_the_disk_stops_it(tmp_path):
+    """torch's own writer (which says only "unexpected pos" when a file cannot grow), safetensors' and Python's, each
+    stopped as a full disk stops them, give the reason a checkpoint could not be written; a finished write gives
+    none; any other error is left to raise."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", WRITERS_ON_A_FULL_DISK, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.stdout.splitlines() == ["a file could not be written", "File too large", "File too large", "None",
+                                        "raised"], done.stderr

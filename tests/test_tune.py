@@ -580,3 +580,31 @@ def test_with_wandb_every_trial_is_a_run_of_the_studys_group_and_the_study_logs_
     assert logged["columns"][:3] == ["number", "state", "objective"] and len(logged["data"]) == 1
     assert logged["data"][0][:3] == [0, "complete", float(trials_table(folder)[0]["objective"])]
     assert b"grpq7x" in next(study_run.glob("run-*.wandb")).read_bytes()
+
+
+@pytest.mark.parametrize("counts, balanced", [([100, 50, 10], True), ([100, 50, 11], False), ([40, 7, 0], True),
+                                              ([3, 3, 3], False)])
+def test_the_default_space_balances_the_classes_from_a_head_ten_times_its_tail(counts, balanced, monkeypatch):
+    """Long-tailed from a most frequent class 10 times the rarest (LONG_TAILED, included), or a class without
+    samples."""
+    import numpy as np
+
+    from utils.config import settings
+    from utils.tuning.space import default_space
+
+    monkeypatch.setattr(settings, "class_counts", lambda args: np.array(counts))
+    names = [p.name for p in default_space(["--dataset", "digits"], lambda line: None)]
+    assert ("sampler" in names and names[-3:] == ["sampler", "class_weights", "logit_adjust"]) is balanced
+
+
+def test_class_counts_count_every_class_the_data_names_even_one_without_training_samples(monkeypatch):
+    from types import SimpleNamespace
+
+    from utils.config import settings
+    from utils.config.options import parse_args
+
+    source = SimpleNamespace(labels_ahead=True, datasets=lambda data, inp, rank, world: ("train", None, ["a", "b", "c"],
+                                                                                         None),
+                             labels=lambda train: [0, 1, 0, 1, 1])
+    monkeypatch.setattr(settings, "_source_and_input", lambda args: (None, source, None))
+    assert settings.class_counts(parse_args(["--dataset", "digits"])).tolist() == [2, 3, 0]
