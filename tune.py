@@ -1,6 +1,7 @@
 """Search train_classification.py's options with Optuna: each trial is one launch of the script, as you start it.
 
-    # 16 trials of the default space (configs/search/tune_space.yaml) on the long-tailed digits, pruned by the median rule
+    # 16 trials of the default space (tune_space.yaml; long-tailed data: long_tail.yaml's balance options too) on the
+    # long-tailed digits, pruned by the median rule
     python tune.py --study runs/study_digits --trials 16 -- --dataset digits --imbalance 100 --epochs 6
     # your space, trials on two processes each (the launcher's own words), the validation loss as the objective
     python tune.py --study runs/s2 --trials 30 --space my_space.yaml --objective val_loss \
@@ -38,7 +39,8 @@ def get_parser():
     p.add_argument("--study", required=True, help="the study folder: its journal, trials/, trials.csv, best.yaml...")
     p.add_argument("--trials", type=int, required=True, help="trials in the study, all its processes together")
     p.add_argument("--space", default=None, help="YAML: option: {low, high[, log, step]} or {choices: [...]} "
-                   "(default: configs/search/tune_space.yaml, less what the run's options refuse)")
+                   "(default: configs/search/tune_space.yaml, and long_tail.yaml's balance options on long-tailed "
+                        "data, less what the run's options refuse)")
     p.add_argument("--launch", default="accelerate launch", help="what starts a trial, before the script's path")
     p.add_argument("--objective", default="tracked", choices=("tracked", "val_loss"),
                    help="tracked: the run's --track_metric figure (maximised); val_loss (minimised)")
