@@ -156,10 +156,8 @@ class Timm(Library):
         data = dict(input_size=(channels, inputs["image_size"], inputs["image_size"]), mean=tuple(inputs["mean"]),
                     std=tuple(inputs["std"]), interpolation=inputs["interpolation"],
                     crop_pct=inputs["image_size"] / inputs["resize"])
-        # timm builds the folder's model from these: its stem's channels, and the size it was made for
-        model_args = {**({"in_chans": channels} if channels != 3 else {}),
-                      **_sized(arch, ImageSize(inputs["image_size"]))}
-        config = {"label_names": list(class_names), **({"model_args": model_args} if model_args else {})}
+        # timm writes the model's own arguments (its img_size too) into config.json's model_args itself
+        config = {"label_names": list(class_names), **({"model_args": {"in_chans": channels}} if channels != 3 else {})}
         import_timm("timm.models").save_for_hf(model, str(folder), model_config=config, safe_serialization=True,
                                                data_config=data)
 
