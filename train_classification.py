@@ -71,7 +71,7 @@ from utils.reporting.model_folder import push_model_folder
 from utils.run.accelerator import build_accelerator, cannot_go_on, check_fsdp
 from utils.run.job import build_job, resume
 from utils.run.probe import probe
-from utils.run.range_test import find_lr, resumed_choices, with_found_lr
+from utils.run.range_test import find_lr, resumed_choices, with_found
 from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
                                start_records)
 from utils.training import checkpoints
@@ -89,36 +89,36 @@ def fail(message):
 
 def main(argv=None):
     follow_launcher(PARENT_AT_START)  # a launcher killed without passing SIGTERM on: we get it (core/preemption.py)
-    args, settings = parse(argv, prog=PROG)  # the data source picked, the model's input resolved: once
-    if (problem := trackers.check_wandb_login(args.report_to)) is not None:
+    settings = parse(argv, prog=PROG)  # the run's configuration, typed: the data source picked, the input resolved
+    if (problem := trackers.check_wandb_login(settings.trackers.report_to)) is not None:
         fail(problem)
-    accelerator = build_accelerator(args)
-    if (problem := check_fsdp(args, accelerator)) is not None:
+    accelerator = build_accelerator(settings)
+    if (problem := check_fsdp(settings, accelerator)) is not None:
         fail(problem)
     lock = job = None
     try:
         out = output_dir_for(settings.folder, accelerator, settings.source_name)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
-        resume_from = resume_folder(settings.folder, accelerator, out, resume_values(args))
-        settings = resumed_choices(args, settings, resume_from, accelerator.print)  # --batch_size/--lr auto: its own
-        settings = as_checkpointed(settings, args, resume_from, accelerator.print)  # a checkpoint's own train crop
+        resume_from = resume_folder(settings.folder, accelerator, out, resume_values(settings))
+        settings = resumed_choices(settings, resume_from, accelerator.print)  # --batch_size/--lr auto: its own
+        settings = as_checkpointed(settings, resume_from, accelerator.print)  # a checkpoint's own train crop
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it
         use_all_cores(accelerator.device)
-        found, batch = find_lr(args, settings, accelerator, out, train_one_epoch)  # --lr_find, --lr auto; else None
-        if args.lr_find:  # the range test alone
-            return {"lr_find": found, "batch": batch.record()}
-        settings = with_found_lr(args, settings, found)  # --lr auto: from here on, the run with it typed
-        set_seed(args.seed)
-        job, train_samples, num_workers = build_job(args, settings, accelerator, out, batch, found)
+        found, plan = find_lr(settings, accelerator, out, train_one_epoch)  # --lr_find, --lr auto; else None
+        if settings.range_test.lr_find:  # the range test alone
+            return {"lr_find": found, "batch": plan.record()}
+        settings = with_found(settings, found, plan)  # --lr auto: from here on, the run with its LR typed
+        set_seed(settings.data.seed)
+        job, train_samples, num_workers = build_job(settings, accelerator, out, found)
         position, state = resume(job, resume_from) if resume_from is not None else (checkpoints.Position(), {})
         job.stop.install()
         start_records(job, num_workers, previous_run=state.get("tracker_run_id"))
         summary, figures = work(job, position, num_workers)
-        if not args.eval_only:
+        if not settings.folder.eval_only:
             export_weights(job, figures)  # model.safetensors, the EMA's, --calibrate's temperature, model/
         results = report_results(job, summary, figures, train_samples, command_line(argv))
-        if args.push_to_hub and accelerator.is_main_process:  # asked for, after every local file is written
-            push_model_folder(out / "model", args.push_to_hub, settings.model, results, results["command"])
+        if (repo := settings.end.push_to_hub) and accelerator.is_main_process:  # asked for, after the local files
+            push_model_folder(out / "model", repo, settings.model, results, results["command"])
         return results
     except UserError as e:  # bad input (DataError, ModelError, FolderError, ...): one line, exit 2
         problem = str(e)
@@ -130,7 +130,7 @@ def main(argv=None):
         accelerator.end_training()  # close the dashboards' runs properly
         raise SystemExit(EXIT_INTERRUPTED) from None
     except (NonFiniteLoss, RuntimeError) as e:  # NaN losses past the allowance, the device out of memory: exit 1
-        cannot_go_on(e, args, accelerator, PROG)
+        cannot_go_on(e, settings if job is None else job.settings, accelerator, PROG)
     finally:
         if job is not None:
             job.close()  # whatever ended the run: its loaders' workers stop with it
@@ -143,7 +143,7 @@ def work(job, position, num_workers):
     """(summary, figures): --eval_only's scoring, --probe's of the frozen model (utils/run/probe.py), or training."""
     if job.settings.probe.probe:
         return probe(job, num_workers)
-    return evaluate_only(job, position) if job.args.eval_only else train(job, position)
+    return evaluate_only(job, position) if job.settings.folder.eval_only else train(job, position)
 
 
 def train(job, start):
@@ -154,25 +154,26 @@ def train(job, start):
     epoch's last step (or training's), that epoch's validation is owed (`owed_epoch`) and the resumed run does it
     first, where the uninterrupted run would have (same RNG stream).
     """
-    args, accelerator = job.args, job.accelerator
+    settings, accelerator = job.settings, job.accelerator
+    loop, epochs = settings.loop, settings.schedule.epochs
     start_epoch, done_steps, global_step, owed_epoch, validated = start
     first_step, figures, epochs_completed = global_step, None, start_epoch
     epoch_end = done_steps == 0
     if job.patience.stopped:  # a resumed run that had stopped early stays stopped
         accelerator.print(f"resumed a run that stopped early: {job.patience.line()}; nothing to train")
     if owed_epoch is not None:
-        figures = after_epoch(job, owed_epoch, global_step, reached_end(args, owed_epoch, global_step, True))
-    for epoch in range(start_epoch, args.epochs):
-        if job.patience.stopped or args.max_train_steps is not None and global_step >= args.max_train_steps:
+        figures = after_epoch(job, owed_epoch, global_step, reached_end(settings, owed_epoch, global_step, True))
+    for epoch in range(start_epoch, epochs):
+        if job.patience.stopped or loop.max_train_steps is not None and global_step >= loop.max_train_steps:
             break
         job.train_time.start()
         global_step, epoch_end, stop = train_one_epoch(job, epoch, global_step,
                                                        done_steps if epoch == start_epoch else 0)
         job.train_time.stop()
         epochs_completed = epoch + 1 if epoch_end else epoch
-        finished = reached_end(args, epoch, global_step, epoch_end)
+        finished = reached_end(settings, epoch, global_step, epoch_end)
         if stop:  # at the epoch's end, or at the end of training, its validation is owed
-            owed = (epoch_end or finished) and validation_due(args, epoch, finished)
+            owed = (epoch_end or finished) and validation_due(loop, epoch, finished)
             save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
             raise Interrupted(f"interrupted by {job.stop.signal_name or 'a signal on another rank'} at step "
                               f"{global_step}: checkpoint saved; rerun the same command with --resume latest")
@@ -185,47 +186,49 @@ def train(job, start):
                         val_score=tracked_figure(job, figures))
     return {"epochs_completed": epochs_completed, "global_step": global_step,
             "world_size": accelerator.num_processes, "train_time_s": round(job.train_time.seconds(), 3),
-            "model": args.model, "dataset": job.settings.source_name, **job.patience.results()}, figures
+            "model": settings.model.name, "dataset": settings.source_name, **job.patience.results()}, figures
 
 
 def after_epoch(job, epoch, global_step, finished):
     """Validation when due (its figures, else None), the best weights, and the epoch's checkpoint."""
-    args = job.args
-    figures = validate(job, epoch, global_step) if validation_due(args, epoch, finished) else None
+    settings = job.settings
+    figures = validate(job, epoch, global_step) if validation_due(settings.loop, epoch, finished) else None
     if figures is not None and job.patience.update(tracked_figure(job, figures), epoch):  # gathered: alike everywhere
         job.accelerator.print(job.patience.line())
         finished = True  # the end-of-training checkpoint follows, not an epoch's
-    if figures is not None and args.keep_best:  # gathered figures: every rank takes the same branch
+    if figures is not None and settings.checkpoints.keep_best:  # gathered figures: every rank takes the same branch
         best_model = job.saved_model(ema=job.ema is not None)
         key = tracked_key(job.task, job.ema)
         checkpoints.keep_if_best(job.accelerator, best_model, job.out, job.best_score, {
             "epoch": epoch, "global_step": global_step, **job.task.results(figures, job.class_names),
             key: figures[key]}, key=key)
-    if checkpoint_due(args, epoch, global_step, epoch_end=True, finished=finished, validated=figures is not None):
+    if checkpoint_due(settings.checkpoints, epoch, global_step, epoch_end=True, finished=finished,
+                      validated=figures is not None):
         save_checkpoint(job, epoch, global_step, epoch_end=True, val_score=figures and tracked_figure(job, figures))
     return figures
 
 
-def checkpoint_due(args, epoch, global_step, epoch_end, finished=False, validated=False):
-    """The checkpoint cadence: every --checkpoint_every_steps optimizer steps, and at an epoch's end every
-    --save_every epochs or after a validation that --keep_best may keep; never at training's end, which
-    saves its own (as does a stop)."""
-    every_steps = bool(args.checkpoint_every_steps) and global_step % args.checkpoint_every_steps == 0
+def checkpoint_due(cadence, epoch, global_step, epoch_end, finished=False, validated=False):
+    """The checkpoint cadence (CheckpointOptions `cadence`): every --checkpoint_every_steps optimizer steps, and at an
+    epoch's end every --save_every epochs or after a validation that --keep_best may keep; never at training's end,
+    which saves its own (as does a stop)."""
+    every_steps = bool(cadence.checkpoint_every_steps) and global_step % cadence.checkpoint_every_steps == 0
     if not epoch_end:
         return every_steps
-    every_epochs = bool(args.save_every) and (epoch + 1) % args.save_every == 0
-    return (every_epochs or every_steps or bool(args.keep_best) and validated) and not finished
+    every_epochs = bool(cadence.save_every) and (epoch + 1) % cadence.save_every == 0
+    return (every_epochs or every_steps or bool(cadence.keep_best) and validated) and not finished
 
 
-def reached_end(args, epoch, global_step, epoch_end):
+def reached_end(settings, epoch, global_step, epoch_end):
     """Whether training has ended at `global_step` of `epoch`: its last epoch run to its end (`epoch_end`; a stop
     mid-way through it leaves steps to train, and no validation owed), or --max_train_steps reached."""
-    last_epoch_done = epoch_end and epoch + 1 == args.epochs
-    return last_epoch_done or (args.max_train_steps is not None and global_step >= args.max_train_steps)
+    last_epoch_done = epoch_end and epoch + 1 == settings.schedule.epochs
+    limit = settings.loop.max_train_steps
+    return last_epoch_done or (limit is not None and global_step >= limit)
 
 
-def validation_due(args, epoch, finished):
-    return (epoch + 1) % args.val_every == 0 or finished
+def validation_due(loop, epoch, finished):
+    return (epoch + 1) % loop.val_every == 0 or finished
 
 
 class EpochOutcome(NamedTuple):
@@ -236,15 +239,16 @@ class EpochOutcome(NamedTuple):
 
 def train_one_epoch(job, epoch, global_step, done_steps=0):
     """This process's shard of one epoch, after `done_steps` optimizer steps of it (a resumed run)."""
-    args, accelerator, model = job.args, job.accelerator, job.model
+    accelerator, model, loop = job.accelerator, job.model, job.settings.loop
+    accumulation = job.settings.plan.accumulation  # the batch plan in force
     model.train()
     batches = len(job.train_loader)
-    skipped = done_steps * args.grad_accum_steps
+    skipped = done_steps * accumulation
     loader = job.train_loader.batches(epoch, skipped)
     job.logger.start_epoch(epoch, first_step=done_steps)
     # accelerator.backward divides every loss by grad_accum_steps. When an epoch's micro-batches do
     # not divide evenly, its last group is shorter, and its gradient would come out too small.
-    short_group = batches % args.grad_accum_steps
+    short_group = batches % accumulation
     nonfinite = torch.zeros((), device=accelerator.device)  # micro-batches of this group with a NaN/inf loss
     # valid images in this group, the model's buffers at its start (--skip_nonfinite_steps); how the epoch ended
     group_images, saved, stop, completed, limit = 0, None, False, False, False
@@ -256,7 +260,7 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
         with accelerator.accumulate(model):
             loss, used_images = training_loss(job, batch, valid_images, epoch, index)
             in_short_group = short_group and index >= batches - short_group
-            accelerator.backward(loss * (args.grad_accum_steps / short_group) if in_short_group else loss)
+            accelerator.backward(loss * (accumulation / short_group) if in_short_group else loss)
             nonfinite += ~torch.isfinite(loss.detach())
             group_images, skip = group_images + used_images, False
             if accelerator.sync_gradients:
@@ -270,13 +274,13 @@ def train_one_epoch(job, epoch, global_step, done_steps=0):
             # follows epoch progress whatever the world size or accumulation.
             job.scheduler.step()
             global_step += 1
-            update_ema(job.ema, job.bare_model(), global_step, args.model_ema_steps)
+            update_ema(job.ema, job.bare_model(), global_step, job.settings.model.ema_steps)
             job.logger.optimizer_step(global_step, max(job.scheduler.get_last_lr()))  # the head's (--layer_decay)
             mid_epoch = index + 1 < batches
-            limit = args.max_train_steps is not None and global_step >= args.max_train_steps and mid_epoch
+            limit = loop.max_train_steps is not None and global_step >= loop.max_train_steps and mid_epoch
             if limit or stop and mid_epoch:
                 break
-            if mid_epoch and checkpoint_due(args, epoch, global_step, epoch_end=False):
+            if mid_epoch and checkpoint_due(job.settings.checkpoints, epoch, global_step, epoch_end=False):
                 save_checkpoint(job, epoch, global_step, epoch_end=False)
         fetch_start = time.perf_counter()
     else:
@@ -290,8 +294,9 @@ def update(job, skip):
     """The optimizer step (a no-op on micro-batches that only accumulate), or, when every rank agreed to
     `skip` it (nothing to learn from, or a poisoned loss), the gradient dropped."""
     if not skip:
-        if job.args.clip_grad_norm is not None and job.accelerator.sync_gradients:
-            job.accelerator.clip_grad_norm_(job.model.parameters(), job.args.clip_grad_norm)
+        ceiling = job.settings.loop.clip_grad_norm
+        if ceiling is not None and job.accelerator.sync_gradients:
+            job.accelerator.clip_grad_norm_(job.model.parameters(), ceiling)
         job.optimizer.step()
     job.optimizer.zero_grad(set_to_none=True)
 
@@ -318,7 +323,7 @@ def training_loss(job, batch, valid_images, epoch, index):
 def buffers_at_step_start(job):
     """--skip_nonfinite_steps: the model's buffers at an optimizer step's start (BatchNorm's running statistics),
     which its forward passes move, to put back if the step is skipped; [] without the option."""
-    return [buffer.clone() for buffer in job.model.buffers()] if job.args.skip_nonfinite_steps else []
+    return [buffer.clone() for buffer in job.model.buffers()] if job.settings.loop.skip_nonfinite_steps else []
 
 
 def agree_on_step(job, nonfinite, images, step, saved=()):
@@ -337,14 +342,15 @@ def agree_on_step(job, nonfinite, images, step, saved=()):
     if bad_files:
         job.bad_images.stop(accelerator)
     if nonfinite_total:
+        allowed = job.settings.loop.skip_nonfinite_steps
         job.nonfinite_steps.append(step)
-        if len(job.nonfinite_steps) > job.args.skip_nonfinite_steps:
+        if len(job.nonfinite_steps) > allowed:
             raise NonFiniteLoss(f"non-finite loss at global step {step}; stopped without saving (the last "
                                 f"checkpoint is untouched); --skip_nonfinite_steps K skips up to K such steps")
         if saved:  # the poisoned batch went through BatchNorm in training mode
             torch._foreach_copy_(list(job.model.buffers()), saved)
         job.accelerator.print(f"step {step}: non-finite loss, update skipped "
-                              f"({len(job.nonfinite_steps)} of {job.args.skip_nonfinite_steps} allowed)")
+                              f"({len(job.nonfinite_steps)} of {allowed} allowed)")
     elif not images_total:
         job.accelerator.print(f"step {step}: no batch of this step held 2 or more decodable images, update skipped")
     return bool(nonfinite_total or not images_total), bool(stops)
@@ -355,7 +361,7 @@ def evaluate_only(job, position):
     figures = validate(job, position.epoch - 1, position.global_step)
     start_pictures(job, figures)
     return {"epochs_completed": position.epoch, "global_step": position.global_step,
-            "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.args.model,
+            "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.settings.model.name,
             "dataset": job.settings.source_name}, figures
 
 
@@ -378,7 +384,7 @@ def validate(job, epoch, global_step, logged=False):
         return figures
     job.logger.write(row, line)
     log_validation_media(job, global_step, figures, examples)  # wandb: a chart, images, a new best's predictions
-    if job.args.dump_rank_metrics:  # init: scored before any epoch
+    if job.settings.evaluation.dump_rank_metrics:  # init: scored before any epoch
         dump_rank_sums(job.out / "eval" / (f"epoch_{epoch}" if epoch >= 0 else "init"), task.global_sums(figures),
                        own, job.accelerator)
     return figures
@@ -414,7 +420,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validati
     (options, data), and whether the epoch's validation is still to come (an interrupt at its end)."""
     state = {"epoch": epoch, "step_in_epoch": 0 if epoch_end else global_step - epoch * job.steps_per_epoch,
              "global_step": global_step, "epoch_end": epoch_end, "world_size": job.accelerator.num_processes,
-             "options": resume_values(job.args), "data": job.data,
+             "options": resume_values(job.settings), "data": job.data,
              "validation_pending": validation_pending, "val_score": val_score, "tracker_run_id": job.tracker_run_id,
              "early_stop": job.patience.state(), "teacher": job.teacher and job.teacher.identity,
              "train_time_s": job.train_time.seconds(), "lr_found": job.lr_found, "batch": job.batch.record(),
@@ -426,7 +432,7 @@ def save_checkpoint(job, epoch, global_step, epoch_end, val_score=None, validati
     if job.frozen and job.accelerator.is_main_process:  # --lora: the frozen weights once, beside the checkpoints
         write_frozen(job.bare_model(), job.out / FROZEN_FILE, job.frozen)
     if job.accelerator.is_main_process:
-        checkpoints.prune(job.out, job.args.keep_last, job.args.keep_best)
+        checkpoints.prune(job.out, job.settings.checkpoints.keep_last, job.settings.checkpoints.keep_best)
     job.accelerator.print(f"checkpoint: {folder}")
 
 

@@ -103,26 +103,24 @@ def project_loader(folder, batch_size, workers, float_in_workers=False):
     """The project's train loader and what the training loop does to each batch before the model."""
     from torchvision.transforms import v2
 
-    from utils.config.options import parse_args
+    from utils.config.options import parse
     from utils.data.loading.loaders import build_dataloaders
-    from utils.config.settings import datasets_for, input_for
     from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
-    from utils.config.settings import typed_options
     from utils.data.transforms.batch import BatchInput
     from utils.data.transforms.images import Fixed
     from utils.run.accelerator import build_accelerator
 
-    args = parse_args(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
-                       "--num_workers", str(workers), "--val_fraction", "0.1"])
-    train, val, _, _ = datasets_for(args)
-    prepare = BatchInput.for_training(typed_options(args)["batch"], 10, 0, input_for(args).mean_std)
+    settings = parse(["--train_dir", str(folder), "--image_size", "224", "--batch_size", str(batch_size),
+                      "--num_workers", str(workers), "--val_fraction", "0.1"])
+    train, val, _, _ = settings.source.datasets(settings.data, settings.input, 0, 1)
+    prepare = BatchInput.for_training(settings.batch, 10, 0, settings.input.mean_std)
     if float_in_workers:  # the former pipeline: float32 normalised in the workers, nothing left to do after
         rows = train.dataset
         transform, size = rows.preset(0)
         rows.preset = Fixed(v2.Compose([transform, v2.ToDtype(torch.float32, scale=True),
                                         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]), size)
         prepare = None
-    loader, _ = build_dataloaders(build_accelerator(args), train, val, batch_size, workers)
+    loader, _ = build_dataloaders(build_accelerator(settings), train, val, batch_size, workers)
     return Epochs(loader), prepare
 
 
@@ -155,18 +153,15 @@ class Epochs:
 
 
 def stream_loader(shards, batch_size, workers):
-    from utils.config.options import parse_args
-    from utils.config.settings import datasets_for, input_for
-    from utils.data.sources.catalog import source_for
-    from utils.config.settings import typed_options
+    from utils.config.options import parse
     from utils.data.transforms.batch import BatchInput
     from utils.run.accelerator import build_accelerator
 
-    args = parse_args(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size",
-                       str(batch_size), "--num_workers", str(workers)])
-    train, val, names, _ = datasets_for(args)
-    loader, _ = source_for(typed_options(args)["data"]).loaders(build_accelerator(args), train, val, batch_size, workers)
-    return Epochs(loader), BatchInput.for_training(typed_options(args)["batch"], len(names), 0, input_for(args).mean_std)
+    settings = parse(["--dataset", str(shards), "--streaming", "--image_size", "224", "--batch_size", str(batch_size),
+                      "--num_workers", str(workers)])
+    train, val, names, _ = settings.source.datasets(settings.data, settings.input, 0, 1)
+    loader, _ = settings.source.loaders(build_accelerator(settings), train, val, batch_size, workers)
+    return Epochs(loader), BatchInput.for_training(settings.batch, len(names), 0, settings.input.mean_std)
 
 
 def stream_read_rate(shards, repeats=3):

@@ -10,16 +10,18 @@ import conftest  # noqa: F401  (puts the repo root on sys.path)
 import torch
 from torch.utils.data import Dataset
 
+from dataclasses import replace
+
 from train_classification import train_one_epoch
-from utils.config.settings import typed_options
+from utils.config.options import parse
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
-from utils.config.settings import input_for
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
 from utils.evaluation.tasks import SingleLabel, task_for
 from utils.reporting.progress import StepLogger
+from utils.run.batch_probe import given_batch, with_batch
 from utils.run.job import Job
 from utils.training.objective import Objective
 from utils.training.schedule import build_lr_scheduler, build_optimizer
@@ -45,27 +47,33 @@ class Points(Dataset):
         return {"pixel_values": x, "labels": int(self.y[i]), "valid": True, "source": "", "error": "", "index": i}
 
 
-def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False):
+def run_settings(argv):
+    """The Settings of `argv` with its batch plan in force on one process, as build_job would take it."""
+    settings = parse(argv)
+    return with_batch(settings, given_batch(settings, 1))
+
+
+def make_job(settings, accelerator, out, dataset, model=None, skip_bad_images=False):
     """A Job for train_one_epoch around `model` (default: a Linear one), SGD (the project's optimizer)
-    and its LR schedule. Built here in one place: Job's fields may change."""
+    and its LR schedule, for Settings `settings` (run_settings'). Built here in one place: Job's fields may change."""
     data = EpochSeeded(dataset, dataset.epoch)
-    train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
+    train_loader, _ = build_dataloaders(accelerator, data, data, settings.plan.micro, 0)
     torch.manual_seed(0)
     model = model or torch.nn.Linear(4, 3)
-    optimizer = build_optimizer(model, typed_options(args)["optimizer"])
-    steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
-    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch)
+    optimizer = build_optimizer(model, settings.optimizer)
+    steps_per_epoch = math.ceil(len(train_loader) / settings.plan.accumulation)
+    scheduler = build_lr_scheduler(optimizer, settings.schedule, steps_per_epoch)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     out.mkdir(parents=True, exist_ok=True)
-    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch,
-                        args.epochs * steps_per_epoch)
-    return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-               objective=Objective(typed_options(args)["losses"], task_for(False, 3)), train_loader=train_loader, val_loader=None,
+    logger = StepLogger(accelerator, out / "metrics.jsonl", settings.loop.log_every, steps_per_epoch,
+                        settings.schedule.epochs * steps_per_epoch)
+    return Job(accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
+               objective=Objective(settings.losses, task_for(False, 3)), train_loader=train_loader, val_loader=None,
                steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-               best_score=[], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, accelerator.process_index,
-                                                             input_for(args).mean_std),
-               task=SingleLabel(None, 3))
+               best_score=[], inputs=BatchInput.for_training(settings.batch, 3, accelerator.process_index,
+                                                             settings.input.mean_std),
+               task=SingleLabel(None, 3), settings=settings, batch=settings.plan)
 
 
 def epoch_order(loader, epoch):
@@ -93,5 +101,5 @@ def run_epoch(job, epoch, global_step, done_steps=0):
 
 
 def train_until(job, epoch, global_step, done_steps, stop_at):
-    job.args.max_train_steps = stop_at
+    job.settings = replace(job.settings, loop=replace(job.settings.loop, max_train_steps=stop_at))
     return run_epoch(job, epoch, global_step, done_steps)

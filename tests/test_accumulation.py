@@ -5,11 +5,9 @@ import torch
 from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
-from utils.config.options import parse_args
-from utils.config.settings import typed_options
+from loop_harness import run_settings
 from utils.core.preemption import StopRequest
 from utils.core.seeding import EpochSeeded
-from utils.config.settings import input_for
 from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
@@ -35,23 +33,23 @@ class Points(Dataset):
 
 def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state):
     # 64 samples, batch 8 -> 8 micro-batches; accumulation 3 -> groups of 3, 3 and a short 2.
-    args = parse_args(["--batch_size", "8", "--grad_accum_steps", "3", "--lr", "0.5", "--min_lr", "0.5",
+    settings = run_settings(["--batch_size", "8", "--grad_accum_steps", "3", "--lr", "0.5", "--min_lr", "0.5",
                        "--warmup_epochs", "0", "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0",
                        "--epochs", "1", "--num_workers", "0"])
-    accelerator = build_accelerator(args)
+    accelerator = build_accelerator(settings)
     data = EpochSeeded(Points(), torch.zeros((), dtype=torch.int64))
-    train_loader, _ = build_dataloaders(accelerator, data, data, args.batch_size, 0)
+    train_loader, _ = build_dataloaders(accelerator, data, data, settings.plan.micro, 0)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     reference = torch.nn.Linear(4, 3)
     reference.load_state_dict(model.state_dict())
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch=3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings.optimizer.lr)
+    scheduler = build_lr_scheduler(optimizer, settings.schedule, steps_per_epoch=3)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
-    job = Job(args, accelerator, model, optimizer, scheduler, Objective(typed_options(args)["losses"], task_for(False, 3)),
+    job = Job(accelerator, model, optimizer, scheduler, Objective(settings.losses, task_for(False, 3)),
               train_loader, None, 3, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
-              StopRequest(), [], [], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, 0, input_for(args).mean_std))
+              StopRequest(), [], [], settings=settings, inputs=BatchInput.for_training(settings.batch, 3, 0, settings.input.mean_std))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

@@ -5,11 +5,10 @@ import copy
 
 import pytest
 import torch
-from loop_harness import make_job
+from loop_harness import make_job, run_settings
 from torch.utils.data import Dataset
 
 from train_classification import train_one_epoch
-from utils.config.options import parse_args
 from utils.run.accelerator import build_accelerator
 
 
@@ -33,14 +32,14 @@ class HalfBroken(Dataset):
 
 def one_step(tmp_path, bad):
     """One optimizer step (batch 8 = the whole set) of a BatchNorm model; returns (job, model before)."""
-    args = parse_args(["--batch_size", "8", "--lr", "0.5", "--min_lr", "0.5", "--warmup_epochs", "0",
-                       "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0", "--epochs", "1",
+    settings = run_settings(["--batch_size", "8", "--lr", "0.5", "--min_lr", "0.5", "--warmup_epochs", "0",
+                           "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0", "--epochs", "1",
                        "--num_workers", "0", "--skip_bad_images"])
-    accelerator = build_accelerator(args)
+    accelerator = build_accelerator(settings)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
     before = copy.deepcopy(model)
-    job = make_job(args, accelerator, tmp_path, HalfBroken(bad), model=model, skip_bad_images=True)
+    job = make_job(settings, accelerator, tmp_path, HalfBroken(bad), model=model, skip_bad_images=True)
     assert train_one_epoch(job, 0, 0) == (1, True, False)
     return job, before
 
@@ -86,14 +85,14 @@ def test_the_logged_train_loss_weighs_each_micro_batch_by_the_images_it_trained_
     from conftest import read_jsonl
     from loop_harness import epoch_order
 
-    args = parse_args(["--batch_size", "4", "--grad_accum_steps", "2", "--label_smoothing", "0", "--epochs", "1",
+    settings = run_settings(["--batch_size", "4", "--grad_accum_steps", "2", "--label_smoothing", "0", "--epochs", "1",
                        "--warmup_epochs", "0", "--num_workers", "0", "--skip_bad_images", "--log_every", "1"])
-    accelerator = build_accelerator(args)
+    accelerator = build_accelerator(settings)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
     before = copy.deepcopy(model).train()
     data = Indexed(set())
-    job = make_job(args, accelerator, tmp_path, data, model=model, skip_bad_images=True)
+    job = make_job(settings, accelerator, tmp_path, data, model=model, skip_bad_images=True)
     first, second = epoch_order(job.train_loader, 0)
     data.bad = set(first[:2])
     assert train_one_epoch(job, 0, 0) == (1, True, False)

@@ -204,11 +204,16 @@ def test_the_plan_is_in_force_wherever_the_batch_is_read():
     from utils.run.batch_probe import take_batch
     from utils.training.schedule import effective_lr
 
-    args, settings = parse([*BASE, "--global_batch_size", "16", "--batch_size", "4", "--lr", "0.4",
-                            "--lr_scale_batch", "16"])
+    from utils.config.options import flat_options, resume_values
+
+    settings = parse([*BASE, "--global_batch_size", "16", "--batch_size", "4", "--lr", "0.4", "--lr_scale_batch", "16"])
     accelerator = types.SimpleNamespace(gradient_accumulation_steps=1, print=lambda *_: None)
-    settings, plan = take_batch(args, settings, accelerator, plan_for(16, 1, 4))
-    assert (args.batch_size, args.grad_accum_steps, accelerator.gradient_accumulation_steps) == (4, 4, 4)
+    plan = plan_for(16, 1, 4)
+    settings = take_batch(settings, accelerator, plan)
+    assert settings.plan == plan and accelerator.gradient_accumulation_steps == 4
+    options = flat_options(settings)  # what config.yaml, the dashboards and the checkpoints record
+    assert (options["batch_size"], options["grad_accum_steps"], options["global_batch_size"]) == (4, 4, 16)
+    assert (resume_values(settings)["batch_size"], resume_values(settings)["grad_accum_steps"]) == (4, 4)
     assert (settings.optimizer.batch_size, settings.optimizer.grad_accum_steps) == (4, 4)
     assert (settings.data.batch_size, settings.data.grad_accum_steps) == (4, 4)
     assert effective_lr(settings.optimizer, 1) == pytest.approx(0.4)  # 4 x 4 x 1 = the 16 it was tuned for

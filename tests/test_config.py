@@ -104,7 +104,7 @@ def test_recipe_sets_defaults_and_command_line_wins(tmp_path):
 
 def test_saved_config_reads_back_identically(tmp_path):
     args = parse_args(["--lr", "0.3", "--lr_schedule", "step", "--lr_milestones", "5", "10", "--seed", "7"])
-    save_config(args, tmp_path / "config.yaml")
+    save_config(vars(args), tmp_path / "config.yaml")
     again = parse_args(["--config", str(tmp_path / "config.yaml")])
     assert vars(again) == {**vars(args), "config": str(tmp_path / "config.yaml")}
 
@@ -113,7 +113,7 @@ def test_saved_config_with_mean_and_std_reads_back_identically(tmp_path):
     # --mean/--std take numbers or auto: a run's config.yaml holding them is a recipe too (best.yaml of tune.py is one)
     for mean, std in (([0.5, 0.4, 0.3], [0.2, 0.2, 0.25]), (["auto"], ["auto"])):
         args = parse_args(["--data_dir", str(tmp_path), "--mean", *map(str, mean), "--std", *map(str, std)])
-        save_config(args, tmp_path / "config.yaml")
+        save_config(vars(args), tmp_path / "config.yaml")
         again = parse_args(["--config", str(tmp_path / "config.yaml")])
         assert (again.mean, again.std) == (mean, std)
 
@@ -293,10 +293,48 @@ def test_every_typed_option_is_read_from_its_own_option():
               "train_crop_scale", "train_crop_ratio", "probe_lrs", "probe_weight_decays"}  # kept as tuples
     args = argparse.Namespace(**{key: [value] if key in listed else value for key, value in markers.items()})
     typed = typed_options(args)
-    assert sorted(typed) == ["balance", "batch", "data", "folder", "input_options", "losses", "model", "optimizer",
-                             "probe", "schedule", "trackers"]
+    assert sorted(typed) == ["balance", "batch", "batch_size", "checkpoints", "data", "early_stop", "end", "evaluation",
+                             "folder", "input_options", "launch", "loop", "losses", "model", "optimizer", "probe",
+                             "range_test", "schedule", "trackers"]
     for kind, options in typed.items():
         for field in dataclasses.fields(options):
             option = RENAMED.get((kind, field.name), field.name)
             expected = (markers[option],) if option in listed else markers[option]
             assert getattr(options, field.name) == expected, (kind, field.name)
+
+
+def test_every_option_has_a_typed_home_and_reads_back_by_its_name():
+    """The run's configuration is the only currency below the parser: every option is a field of a section of the
+    Settings, and flat_options turns them back into the option names, in the parser's order, lists as lists (what
+    config.yaml, the checkpoints' resume values and the dashboards' config are written from)."""
+    import argparse
+    import dataclasses
+
+    from utils.config.options import flat_options, parser_defaults
+    from utils.config.settings import TYPED, typed_options
+
+    markers = {key: f"<{key}>" for key in parser_defaults() if key != "help"}
+    listed = {"opt_betas", "opt_kwargs", "lr_milestones", "wandb_tags", "mean", "std", "bands", "progressive_resize",
+              "train_crop_scale", "train_crop_ratio", "probe_lrs", "probe_weight_decays", "metrics", "class_names",
+              "lora_targets"}
+    args = argparse.Namespace(**{key: [value] if key in listed else value for key, value in markers.items()})
+    settings = argparse.Namespace(**typed_options(args))  # the sections alone (the derived fields: parse's)
+    flat = flat_options(settings)
+    assert list(flat) == list(markers)  # every option, in the parser's order
+    assert flat == vars(args)
+    homes = {}
+    for name, kind in TYPED.items():
+        for field in dataclasses.fields(kind):
+            homes.setdefault(RENAMED.get((name, field.name), field.name), []).append(name)
+    assert set(homes) == set(markers)
+
+
+def test_the_settings_of_a_command_line_are_its_namespace_read_back():
+    """parse's Settings hold what argparse read, the model filled in: flat_options of them is the namespace."""
+    from utils.config.options import flat_options, get_args_parser, parse
+
+    for argv in ([], ["--metrics", "f1", "--lr", "0.3", "--grad_accum_steps", "2", "--wandb_tags", "a", "b"]):
+        settings = parse(argv)
+        args = get_args_parser().parse_args(argv)
+        args.model = settings.model.name
+        assert flat_options(settings) == vars(args)

@@ -25,7 +25,7 @@ SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16
 def data_options(**changes):
     from utils.config.options import parse
 
-    _, settings = parse(["--max_train_samples", "301"])
+    settings = parse(["--max_train_samples", "301"])
     return dataclasses.replace(settings.data, **changes)
 
 
@@ -144,7 +144,7 @@ def test_each_fold_is_launched_on_the_cut_the_driver_reads(tmp_path):
     cv = CrossValidation(tmp_path, 3, 3, sys.executable, tuple(SMALL))
     for fold in range(3):
         command = cv.command(fold)
-        _, settings = parse(command[command.index(str(SCRIPT)) + 1:])
+        settings = parse(command[command.index(str(SCRIPT)) + 1:])
         assert (settings.data.folds, settings.data.fold, settings.data.fold_seed) == (3, fold, 3)
         launched = remake(train, None, settings.data)[2].held_index
         assert launched == driver[fold].held_index and launched != default[fold].held_index
@@ -184,7 +184,7 @@ def test_a_file_a_fold_skips_as_unreadable_is_named_and_the_others_keep_their_pi
     broken_place = 25
     cv = CrossValidation(out, 3, 0, sys.executable, tuple(base))
     for fold in range(3):  # the fold that holds it out
-        _, settings = parse([*base, "--folds", "3", "--fold", str(fold)])
+        settings = parse([*base, "--folds", "3", "--fold", str(fold)])
         _, val, _, _ = settings.source.datasets(settings.data, settings.input)
         names = settings.source.remade.held_out
         if str(broken) in names:
@@ -303,7 +303,7 @@ def rescored(folder, argv, ema=False, checkpoint=None):
     from utils.run.trained import load_run
 
     run, model = load_run(folder, ema=ema, checkpoint=checkpoint)
-    _, settings = parse([str(a) for a in argv])
+    settings = parse([str(a) for a in argv])
     _, val, _, _ = settings.source.datasets(settings.data, settings.input)
     pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
     with torch.no_grad():

@@ -26,7 +26,7 @@ def adapted(name, *options, size=32, log=None):
     from utils.config.options import parse
     from utils.models.libraries import add_adapters, build_model
 
-    _, settings = parse(["--model", name, "--image_size", str(size), "--pretrained", "--lora", *options])
+    settings = parse(["--model", name, "--image_size", str(size), "--pretrained", "--lora", *options])
     torch.manual_seed(0)
     model = build_model(name, num_classes=3, class_names=["a", "b", "c"])
     plain = {k: v.clone() for k, v in model.state_dict().items()}

@@ -211,15 +211,15 @@ def test_fsdp_refuses_what_tries_steps_before_the_run(extra, said, monkeypatch):
 
     from accelerate.utils import DistributedType
 
-    from utils.config.options import parse_args
+    from utils.config.options import parse
     from utils.run.accelerator import check_fsdp
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     fsdp = types.SimpleNamespace(distributed_type=DistributedType.FSDP,
                                  state=types.SimpleNamespace(fsdp_plugin=types.SimpleNamespace(fsdp_version=2)))
-    problem = check_fsdp(parse_args([*BASE, *extra]), fsdp)
+    problem = check_fsdp(parse([*BASE, *extra]), fsdp)
     assert problem is not None and problem.startswith(said), problem
-    assert check_fsdp(parse_args(BASE), fsdp) is None  # the plain run is FSDP's to train
+    assert check_fsdp(parse(BASE), fsdp) is None  # the plain run is FSDP's to train
 
 
 def test_lr_auto_on_a_curve_that_holds_no_lr_is_one_line_and_trains_nothing(tmp_path, capsys):

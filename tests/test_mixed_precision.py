@@ -12,10 +12,8 @@ initial scale overflows fp16 in the first backward, so the scaler skips optimize
 import pytest
 import torch
 from conftest import read_jsonl
-from loop_harness import Points, assert_bitwise_equal, make_job, run_epoch, snapshot, train_until
+from loop_harness import Points, assert_bitwise_equal, make_job, run_epoch, run_settings, snapshot, train_until
 
-from utils.config.options import parse_args
-from utils.config.settings import typed_options
 from utils.run.accelerator import build_accelerator
 from utils.training.schedule import build_lr_scheduler
 
@@ -23,8 +21,8 @@ INIT_SCALE = 2.0 ** 40  # fp16 tops out at 65504: the scaled gradients of step 1
 BACKOFF = 2.0 ** -30  # one overflow brings the scale down to 1024, where nothing overflows any more
 
 
-def fp16_accelerator(args):
-    accelerator = build_accelerator(args)
+def fp16_accelerator(settings):
+    accelerator = build_accelerator(settings)
     assert accelerator.mixed_precision == "fp16"
     # On a CPU, Accelerate 1.15 leaves scaler None and native_amp False; on a GPU it made its own scaler,
     # replaced here by one that surely overflows at step 1.
@@ -33,10 +31,10 @@ def fp16_accelerator(args):
     return accelerator
 
 
-def schedule(args, steps_per_epoch, steps):
+def schedule(settings, steps_per_epoch, steps):
     """The LR after each of `steps` scheduler steps, from the project's schedule on a throwaway optimizer."""
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr)
-    scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=settings.optimizer.lr)
+    scheduler = build_lr_scheduler(optimizer, settings.schedule, steps_per_epoch)
     lrs = []
     for _ in range(steps):
         optimizer.step()
@@ -48,13 +46,13 @@ def schedule(args, steps_per_epoch, steps):
 # torch warns when a scheduler steps before its optimizer ever did: here that is the very point.
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")
 def test_a_step_skipped_by_loss_scaling_still_steps_the_schedule(tmp_path, fresh_accelerate_state):
-    args = parse_args(["--mixed_precision", "fp16", "--batch_size", "8", "--lr", "0.5", "--momentum", "0.9",
+    settings = run_settings(["--mixed_precision", "fp16", "--batch_size", "8", "--lr", "0.5", "--momentum", "0.9",
                        "--warmup_epochs", "0.5", "--epochs", "2", "--label_smoothing", "0", "--num_workers", "0",
                        "--log_every", "1"])
-    accelerator = fp16_accelerator(args)
-    job = make_job(args, accelerator, tmp_path, Points())
+    accelerator = fp16_accelerator(settings)
+    job = make_job(settings, accelerator, tmp_path, Points())
     steps = job.steps_per_epoch
-    expected = schedule(args, steps, 2 * steps)
+    expected = schedule(settings, steps, 2 * steps)
     assert steps == 8 and len(set(expected)) == 2 * steps  # the LR changes at every step: a missed one shows
 
     start = snapshot(job)

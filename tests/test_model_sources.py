@@ -103,7 +103,7 @@ def test_timm_and_hf_models_give_logits_for_our_classes_and_their_own_heads(tiny
 def test_freeze_backbone_trains_the_librarys_head_only(tiny_vit):
     for name in ("timm/resnet18", f"hf/{tiny_vit}"):
         model = build_model(name, num_classes=3)
-        chosen = parse(["--model", name, "--freeze_backbone", "--image_size", "16"])[1].model
+        chosen = parse(["--model", name, "--freeze_backbone", "--image_size", "16"]).model
         initialise(model, chosen, log=lambda _: None)
         trainable = [p for p in model.parameters() if p.requires_grad]
         assert trainable and {id(p) for p in trainable} == {id(p) for p in classifier_parameters(model, name)}
@@ -267,7 +267,7 @@ def test_a_vit_fine_tuned_at_another_size_predicts_exports_and_loads_at_it(model
     moved = shutil.copytree(out, tmp_path / "elsewhere" / "run")
     shutil.rmtree(out)
     folders = ("--train_dir", images / "tr", "--val_dir", images / "va")
-    _, settings = parse([str(a) for a in (*folders, "--model", name, *sizes)])
+    settings = parse([str(a) for a in (*folders, "--model", name, *sizes)])
     _, val, _, _ = settings.source.datasets(settings.data, settings.input)
     pixels = torch.stack([val[i]["pixel_values"] for i in range(len(val))])
     assert pixels.shape[-1] == side
@@ -344,7 +344,7 @@ def test_init_from_a_vit_run_at_another_size_resamples_its_position_embeddings(t
     torch.manual_seed(0)
     small = build_model("timm/test_vit", 7, image_size=ImageSize(64)).state_dict()
     save_file(small, tmp_path / "model.safetensors")
-    _, settings = parse(["--model", "timm/test_vit", "--dataset", "synthetic", "--image_size", "96", "--num_classes",
+    settings = parse(["--model", "timm/test_vit", "--dataset", "synthetic", "--image_size", "96", "--num_classes",
                          "7", "--init_from", str(tmp_path)])
     model = build_model("timm/test_vit", 7, image_size=ImageSize(96))
     initialise(model, settings.model, log=print)

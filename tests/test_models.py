@@ -94,7 +94,7 @@ def test_init_from_a_state_with_auxiliary_heads_says_they_are_not_used(tmp_path)
     reference = torchvision_pretrained_layout("googlenet", num_classes=1000)
     torch.save(reference.state_dict(), tmp_path / "googlenet.pth")
     model, lines = build_model("googlenet", num_classes=4), []
-    initialise(model, parse(["--model", "googlenet", "--init_from", str(tmp_path / "googlenet.pth")])[1].model,
+    initialise(model, parse(["--model", "googlenet", "--init_from", str(tmp_path / "googlenet.pth")]).model,
                log=lines.append)
     assert lines == ["init_from: weights loaded; re-initialised (other shape): fc.bias, fc.weight; "
                      "auxiliary classifiers not used: aux1, aux2"]

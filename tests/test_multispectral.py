@@ -135,8 +135,8 @@ def test_statistics_are_the_whole_splits_on_one_process(bands, tmp_path):
     from utils.config.options import parse
     from utils.data.loading.statistics import channel_statistics
 
-    args, settings = parse([str(a) for a in job(bands, "tif", tmp_path / "o", 0, "--mean", "auto", "--bands", "5",
-                                                   "2", "3", "--pixel_max", "40000")])
+    settings = parse([str(a) for a in job(bands, "tif", tmp_path / "o", 0, "--mean", "auto", "--bands", "5", "2", "3",
+                                          "--pixel_max", "40000")])
     inp = settings.input
     assert inp.mean_std == "auto" and inp.channels == 3 and inp.bands == (5, 2, 3) and inp.pixel_max == 40000
     train, _, _, _ = settings.source.datasets(settings.data, inp)
@@ -263,7 +263,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
         monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
         url = torchvision.models.get_model_weights(name).DEFAULT.url
         state = fake_pretrained(rgb, tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1])
-    chosen = parse(["--model", name, "--pretrained"])[1].model
+    chosen = parse(["--model", name, "--pretrained"]).model
     lines = []
     image = torch.rand(2, 1, 64, 64)
     rgb_image = image.expand(-1, 3, -1, -1)
@@ -354,7 +354,7 @@ def test_a_save_to_disk_folder_of_tiff_bytes_keeps_its_bands(tmp_path):
     splits = load_spectral_digits()
     small = datasets.DatasetDict({name: split.select(range(12)) for name, split in splits.items()})
     small.save_to_disk(tmp_path / "ds")
-    args, settings = parse(["--dataset", str(tmp_path / "ds"), "--image_size", "32", "--bands", "4", "1"])
+    settings = parse(["--dataset", str(tmp_path / "ds"), "--image_size", "32", "--bands", "4", "1"])
     assert (settings.input.channels, settings.input.file_format, settings.input.mean_std) == (2, (6, "uint16"), "auto")
     train, _, _, _ = settings.source.datasets(settings.data, settings.input)
     first = small["train"].cast_column("image", datasets.Image(decode=False))[0]["image"]["bytes"]

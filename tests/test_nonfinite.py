@@ -8,10 +8,10 @@ a tiny dataset whose samples of exactly one known optimizer step are NaN.
 import pytest
 import torch
 from conftest import read_jsonl
-from loop_harness import Points, assert_bitwise_equal, epoch_order, make_job, run_epoch, snapshot, train_until
+from loop_harness import (Points, assert_bitwise_equal, epoch_order, make_job, run_epoch, run_settings, snapshot,
+                          train_until)
 
 from train_classification import NonFiniteLoss, train_one_epoch
-from utils.config.options import parse_args
 from utils.run.accelerator import build_accelerator
 
 BATCH = 8
@@ -20,15 +20,15 @@ BATCH = 8
 def arguments(*extra):
     # Momentum and weight decay on: a step that moved anything would show in weights or momentum buffers.
     # A schedule that changes every step (warmup, then cosine), so that "the scheduler stepped" shows in the LR.
-    return parse_args(["--batch_size", str(BATCH), "--lr", "0.5", "--momentum", "0.9", "--weight_decay", "0.01",
-                       "--warmup_epochs", "0.5", "--epochs", "2", "--label_smoothing", "0", "--num_workers", "0",
-                       "--log_every", "1", *map(str, extra)])
+    return run_settings(["--batch_size", str(BATCH), "--lr", "0.5", "--momentum", "0.9", "--weight_decay", "0.01",
+                         "--warmup_epochs", "0.5", "--epochs", "2", "--label_smoothing", "0", "--num_workers", "0",
+                         "--log_every", "1", *map(str, extra)])
 
 
 def poison_step(job, dataset, epoch, step_in_epoch):
     """Make every sample of optimizer step `step_in_epoch` (1-based) of `epoch` NaN; returns its indices."""
     micro = epoch_order(job.train_loader, epoch)
-    g = job.args.grad_accum_steps
+    g = job.settings.plan.accumulation
     group = micro[(step_in_epoch - 1) * g:step_in_epoch * g]
     # Poison only the last micro-batch of the group: the clean micro-batches before it are dropped too.
     dataset.poison = {(epoch, i) for i in group[-1]}
@@ -40,10 +40,10 @@ def poison_step(job, dataset, epoch, step_in_epoch):
 def test_a_skipped_step_changes_nothing_and_the_schedule_goes_on(tmp_path, fresh_accelerate_state, accum):
     # batch 8: 8 micro-batches an epoch; accumulation 2: 4 optimizer steps. Epoch 1 (the second), so that
     # the step before the poisoned one has momentum buffers to keep.
-    args = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", accum)
-    accelerator = build_accelerator(args)
+    settings = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", accum)
+    accelerator = build_accelerator(settings)
     dataset = Points()
-    job = make_job(args, accelerator, tmp_path / "poisoned", dataset)
+    job = make_job(settings, accelerator, tmp_path / "poisoned", dataset)
     clean = make_job(arguments("--grad_accum_steps", accum), accelerator, tmp_path / "clean", Points())
     steps = job.steps_per_epoch
     assert steps == 8 // accum
@@ -80,10 +80,10 @@ def test_a_skipped_step_changes_nothing_and_the_schedule_goes_on(tmp_path, fresh
 
 
 def test_without_the_allowance_the_nan_stops_training_naming_the_step(tmp_path, fresh_accelerate_state):
-    args = arguments("--skip_nonfinite_steps", "0")
-    accelerator = build_accelerator(args)
+    settings = arguments("--skip_nonfinite_steps", "0")
+    accelerator = build_accelerator(settings)
     dataset = Points()
-    job = make_job(args, accelerator, tmp_path, dataset)
+    job = make_job(settings, accelerator, tmp_path, dataset)
     poison_step(job, dataset, epoch=0, step_in_epoch=5)
     with pytest.raises(NonFiniteLoss, match=r"non-finite loss at global step 5;"):
         train_one_epoch(job, 0, 0)
@@ -94,10 +94,10 @@ def test_without_the_allowance_the_nan_stops_training_naming_the_step(tmp_path, 
 
 def test_the_allowance_counts_steps_not_micro_batches(tmp_path, fresh_accelerate_state):
     # Both micro-batches of one accumulated step are NaN: that is one skipped step, within an allowance of 1.
-    args = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", "2")
-    accelerator = build_accelerator(args)
+    settings = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", "2")
+    accelerator = build_accelerator(settings)
     dataset = Points()
-    job = make_job(args, accelerator, tmp_path, dataset)
+    job = make_job(settings, accelerator, tmp_path, dataset)
     micro = epoch_order(job.train_loader, 0)
     dataset.poison = {(0, i) for i in micro[2] + micro[3]}  # optimizer step 2
     assert run_epoch(job, 0, 0) == (4, True)
@@ -126,11 +126,11 @@ def test_a_skipped_step_leaves_batchnorm_statistics_and_the_ema_as_they_were(tmp
     the skipped step's first micro-batch; training goes on finite."""
     from utils.models.ema import build_ema
 
-    args = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", accum, "--model_ema", "--model_ema_decay",
+    settings = arguments("--skip_nonfinite_steps", "1", "--grad_accum_steps", accum, "--model_ema", "--model_ema_decay",
                      "0.5", "--no-model_ema_warmup")
-    accelerator = build_accelerator(args)
+    accelerator = build_accelerator(settings)
     dataset = Points()
-    job = make_job(args, accelerator, tmp_path, dataset, model=batchnorm_model())
+    job = make_job(settings, accelerator, tmp_path, dataset, model=batchnorm_model())
     job.ema = build_ema(job.bare_model(), accelerator.device, decay=0.5, warmup=False)
     poison_step(job, dataset, epoch=0, step_in_epoch=3)
     assert train_until(job, 0, 0, 0, 2) == (2, False)

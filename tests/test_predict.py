@@ -215,7 +215,7 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
     pixels its validation set gives it, bit for bit; a train transform (random crop, flip) would not."""
     from conftest import make_folder
 
-    from utils.config.options import parse
+    from utils.config.options import flat_namespace, parse
     from utils.config.settings import datasets_for
     from utils.data.sources.image_files import load_splits
     from utils.inference import eval_dataset
@@ -223,11 +223,12 @@ def test_an_image_folder_runs_files_are_read_as_its_validation_reads_them(tmp_pa
 
     for split in ("tr", "va"):
         make_folder(tmp_path / split, {"cat": 3, "dog": 3}, size=(40, 30), noise=60)
-    args, settings = parse(["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va"), "--image_size",
-                            "16", "--crop_pct", "0.8"])
+    settings = parse(["--train_dir", str(tmp_path / "tr"), "--val_dir", str(tmp_path / "va"), "--image_size", "16",
+                      "--crop_pct", "0.8"])
+    args = flat_namespace(settings)
     _, val, _, _ = datasets_for(args)
     paths = [image["path"] for image in load_splits(args)[1].data.column("image").to_pylist()]
-    files, _ = eval_dataset(trained_run(args, settings, ["cat", "dog"]), paths)
+    files, _ = eval_dataset(trained_run(settings, ["cat", "dog"]), paths)
     assert len(files) == len(val) == 6
     for i in range(6):
         assert files[i]["pixel_values"].shape == (3, 16, 16)

@@ -320,17 +320,17 @@ def test_a_checkpoint_made_before_the_crop_options_continues_with_the_crop_it_wa
         return folder
 
     old, new = state(tmp_path / "old"), state(tmp_path / "new", train_crop_scale=None, train_crop_ratio=None)
-    args, settings = parse(["--train_dir", "x", "--image_size", "32"])
+    settings = parse(["--train_dir", "x", "--image_size", "32"])
     said = []
-    kept = as_checkpointed(settings, args, old, said.append)
+    kept = as_checkpointed(settings, old, said.append)
     assert (kept.input.train_crop_scale, kept.input.train_crop_ratio) == ((0.08, 1.0), (3 / 4, 4 / 3))
     assert kept.input.crop_box(MultiHot(3)) == ((0.08, 1.0), (3 / 4, 4 / 3))  # whatever the labels turn out to be
     assert len(said) == 1 and said[0].startswith(f"resume: {old} was made before --train_crop_scale and "
                                                  f"--train_crop_ratio existed")
-    assert as_checkpointed(settings, args, new, said.append) is settings  # it records them: its options hold
-    assert as_checkpointed(settings, args, None, said.append) is settings  # a fresh start
-    args, settings = parse(["--train_dir", "x", "--image_size", "32", "--train_crop_scale", "0.5", "1"])
-    kept = as_checkpointed(settings, args, old, said.append)  # the scale given, the ratio as it was
+    assert as_checkpointed(settings, new, said.append) is settings  # it records them: its options hold
+    assert as_checkpointed(settings, None, said.append) is settings  # a fresh start
+    settings = parse(["--train_dir", "x", "--image_size", "32", "--train_crop_scale", "0.5", "1"])
+    kept = as_checkpointed(settings, old, said.append)  # the scale given, the ratio as it was
     assert (kept.input.train_crop_scale, kept.input.train_crop_ratio) == ((0.5, 1.0), (3 / 4, 4 / 3))
-    args, settings = parse(["--dataset", "digits"])  # no random-resized crop to keep
-    assert as_checkpointed(settings, args, old, said.append) is settings and len(said) == 2
+    settings = parse(["--dataset", "digits"])  # no random-resized crop to keep
+    assert as_checkpointed(settings, old, said.append) is settings and len(said) == 2

@@ -210,7 +210,7 @@ def folder_job(folders, out, *extra):
 def test_the_linear_probe_on_the_cache_is_the_head_trained_on_features_computed_on_the_fly(folders, tmp_path):
     from safetensors.torch import load_file
 
-    from utils.config.options import parse
+    from utils.config.options import flat_namespace, parse, parse_args
     from utils.config.settings import datasets_for
     from utils.inference import EvalGraph, load_run
     from utils.training.probes import fit_linear
@@ -219,10 +219,9 @@ def test_the_linear_probe_on_the_cache_is_the_head_trained_on_features_computed_
     results = run_main(folder_job(folders, out))
     # The training images as the validation sees them (a run whose validation split is the training folder), and the
     # validation images; their features by the run's frozen weights, computed here; the same sweep trained on them.
-    args, settings = parse([str(a) for a in folder_job(folders, tmp_path / "x")[:-2]] + ["--val_dir",
-                                                                                           str(folders / "tr")])
-    _, train, _, _ = datasets_for(args)
-    _, val, _, _ = datasets_for(parse([str(a) for a in folder_job(folders, tmp_path / "y")])[0])
+    settings = parse([str(a) for a in folder_job(folders, tmp_path / "x")[:-2]] + ["--val_dir", str(folders / "tr")])
+    _, train, _, _ = datasets_for(flat_namespace(settings))
+    _, val, _, _ = datasets_for(parse_args([str(a) for a in folder_job(folders, tmp_path / "y")]))
     features = {}
     for name, dataset in (("train", train), ("val", val)):
         assert_features_of(out, dataset, cache(out, name))
@@ -322,10 +321,10 @@ def test_the_start_up_line_says_what_the_run_does(probe, eval_only, said):
 
     from utils.reporting.progress import start_line
 
-    job = SimpleNamespace(settings=SimpleNamespace(probe=SimpleNamespace(probe=probe), source_name="digits",
-                                                   sample_unit="images"),
-                          accelerator=SimpleNamespace(num_processes=1, device=torch.device("cpu")),
-                          args=SimpleNamespace(model="resnet18", eval_only=eval_only), class_names=["a", "b"],
+    settings = SimpleNamespace(probe=SimpleNamespace(probe=probe), source_name="digits", sample_unit="images",
+                               model=SimpleNamespace(name="resnet18"), folder=SimpleNamespace(eval_only=eval_only))
+    job = SimpleNamespace(settings=settings, accelerator=SimpleNamespace(num_processes=1, device=torch.device("cpu")),
+                          class_names=["a", "b"],
                           task=SimpleNamespace(note=""), steps_per_epoch=23, out="out")
     line = start_line(job, 1437, 360, 2)
     assert line.startswith("resnet18 on digits: 1437 train / 360 val images, 2 classes, 1 process(es) on cpu")

@@ -210,20 +210,30 @@ def test_every_option_declares_whether_a_resumed_run_must_keep_it():
     assert not {"output_dir", "resume", "log_every", "val_every", "keep_last", "report_to", "num_workers"} & set(keys)
 
 
+def options_kept(args):
+    """resume_values of the Settings sections that the options namespace `args` types into."""
+    from types import SimpleNamespace
+
+    from utils.config.options import resume_values
+    from utils.config.settings import typed_options
+
+    return resume_values(SimpleNamespace(**typed_options(args)))
+
+
 def test_a_changed_value_of_any_resume_key_is_refused_naming_it():
-    from utils.config.options import parse_args, resume_keys, resume_values
+    from utils.config.options import parse_args, resume_keys
     from utils.training.run_folder import FolderError, _check_options
 
     args, keys = parse_args([]), resume_keys()
-    state = {"options": resume_values(args), "world_size": 1}
-    _check_options(resume_values(args), state, 1)  # the same values: accepted
+    state = {"options": options_kept(args), "world_size": 1}
+    _check_options(options_kept(args), state, 1)  # the same values: accepted
     for key in keys:
         changed = parse_args([])
         setattr(changed, key, ("another value", getattr(args, key)))
         with pytest.raises(FolderError, match=rf"other values of: {key} \("):
-            _check_options(resume_values(changed), state, 1)
+            _check_options(options_kept(changed), state, 1)
     with pytest.raises(FolderError, match=r"other values of: world size \(1 -> 2\)"):
-        _check_options(resume_values(args), state, 2)
+        _check_options(options_kept(args), state, 2)
 
 
 FILES = ("--train_dir", "{d}/tr", "--val_dir", "{d}/va")  # .npy files of 4 uint16 bands: --bands, --pixel_max apply
@@ -255,7 +265,7 @@ def test_the_long_tail_band_and_crop_options_are_resume_keys(key, before, after,
 
     import numpy as np
 
-    from utils.config.options import parse_args, resume_values
+    from utils.config.options import parse_args
     from utils.training.run_folder import FolderError, _check_options
 
     for split in ("tr", "va"):
@@ -267,20 +277,20 @@ def test_the_long_tail_band_and_crop_options_are_resume_keys(key, before, after,
 
     recorded, same, changed = parse_args(argv(before)), parse_args(argv(before)), parse_args(argv(after))
     assert getattr(recorded, key) != getattr(changed, key)  # the two commands differ in this option
-    state = json.loads(json.dumps({"options": resume_values(recorded), "world_size": 1}))
-    _check_options(resume_values(same), state, 1)
+    state = json.loads(json.dumps({"options": options_kept(recorded), "world_size": 1}))
+    _check_options(options_kept(same), state, 1)
     with pytest.raises(FolderError, match=rf"other values of: {key} \("):
-        _check_options(resume_values(changed), state, 1)
+        _check_options(options_kept(changed), state, 1)
 
 
 def test_a_checkpoint_written_before_an_option_became_a_resume_key_still_resumes():
     """Checkpoints written before the augmentation switches were resume keys recorded none of them."""
-    from utils.config.options import parse_args, resume_values
+    from utils.config.options import parse_args
     from utils.training.run_folder import _check_options
 
-    old = {"options": {key: value for key, value in resume_values(parse_args([])).items() if key not in AUGMENTATION},
+    old = {"options": {key: value for key, value in options_kept(parse_args([])).items() if key not in AUGMENTATION},
            "world_size": 1}
-    _check_options(resume_values(parse_args(["--mixup_alpha", "0.2", "--no_hflip"])), old, 1)
+    _check_options(options_kept(parse_args(["--mixup_alpha", "0.2", "--no_hflip"])), old, 1)
 
 
 class FakeAccelerator:
@@ -375,8 +385,8 @@ def test_every_option_that_changes_what_is_optimised_is_a_resume_key(fresh_accel
     base = [*TINY, "--output_dir", "unused"]
 
     def optimised(argv):
-        args, settings = parse(argv)
-        model, optimizer = build_model_and_optimizer(args, settings, [str(i) for i in range(7)], accelerator)
+        settings = parse(argv)
+        model, optimizer = build_model_and_optimizer(settings, [str(i) for i in range(7)], accelerator)
         groups = [(len(g["params"]), g["weight_decay"], g["lr"]) for g in optimizer.param_groups]
         return groups, [name for name, p in model.named_parameters() if p.requires_grad]
 

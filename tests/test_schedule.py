@@ -79,20 +79,21 @@ def test_the_default_warmup_fits_short_runs_and_an_explicit_one_is_checked(capsy
     from utils.training.schedule import warmup_epochs
 
     def schedule_of(argv):
-        return parse(argv)[1].schedule
+        return parse(argv).schedule
 
     assert warmup_epochs(schedule_of([])) == 1.0  # the default job: unchanged
     assert warmup_epochs(schedule_of(["--epochs", "1"])) == pytest.approx(0.2)  # fits instead of failing
     assert warmup_epochs(schedule_of(["--epochs", "3"])) == pytest.approx(0.6)
     assert warmup_epochs(schedule_of(["--epochs", "1", "--warmup_epochs", "0.5"])) == 0.5
-    args, settings = parse(["--epochs", "1"])
-    scheduler = build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr),
+    settings = parse(["--epochs", "1"])
+    lr = settings.optimizer.lr
+    scheduler = build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr),
                                    settings.schedule, 10)
     lrs = []
     for _ in range(10):
         lrs.append(scheduler.get_last_lr()[0])
         scheduler.step()
-    assert lrs[0] == pytest.approx(0.1 * args.lr) and lrs[2] == pytest.approx(args.lr)  # 2 warmup steps of 10
+    assert lrs[0] == pytest.approx(0.1 * lr) and lrs[2] == pytest.approx(lr)  # 2 warmup steps of 10
     with pytest.raises(SystemExit) as e:
         parse(["--epochs", "1", "--warmup_epochs", "1"])
     assert e.value.code == 2
@@ -107,7 +108,7 @@ def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
     from utils.training.schedule import build_optimizer, lr_notes, parameter_groups
 
     def optimizer_of(argv):
-        return parse(argv)[1].optimizer
+        return parse(argv).optimizer
 
     model = torchvision.models.resnet18(num_classes=3)
     weights, norms, biases = (g["params"] for g in parameter_groups(model, optimizer_of([])))
@@ -140,6 +141,6 @@ def test_weight_decay_groups_and_linear_lr_scaling(tmp_path):
     notes = lr_notes(optimizer_of(scaled), 2)
     args = parse_args(scaled)
     assert notes == ["lr: 0.2 in force (--lr 0.1 is for a global batch of 128; this run's is 256)"]
-    save_config(args, tmp_path / "config.yaml", notes=notes)  # a comment: config.yaml stays a recipe
+    save_config(vars(args), tmp_path / "config.yaml", notes=notes)  # a comment: config.yaml stays a recipe
     assert (tmp_path / "config.yaml").read_text().startswith("# lr: 0.2 in force")
     assert parse_args(["--config", str(tmp_path / "config.yaml")]).lr_scale_batch == 128

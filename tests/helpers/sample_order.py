@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from utils.config.options import parse_args  # noqa: E402
+from utils.config.options import parse  # noqa: E402
 from utils.core.seeding import spread  # noqa: E402
 from utils.data.loading.loaders import build_dataloaders  # noqa: E402
 from utils.run.accelerator import build_accelerator  # noqa: E402
@@ -52,15 +52,15 @@ def main(argv=None):
     out, seed, n, batch, *rest = sys.argv[1:] if argv is None else argv
     options = dict(a.split("=") for a in rest if "=" in a)
     epochs = [int(a) for a in rest if "=" not in a]
-    args = parse_args(["--seed", seed, "--batch_size", batch])
-    accelerator = build_accelerator(args)
+    settings = parse(["--seed", seed, "--batch_size", batch])
+    accelerator = build_accelerator(settings)
     weights = None
     if "balanced" in options:
         labels = long_tail(int(n))
         weights = sample_weights(task_for(False, len(np.bincount(labels))), labels, np.bincount(labels),
                                  float(options["balanced"]))
     train_loader, _ = build_dataloaders(accelerator, IndexDataset(int(n)), IndexDataset(3), int(batch), 0,
-                                        ra_reps=int(options.get("ra", 1)), seed=spread(args.seed), weights=weights)
+                                        ra_reps=int(options.get("ra", 1)), seed=spread(settings.data.seed), weights=weights)
     orders = {}
     for epoch in epochs:
         orders[epoch] = [i for b in train_loader.batches(epoch) for i in b["labels"].tolist()]  # as training reads

@@ -19,7 +19,7 @@ def check_args(args, source, defaults, typed):
     check_options, of their typed options), the optimizer and schedule, the run's own bookkeeping, then the model (it
     may import its library) and the input it can take; `typed`: the options of each subsystem, typed
     (utils/config/settings.py). Returns that input, the run's Input, resolved here once."""
-    need = requirement(args)
+    need = requirement(vars(args))
     for key, why in source.unused.items():  # applied or refused: never trained on without a word
         need(getattr(args, key) == defaults[key], key, why)
     data, asked = typed["data"], typed["input_options"]

@@ -4,6 +4,7 @@ recipes (recipes.py) and the checks (checks.py)."""
 
 import argparse
 import contextlib
+from dataclasses import fields
 import functools
 import io
 import sys
@@ -16,7 +17,7 @@ from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
 from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options, add_probe_options,
                                            add_run_options, add_schedule_options)
-from utils.config.settings import read_options, settle, typed_options
+from utils.config.settings import TYPED, option_name, read_options, settle, typed_options
 from utils.data.sources.catalog import source_for
 from utils.data.sources.protocol import DataOptions
 
@@ -155,19 +156,34 @@ def get_args_parser(prog="train_classification.py"):
     return parser
 
 
-def resume_values(args):
-    """{option: value} of the options `args` whose value a resumed run must share (resume_keys): what a checkpoint
-    records and a resumed run is compared with. With --batch_size auto, the micro-batch and accumulation are the
-    checkpoint's (what its run found), so only its global batch is compared; with --lr auto, the LR is the checkpoint's.
-    """
-    found = ("batch_size", "grad_accum_steps") if args.batch_size == "auto" else ()
-    found += ("lr",) if args.lr == "auto" else ()
-    return {key: getattr(args, key) for key in resume_keys() if key not in found}
+def flat_options(settings):
+    """{option: value} of every option, in the parser's order, as Settings `settings` hold it now (the batch and LR in
+    force; a list as a list): the one way back from the typed configuration to option names, which config.yaml, a
+    checkpoint's resume values, the dashboards' config and a driver's argv are written from."""
+    values = {}
+    for name, kind in TYPED.items():
+        section = getattr(settings, name)
+        for field in fields(kind):  # an option read into two sections holds one value in both
+            value = getattr(section, field.name)
+            values.setdefault(option_name(kind, field.name), list(value) if isinstance(value, tuple) else value)
+    return {dest: values[dest] for dest in _actions() if dest != "help"}
+
+
+def resume_values(settings):
+    """{option: value} of the options of `settings` whose value a resumed run must share (resume_keys): what a
+    checkpoint records and a resumed run is compared with. With --batch_size auto, the micro-batch and accumulation
+    are the checkpoint's (what its run found), so only its global batch is compared; with --lr auto, the LR is the
+    checkpoint's. (Once found, they are numbers, recorded as such.)"""
+    options = flat_options(settings)
+    found = ("batch_size", "grad_accum_steps") if options["batch_size"] == "auto" else ()
+    found += ("lr",) if options["lr"] == "auto" else ()
+    return {key: options[key] for key in resume_keys() if key not in found}
 
 
 def parse(argv=None, prog="train_classification.py"):
-    """(the options, their Settings): `argv` (default sys.argv[1:]) parsed over the recipes' defaults, the data
-    source picked and the model's input resolved once, all checked together; exit 2 with one line on bad input."""
+    """The Settings of `argv` (default sys.argv[1:]): parsed over the recipes' defaults, the data source picked and
+    the model's input resolved once, all checked together; exit 2 with one line on bad input. The namespace stays
+    here: below the parser, the run reads its typed configuration only."""
     parser = get_args_parser(prog)
     defaults = parser_defaults()  # the parser's own, before any recipe
     config_path, dataset = _find_config_arg(argv if argv is not None else sys.argv[1:], parser)
@@ -185,7 +201,7 @@ def parse(argv=None, prog="train_classification.py"):
         inp = check_args(args, source, defaults, typed)
     except ConfigError as e:
         parser.exit(2, f"{prog}: error: {e}\n")
-    return args, settle(args, source, inp, typed)
+    return settle(args, source, inp, typed)
 
 
 def given_options(argv):
@@ -211,8 +227,14 @@ def parser_defaults():
 
 
 def parse_args(argv=None, prog="train_classification.py"):
-    """The options alone (see parse)."""
-    return parse(argv, prog)[0]
+    """The options as parse reads them, in argparse's namespace, for the tools that list or compare options by name
+    (tune.py's search space, the tests); a run takes parse's Settings."""
+    return flat_namespace(parse(argv, prog))
+
+
+def flat_namespace(settings):
+    """The options of `settings` in argparse's namespace (flat_options)."""
+    return argparse.Namespace(**flat_options(settings))
 
 
 def _find_config_arg(argv, parser):

@@ -88,12 +88,13 @@ def load_recipe(path, parser):
     return {key: check_yaml_value(actions[key], value) for key, value in data.items()}
 
 
-def save_config(args, path, notes=(), **resolved):
-    """Write the options in force (with `resolved` values, e.g. the real output_dir) as a recipe;
+def save_config(options, path, notes=(), **resolved):
+    """Write the options in force ({option: value}, options.flat_options) with `resolved` values (e.g. the real
+    output_dir) as a recipe;
     `notes` become comment lines at its top (values derived from options, not options themselves).
 
     `--config <that file>` reproduces the run; the recipe it came from is not a key of its own.
     """
-    options = {key: value for key, value in vars(args).items() if key not in ("config", "resume")}
+    options = {key: value for key, value in options.items() if key not in ("config", "resume")}
     comments = "".join(f"# {note}\n" for note in notes)
     write_text_atomic(path, comments + yaml.safe_dump({**options, **resolved}, sort_keys=False))

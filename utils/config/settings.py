@@ -1,20 +1,27 @@
-"""What a run needs beyond its options, derived from them once, while they are parsed (options.parse), into one
-frozen object: the data source, the model's input, the names for files and dashboards, where the warmup came from,
-and each subsystem's options typed; and those of a resumed checkpoint made before an option existed
-(as_checkpointed)."""
+"""The run's configuration, the one currency below the parser: every option typed once, in the section of the code
+that reads it, and what the run derives from them once, while they are parsed (options.parse): the data source, the
+model's input, the names for files and dashboards, where the warmup came from. It is frozen: what a run resolves later
+(the batch plan, --lr auto's LR, a checkpoint's own values) comes as a new Settings from a pure function (here,
+utils/run/lr_range.py, utils/run/batch_size.py), and options.flat_options turns it back into option names."""
 
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from utils.config.sections import EndOptions, LaunchOptions, LoopOptions
 from utils.data.sources.catalog import source_for
 from utils.data.sources.protocol import DataOptions, DataSource
 from utils.data.transforms.batch import BatchOptions
 from utils.data.transforms.input import Input, InputOptions, resolve_input
+from utils.evaluation.options import EvaluationOptions
 from utils.models.libraries import ModelOptions
 from utils.reporting.trackers import TrackerOptions
 from utils.training import checkpoints
 from utils.training.balance import BalanceOptions
+from utils.training.batch_size import BatchPlan, BatchSizeOptions
+from utils.training.checkpoints import CheckpointOptions
+from utils.training.early_stop import EarlyStopOptions
+from utils.training.lr_range import RangeTestOptions
 from utils.training.objective import LossOptions
 from utils.training.probes import ProbeOptions
 from utils.training.run_folder import FolderOptions
@@ -37,8 +44,19 @@ class Settings:
     trackers: TrackerOptions  # of the dashboards (utils/reporting/trackers.py),
     data: DataOptions  # of the data (utils/data/sources/protocol.py),
     input_options: InputOptions  # of the model's input, which `input` resolves (utils/data/transforms/input.py),
-    folder: FolderOptions  # of the run folder (utils/training/run_folder.py)
-    probe: ProbeOptions  # and of a probe on frozen features (utils/training/probes.py)
+    folder: FolderOptions  # of the run folder (utils/training/run_folder.py),
+    probe: ProbeOptions  # of a probe on frozen features (utils/training/probes.py),
+    batch_size: BatchSizeOptions  # of the global batch (utils/training/batch_size.py),
+    checkpoints: CheckpointOptions  # of the checkpoints (utils/training/checkpoints.py),
+    early_stop: EarlyStopOptions  # of stopping early (utils/training/early_stop.py),
+    range_test: RangeTestOptions  # of the LR range test (utils/training/lr_range.py),
+    evaluation: EvaluationOptions  # of validation (utils/evaluation/options.py),
+    launch: LaunchOptions  # of the launch (utils/run/accelerator.py),
+    loop: LoopOptions  # of the training loop (train_classification.py),
+    end: EndOptions  # and of the run's end (utils/run/records.py): utils/config/sections.py
+    # How the global batch is taken, once taken (utils/run/batch_size.py take_batch): None before, and while
+    # --batch_size auto is still to be found. The micro-batch and accumulation in force are also the optimizer's.
+    plan: BatchPlan = None
 
 
 # The typed fields read from an option of another name; every other field is read from the option of its own name.
@@ -48,7 +66,14 @@ RENAMED = {ModelOptions: {"name": "model", "ema": "model_ema", "ema_decay": "mod
            ScheduleOptions: {"kind": "lr_schedule", "milestones": "lr_milestones", "gamma": "lr_gamma"}}
 TYPED = {"model": ModelOptions, "optimizer": OptimizerOptions, "schedule": ScheduleOptions, "batch": BatchOptions,
          "losses": LossOptions, "balance": BalanceOptions, "trackers": TrackerOptions, "data": DataOptions,
-         "input_options": InputOptions, "folder": FolderOptions, "probe": ProbeOptions}
+         "input_options": InputOptions, "folder": FolderOptions, "probe": ProbeOptions, "batch_size": BatchSizeOptions,
+         "checkpoints": CheckpointOptions, "early_stop": EarlyStopOptions, "range_test": RangeTestOptions,
+         "evaluation": EvaluationOptions, "launch": LaunchOptions, "loop": LoopOptions, "end": EndOptions}
+
+
+def option_name(kind, field):
+    """The option a field of section `kind` is read from: its own name, unless RENAMED."""
+    return RENAMED.get(kind, {}).get(field, field)
 
 
 def read_options(args, kind):
@@ -58,7 +83,7 @@ def read_options(args, kind):
         found = getattr(args, option)
         return tuple(found) if isinstance(found, list) else found
 
-    return kind(**{field.name: value(RENAMED.get(kind, {}).get(field.name, field.name)) for field in fields(kind)})
+    return kind(**{field.name: value(option_name(kind, field.name)) for field in fields(kind)})
 
 
 def typed_options(args):
@@ -115,13 +140,13 @@ def settle(args, source, inp, typed):
 EARLIER_CROP = {"train_crop_scale": (0.08, 1.0), "train_crop_ratio": (3 / 4, 4 / 3)}
 
 
-def as_checkpointed(settings, args, folder, log=print):
+def as_checkpointed(settings, folder, log=print):
     """The Settings a run resumed from checkpoint `folder` (None: a fresh start) trains with: those of the options,
     but for the train crop of a checkpoint made before its options existed (EARLIER_CROP)."""
     if folder is None or "train_crop_scale" in settings.source.unused:
         return settings
     recorded = checkpoints.read_state(folder).get("options") or {}
-    earlier = {key: value for key, value in EARLIER_CROP.items() if key not in recorded and getattr(args, key) is None}
+    earlier = {key: value for key, value in EARLIER_CROP.items() if key not in recorded and getattr(settings.input_options, key) is None}
     if not earlier:
         return settings
     kept = ", ".join(f"{key} {low:g}-{high:.4g}" for key, (low, high) in earlier.items())

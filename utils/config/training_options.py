@@ -3,6 +3,7 @@ its default, its help and whether a resume must keep it."""
 
 import argparse
 
+from utils.training.batch_size import DEFAULT_ACCUMULATION
 from utils.training.objective import DISTILL_DEFAULTS
 from utils.training.probes import LRS, WEIGHT_DECAYS
 
@@ -86,7 +87,7 @@ def add_model_options(p):
     g.add_argument("--global_batch_size", resume_key=True, type=int, default=None, metavar="N",
                    help="the global batch the recipe was tuned for, whatever the hardware: each process takes N / "
                         "processes a step, in micro-batches of --batch_size (--grad_accum_steps follows)")
-    g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=1, help="micro-batches per optimizer step")
+    g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=DEFAULT_ACCUMULATION, help="micro-batches per optimizer step")
     g.add_argument("--optimizer", resume_key=True, type=str, default="sgd",
                    help="sgd or adamw (torch's), or any optimizer of timm.optim by name: lamb, lars, lion, adan, "
                         "adopt, nadamw, rmsproptf, muon, ... (timm.optim.list_optimizers())")

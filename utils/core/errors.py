@@ -19,13 +19,13 @@ class ConfigError(UserError, ValueError):
     """A bad option value, or options that do not go together; the message names the option."""
 
 
-def requirement(args):
-    """`need(ok, key, problem)` over the parsed options: when not ok, a ConfigError `key: problem, got <value>`.
-    Each subsystem checks its own options with it, next to its code (`check_options`); utils/config/checks.py
-    runs them all before anything is built."""
+def requirement(options):
+    """`need(ok, key, problem)` over the parsed options ({option: value}): when not ok, a ConfigError `key: problem,
+    got <value>`. Each subsystem checks its own options with it, next to its code (`check_options`);
+    utils/config/checks.py runs them all before anything is built."""
     def need(ok, key, problem):
         if not ok:
-            raise ConfigError(f"{key}: {problem}, got {getattr(args, key)!r}")
+            raise ConfigError(f"{key}: {problem}, got {options[key]!r}")
     return need
 
 

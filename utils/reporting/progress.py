@@ -165,8 +165,8 @@ def start_line(job, train_samples, val_samples, num_workers):
     if settings.probe.probe:  # no step of training: the frozen model's features, then a vote or a fitted head
         work = f"--probe {settings.probe.probe} on the frozen model's features"
     else:
-        work = "--eval_only: scored, not trained" if job.args.eval_only else f"{job.steps_per_epoch} steps/epoch"
-    return (f"{job.args.model} on {settings.source_name}: {train_samples or '?'} train / {val_samples} val "
+        work = "--eval_only: scored, not trained" if settings.folder.eval_only else f"{job.steps_per_epoch} steps/epoch"
+    return (f"{settings.model.name} on {settings.source_name}: {train_samples or '?'} train / {val_samples} val "
             f"{settings.sample_unit}, {len(job.class_names)} classes{job.task.note}, {accelerator.num_processes} "
             f"process(es) on {accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
             f"{work} -> {job.out}")

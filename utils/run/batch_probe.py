@@ -21,8 +21,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from utils.config.options import parser_defaults
-from utils.training.batch_size import MEMORY_MARGIN, BatchPlan, plan_for
+from utils.training.batch_size import DEFAULT_ACCUMULATION, MEMORY_MARGIN, BatchPlan, plan_for
 
 
 @contextlib.contextmanager
@@ -89,29 +88,33 @@ def trial_steps(build, accelerator, inp, epochs, chosen, teacher=None):
     return attempt, release
 
 
-def given_batch(args, processes):
+def given_batch(settings, processes):
     """The BatchPlan of the options as given: --global_batch_size split into micro-batches of --batch_size, or the
     global batch that --batch_size and --grad_accum_steps make; None while --batch_size auto is still to be found."""
-    if args.batch_size == "auto":
+    micro, accumulation = settings.optimizer.batch_size, settings.optimizer.grad_accum_steps
+    if micro == "auto":
         return None
-    if args.global_batch_size is None:
-        return BatchPlan(args.batch_size * args.grad_accum_steps * processes, processes, args.batch_size,
-                         args.grad_accum_steps)
-    accumulation = args.grad_accum_steps if args.grad_accum_steps != parser_defaults()["grad_accum_steps"] else None
-    return plan_for(args.global_batch_size, processes, args.batch_size, accumulation)
+    if settings.batch_size.global_batch_size is None:
+        return BatchPlan(micro * accumulation * processes, processes, micro, accumulation)
+    asked = accumulation if accumulation != DEFAULT_ACCUMULATION else None  # else the plan picks it
+    return plan_for(settings.batch_size.global_batch_size, processes, micro, asked)
 
 
-def take_batch(args, settings, accelerator, plan):
-    """(Settings, `plan`) with the micro-batch and accumulation of BatchPlan `plan` in force everywhere they are read:
-    the options (what config.yaml and the checkpoints record), the Settings' optimizer and data, the Accelerator's
-    accumulation; the plan said in a line when it is not simply what was typed. (settings, None) while `plan` is."""
+def with_batch(settings, plan):
+    """Settings with BatchPlan `plan` in force: its micro-batch and accumulation wherever they are read (the
+    optimizer's LR scaling, the data's stream length; config.yaml and the checkpoints record them)."""
+    micro, accumulation = plan.micro, plan.accumulation
+    return replace(settings, plan=plan,
+                   optimizer=replace(settings.optimizer, batch_size=micro, grad_accum_steps=accumulation),
+                   data=replace(settings.data, batch_size=micro, grad_accum_steps=accumulation))
+
+
+def take_batch(settings, accelerator, plan):
+    """The Settings with BatchPlan `plan` in force (with_batch), the Accelerator's accumulation with it; the plan
+    said in a line when it is not simply what was typed. `settings` as they are while `plan` is None."""
     if plan is None:
-        return settings, None
-    args.batch_size, args.grad_accum_steps = plan.micro, plan.accumulation
+        return settings
     accelerator.gradient_accumulation_steps = plan.accumulation
-    settings = replace(settings, optimizer=replace(settings.optimizer, batch_size=plan.micro,
-                                                   grad_accum_steps=plan.accumulation),
-                       data=replace(settings.data, batch_size=plan.micro, grad_accum_steps=plan.accumulation))
-    if args.global_batch_size is not None:
+    if settings.batch_size.global_batch_size is not None:
         accelerator.print(plan.line())
-    return settings, plan
+    return with_batch(settings, plan)

@@ -22,7 +22,6 @@ from utils.data.transforms.batch import BatchInput
 from utils.data.transforms.crops import crop_note
 from utils.data.sources.video_files import test_views
 from utils.config.labels import label_kind
-from utils.config.options import parser_defaults
 from utils.evaluation.metrics import load_metrics
 from utils.evaluation.tasks import task_for
 from utils.models.ema import build_ema
@@ -47,7 +46,6 @@ from utils.training.schedule import build_lr_scheduler, build_optimizer, layer_d
 class Job:
     """What a run is made of, built once in main(); the loop reads it, and appends to its records at the end."""
 
-    args: object
     accelerator: Accelerator
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -69,7 +67,7 @@ class Job:
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
     ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
     inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/transforms/batch.py)
-    settings: object = None  # what the run derived from its options once (utils/config/settings.py)
+    settings: object = None  # the run's configuration (utils/config/settings.py), its batch plan and LR in force
     teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
     lr_notes: tuple = ()  # where the LR in force came from (--lr_scale_batch), also at the top of config.yaml
     task: object = None  # what validation scores: one label a sample or several (utils/evaluation/tasks.py)
@@ -147,86 +145,92 @@ def new_ema(model, chosen, accelerator):
     return ema
 
 
-def build_job(args, settings, accelerator, out, batch=None, lr_found=None):
-    """Data, model, optimizer and schedule for the options and their Settings (config/settings.py),
-    prepared by Accelerate, as a Job; also returns the training sample count (None for a stream of
-    unknown size) and the loader workers per process. `batch`: the BatchPlan a range test before it found (None:
-    the options', tried here with --batch_size auto); `lr_found`: its suggestions, for the records."""
+def build_job(settings, accelerator, out, lr_found=None):
+    """Data, model, optimizer and schedule of the run Settings `settings` (utils/config/settings.py) describe, prepared
+    by Accelerate, as a Job; also returns the training sample count (None for a stream of unknown size) and the loader
+    workers per process. The batch plan: the Settings' (a range test before it found it), else the options', tried
+    here with --batch_size auto; `lr_found`: --lr auto's suggestions, for the records."""
+    evaluation, data = settings.evaluation, settings.data
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
-    metrics = load_metrics(args.metrics)  # main_process_first the main would fail alone, the others at its barrier)
-    num_workers = args.num_workers if args.num_workers is not None else min(8, cores_per_process() // 2)
-    settings, batch = take_batch(args, settings, accelerator, batch or given_batch(args, accelerator.num_processes))
-    train_ds, val_ds, class_names, settings, targets = load_datasets(args, settings, accelerator, out, num_workers)
+    metrics = load_metrics(evaluation.metrics)  # main_process_first the main would fail alone, the others at its barrier)
+    num_workers = data.num_workers if data.num_workers is not None else min(8, cores_per_process() // 2)
+    settings = take_batch(settings, accelerator, settings.plan or given_batch(settings, accelerator.num_processes))
+    train_ds, val_ds, class_names, settings, targets = load_datasets(settings, accelerator, out, num_workers)
     inp, source = settings.input, settings.source
-    task = task_for(targets.multi_label, len(class_names), metrics, args.threshold, args.tta, args.track_metric)
+    task = task_for(targets.multi_label, len(class_names), metrics, evaluation.threshold, evaluation.tta,
+                    evaluation.track_metric)
     balance = read_balance(settings.balance, source, train_ds, class_names, task, accelerator.print)  # class counts
-    teacher = build_teacher(args, class_names, inp, accelerator, task)
-    if args.batch_size == "auto":  # the largest micro-batch that fits, tried on the model: it needs the classes
-        settings, batch = probed_batch(args, settings, class_names, accelerator, teacher)
-    decode = DeviceDecoder(inp.interpolation, accelerator.device) if args.decode_on_device else None
+    teacher = build_teacher(settings, class_names, accelerator, task)
+    if settings.plan is None:  # --batch_size auto: the largest micro-batch that fits, tried on the model (its classes)
+        settings = probed_batch(settings, class_names, accelerator, teacher)
+    micro = settings.plan.micro
+    decode = DeviceDecoder(inp.interpolation, accelerator.device) if data.decode_on_device else None
     draws = epoch_draws(settings.data, accelerator)  # --sampler balanced's epoch with --steps_per_epoch
-    train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, args.batch_size, num_workers,
-                                              ra_reps=args.ra_reps, seed=spread(args.seed), decode=decode,
+    train_loader, val_loader = source.loaders(accelerator, train_ds, val_ds, micro, num_workers,
+                                              ra_reps=data.ra_reps, seed=spread(data.seed), decode=decode,
                                               weights=balance.sample_weights, draws=draws)
-    model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator)
+    model, optimizer = build_model_and_optimizer(settings, class_names, accelerator)
     if teacher is not None and distillation_head(model, inp.video):
         accelerator.print("distillation: the model's distillation token learns from the teacher, its class token "
                           "from the labels (their mean is scored)")
-    steps_per_epoch = math.ceil(len(train_loader) / args.grad_accum_steps)
+    steps_per_epoch = math.ceil(len(train_loader) / settings.plan.accumulation)
     scheduler = build_lr_scheduler(optimizer, settings.schedule, steps_per_epoch)
     notes = tuple(lr_notes(settings.optimizer, accelerator.num_processes))  # where the LR in force came from
     for note in notes + settings.warmup_notes:
         accelerator.print(note)
     ema = new_ema(model, settings.model, accelerator)  # from the initial weights, on every rank alike
-    model, optimizer, scheduler, frozen = prepare(accelerator, model, optimizer, scheduler, args.eval_only, settings)
-    total_steps = min(args.epochs * steps_per_epoch, args.max_train_steps or math.inf)
-    logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch, total_steps,
+    model, optimizer, scheduler, frozen = prepare(accelerator, model, optimizer, scheduler, settings)
+    loop = settings.loop
+    total_steps = min(settings.schedule.epochs * steps_per_epoch, loop.max_train_steps or math.inf)
+    logger = StepLogger(accelerator, out / "metrics.jsonl", loop.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
     inputs = BatchInput.for_training(settings.batch, len(class_names), accelerator.process_index, inp.mean_std,
                                       inp.pixel_max)
-    test_loader = (build_test_loader(accelerator, test_views(settings.data, inp, val_ds), args.batch_size, num_workers)
-                   if args.test_clips or args.test_crops else None)
-    job = Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
+    test_loader = (build_test_loader(accelerator, test_views(settings.data, inp, val_ds), micro, num_workers)
+                   if data.test_clips or data.test_crops else None)
+    stopping = settings.early_stop
+    patience = Patience(stopping.early_stop, stopping.early_stop_min_delta,
+                        figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}")
+    job = Job(accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
               objective=Objective(settings.losses, task, teacher, balance), train_loader=train_loader,
               val_loader=val_loader, task=task, steps_per_epoch=steps_per_epoch, class_names=class_names, out=out,
-              logger=logger, bad_images=BadImages(args.skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
-              best_score=[], patience=Patience(args.early_stop, args.early_stop_min_delta,
-                                               figure=f"val {'EMA ' * (ema is not None)}{task.tracked_name}"),
-              data=source.signature(train_ds, len(class_names)), test_loader=test_loader, ema=ema,
-              inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes, balance=balance, batch=batch,
-              lr_found=lr_found, frozen=frozen)
+              logger=logger, bad_images=BadImages(data.skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
+              best_score=[], patience=patience, data=source.signature(train_ds, len(class_names)),
+              test_loader=test_loader, ema=ema, inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes,
+              balance=balance, batch=settings.plan, lr_found=lr_found, frozen=frozen)
     accelerator.print(start_line(job, source.sample_count(train_ds), len(val_ds), num_workers))
     return job, source.sample_count(train_ds), num_workers
 
 
-def probed_batch(args, settings, class_names, accelerator, teacher):
-    """--batch_size auto: (Settings, BatchPlan) of the largest micro-batch of the global batch that a training step of
-    the run's model fits on every process (utils/run/batch_probe.py), the random streams left as they were; the plan
-    put in force (take_batch)."""
+def probed_batch(settings, class_names, accelerator, teacher):
+    """--batch_size auto: the Settings with the largest micro-batch of the global batch that a training step of the
+    run's model fits on every process (utils/run/batch_probe.py) in force (take_batch), the random streams left as
+    they were."""
     def build():
-        model, optimizer = build_model_and_optimizer(args, settings, class_names, accelerator, say=lambda *_: None)
+        model, optimizer = build_model_and_optimizer(settings, class_names, accelerator, say=lambda *_: None)
         return model.to(accelerator.device), optimizer
 
     with random_state_kept(accelerator.device):
-        attempt, release = trial_steps(build, accelerator, settings.input, args.epochs, settings.model, teacher)
+        attempt, release = trial_steps(build, accelerator, settings.input, settings.schedule.epochs, settings.model,
+                                       teacher)
         try:
-            plan = find_micro_batch(accelerator, args.global_batch_size, attempt)
+            plan = find_micro_batch(accelerator, settings.batch_size.global_batch_size, attempt)
         finally:
             release()
-    return take_batch(args, settings, accelerator, plan)
+    return take_batch(settings, accelerator, plan)
 
 
-def prepare(accelerator, model, optimizer, scheduler, eval_only, settings):
-    """The model, optimizer and schedule prepared by Accelerate (`eval_only`: the model alone, a checkpoint's optimizer
+def prepare(accelerator, model, optimizer, scheduler, settings):
+    """The model, optimizer and schedule prepared by Accelerate (--eval_only: the model alone, a checkpoint's optimizer
     and schedule then not loaded); the SHA-256 of the frozen weights that the checkpoints of a --lora run (Settings
     `settings`) leave out, else None."""
     frozen = leave_frozen_out(model, accelerator) if settings.model.lora else None
-    if eval_only:
+    if settings.folder.eval_only:
         return accelerator.prepare(model), optimizer, scheduler, frozen
     return *accelerator.prepare(model, optimizer, scheduler), frozen
 
 
-def build_model_and_optimizer(args, settings, class_names, accelerator, say=None):
+def build_model_and_optimizer(settings, class_names, accelerator, say=None):
     """The model the options name, its weights, its switches (--grad_checkpointing, --sync_bn, --channels_last),
     not yet prepared; and its optimizer over the weight-decay groups (per layer with --layer_decay). `say`: where
     its lines go (default: accelerator.print)."""
@@ -240,15 +244,16 @@ def build_model_and_optimizer(args, settings, class_names, accelerator, say=None
     model = for_device(model, accelerator, sync_bn=chosen.sync_bn, channels_last=chosen.channels_last)
     # From here on each rank draws its own augmentation (worker seeds, transforms in this process);
     # with one seed for all, every rank would crop and flip alike at the same batch position.
-    set_seed(args.seed, device_specific=True)
-    layers = layer_ids(model, args.model) if args.layer_decay is not None else None
+    set_seed(settings.data.seed, device_specific=True)
+    layer_decay = settings.optimizer.layer_decay
+    layers = layer_ids(model, chosen.name) if layer_decay is not None else None
     optimizer = build_optimizer(model, settings.optimizer, accelerator.num_processes, layers)
     if layers:
-        say(layer_decay_note(layers, args.layer_decay))
+        say(layer_decay_note(layers, layer_decay))
     return model, optimizer
 
 
-def load_datasets(args, settings, accelerator, out, num_workers):
+def load_datasets(settings, accelerator, out, num_workers):
     """The train and val datasets and the class names, built by the main process first (one rank builds
     caches, the others reuse them), with what the data and input notes say; the Settings, their Input
     complete (--mean auto: its statistics once the training split is read, or as a resumed run recorded them; the
@@ -261,9 +266,9 @@ def load_datasets(args, settings, accelerator, out, num_workers):
         accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     if inp.stats_pending:
-        inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if args.resume else None,
-                              args.skip_bad_images)
-    targets = label_kind(args, parser_defaults(), settings.source, train_ds)  # lists of labels: multi-hot, sigmoid
+        inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if settings.folder.resume else None,
+                              settings.data.skip_bad_images)
+    targets = label_kind(settings, train_ds)  # lists of labels: multi-hot, sigmoid
     if "train_crop_scale" not in settings.source.unused:  # image files: the train crop their kind of labels needs
         accelerator.print(crop_note(settings.input_options, inp, targets))
         inp = inp.with_crop_box(targets)
@@ -273,9 +278,9 @@ def load_datasets(args, settings, accelerator, out, num_workers):
 def resume(job, folder):
     """Load checkpoint `folder` into the job, once it is known to fit (its data, a newer history set
     aside); returns the Position it continues from and its state."""
-    args, accelerator = job.args, job.accelerator
+    accelerator, eval_only = job.accelerator, job.settings.folder.eval_only
     state = checkpoints.read_state(folder)
-    if not args.eval_only:
+    if not eval_only:
         check_data(accelerator, state, job.data)
         check_teacher(state, job.teacher and job.teacher.identity)
     try:
@@ -289,7 +294,7 @@ def resume(job, folder):
     position = resume_position(state)
     job.patience.load(state.get("early_stop"))
     job.train_time, job.lr_found, job.batch = checkpoints.carried(state, job.lr_found, job.batch)
-    if position.step_in_epoch and not args.eval_only:  # mid-epoch: where this rank's stream workers stood
+    if position.step_in_epoch and not eval_only:  # mid-epoch: where this rank's stream workers stood
         job.train_loader.load_position(folder, accelerator.process_index)
     accelerator.print(f"resumed from {folder}: epoch {position.epoch}, step {position.global_step}")
     return position, state

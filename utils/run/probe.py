@@ -51,7 +51,7 @@ def probe(job, num_workers):
     classes = len(job.class_names)
     if options.probe == "linear":
         head, sweep, steps = fit_linear(train, labels, val[val_valid], val_labels[val_valid], classes, options,
-                                        job.args.epochs, job.args.batch_size, job.args.seed, accelerator.device)
+                                        job.settings.schedule.epochs, job.settings.plan.micro, job.settings.data.seed, accelerator.device)
         weight, bias = (broadcast(t.to(accelerator.device)).cpu() for t in (head.weight, head.bias))
         layer = classifier(model, job.settings.model.name)
         with torch.no_grad():
@@ -73,13 +73,13 @@ def probe(job, num_workers):
     fields = task.fields(logits, val_labels[positions])
     figures = task.figures(fields)
     figures["samples"] = task.samples(fields, positions)
-    row = {"step": steps, "epoch": job.args.epochs if steps else 0, **task.row(figures, job.class_names)}
+    row = {"step": steps, "epoch": job.settings.schedule.epochs if steps else 0, **task.row(figures, job.class_names)}
     job.logger.write(row, f"{options.probe} probe val: {task.line(figures)} ({figures['val_samples']} "
                           f"{job.settings.sample_unit})")
     start_pictures(job, figures)
-    return {"epochs_completed": job.args.epochs if steps else 0, "global_step": steps,
+    return {"epochs_completed": job.settings.schedule.epochs if steps else 0, "global_step": steps,
             "world_size": accelerator.num_processes, "train_time_s": round(time.perf_counter() - t0, 3),
-            "model": job.args.model, "dataset": job.settings.source_name, "probe": record}, figures
+            "model": job.settings.model.name, "dataset": job.settings.source_name, "probe": record}, figures
 
 
 def knn_scores(accelerator, queries, bank, labels, classes, options):
@@ -97,8 +97,8 @@ def knn_scores(accelerator, queries, bank, labels, classes, options):
 def cache_key(job, model):
     """What the cache is made from: the model's weights, its eval input, the data and the batches."""
     inp = job.settings.input
-    return {"weights_sha256": tensors_sha256(model.state_dict().items()), "model": job.args.model, "data": job.data,
-            "val_samples": len(job.val_loader.dataset), "batch_size": job.args.batch_size,
+    return {"weights_sha256": tensors_sha256(model.state_dict().items()), "model": job.settings.model.name, "data": job.data,
+            "val_samples": len(job.val_loader.dataset), "batch_size": job.settings.plan.micro,
             "chunk_batches": CHUNK_BATCHES, "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation,
                                                       inp.mean_std, inp.channels, inp.pixel_max]}
 
@@ -121,15 +121,15 @@ def cached(job, model, split, dataset, num_workers):
     """(features (n, dim) float32, valid (n,) bool) of every sample of `split`: this process computes its missing
     chunks, then every process reads them all. A file that could not be decoded is one line (--skip_bad_images: left
     out)."""
-    accelerator, size = job.accelerator, job.args.batch_size * CHUNK_BATCHES
+    accelerator, size = job.accelerator, job.settings.plan.micro * CHUNK_BATCHES
     folder = job.out / CACHE / split
     chunks = range(math.ceil(len(dataset) / size))
     missing = [c for c in chunks if not (folder / f"chunk_{c:05d}.safetensors").is_file()]
     if len(missing) < len(chunks):  # a pass that was stopped: what it computed is kept
         accelerator.print(f"features: {len(chunks) - len(missing)} of {len(chunks)} {split} files cached")
     todo = [c for c in missing if c % accelerator.num_processes == accelerator.process_index]
-    batches = [list(range(start, min(start + job.args.batch_size, (c + 1) * size, len(dataset))))
-               for c in todo for start in range(c * size, min((c + 1) * size, len(dataset)), job.args.batch_size)]
+    batches = [list(range(start, min(start + job.settings.plan.micro, (c + 1) * size, len(dataset))))
+               for c in todo for start in range(c * size, min((c + 1) * size, len(dataset)), job.settings.plan.micro)]
     if todo:
         loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, worker_init_fn=worker_init_fn())
         compute(job, model, loader, todo, size, folder, split)

@@ -8,6 +8,7 @@ import sys
 
 from accelerate.utils import gather_object
 
+from utils.config.options import flat_options
 from utils.config.recipes import save_config
 from utils.core.io import usual_permissions, write_json_atomic
 from utils.evaluation.calibration import calibrate
@@ -27,17 +28,17 @@ from utils.run.trained import trained_run, write_record
 def start_records(job, num_workers, previous_run=None):
     """config.yaml (a resumed run keeps the one it started with), labels.json and run.json (what a user of its
     weights needs: utils/run/trained.py), then the dashboards' run (the checkpoint's, continued, when resuming)."""
-    args, accelerator, out = job.args, job.accelerator, job.out
+    accelerator, out, options = job.accelerator, job.out, flat_options(job.settings)
     if accelerator.is_main_process:
         if not (out / "config.yaml").exists():
-            save_config(args, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
+            save_config(options, out / "config.yaml", output_dir=str(out), num_workers=num_workers,
                         mixed_precision=accelerator.mixed_precision, notes=job.lr_notes)
         write_json_atomic(out / "labels.json", dict(enumerate(job.class_names)))
-        write_record(out, trained_run(args, job.settings, job.class_names, job.task.multi_label, batch=job.batch,
+        write_record(out, trained_run(job.settings, job.class_names, job.task.multi_label, batch=job.batch,
                                       lr_found=job.lr_found))
         if (remade := job.settings.source.remade) is not None and remade.flipped:  # --flip_labels
             write_flipped(out, remade, job.class_names)
-    config = {**vars(args), "output_dir": str(out), "num_workers": num_workers, "world_size":
+    config = {**options, "output_dir": str(out), "num_workers": num_workers, "world_size":
               accelerator.num_processes, "mixed_precision": accelerator.mixed_precision}
     job.tracker_run_id = trackers.start(accelerator, job.settings.trackers, out, config, run_id=previous_run)
 
@@ -47,20 +48,20 @@ def export_weights(job, figures):
     model.safetensors (every rank takes part: FSDP gathers it), model_ema.safetensors, --calibrate's temperature
     fitted to the validation split's logits, model/ in its library's own form with, for multi-label data,
     thresholds.json; with --folds, the held-out fold's probabilities (fold_predictions.csv)."""
-    args, accelerator = job.args, job.accelerator
+    accelerator, evaluation = job.accelerator, job.settings.evaluation
     accelerator.save_model(job.saved_model(), str(job.out))  # <out>/model.safetensors, a plain state dict
     if accelerator.is_main_process:
         usual_permissions(job.out / "model.safetensors")
     if job.ema is not None and accelerator.is_main_process:
         save_ema(job.saved_model(ema=True), job.out / "model_ema.safetensors")
-    temperature = calibrate(job, figures) if args.calibrate else None
+    temperature = calibrate(job, figures) if evaluation.calibrate else None
     if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
         folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names, job.out / "model",
                                    job.task, temperature)
         if job.settings.probe.probe == "knn":  # the kNN's memory bank beside the weights it votes with
             shutil.copyfile(job.out / KNN_FILE, folder / KNN_FILE)
-        if (tuned := tuned_thresholds(figures, args.threshold, job.ema is not None)) is not None:  # multi-label
-            write_json_atomic(folder / "thresholds.json", {"threshold": args.threshold,
+        if (tuned := tuned_thresholds(figures, evaluation.threshold, job.ema is not None)) is not None:  # multi-label
+            write_json_atomic(folder / "thresholds.json", {"threshold": evaluation.threshold,
                                                            "tuned": dict(zip(job.class_names, tuned))})
     if (remade := job.settings.source.remade) is not None and remade.held_out is not None:  # --folds
         write_fold_predictions(job)
@@ -71,7 +72,7 @@ def log_validation_media(job, step, figures, examples):
     (the top losses and a spread of the rest, utils/reporting/failures.py)."""
     trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples, job.task.label_text)
     trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)], lambda: prediction_rows(
-        figures.get("samples"), job.class_names, job.val_loader.dataset, job.args.top_losses, job.task))
+        figures.get("samples"), job.class_names, job.val_loader.dataset, job.settings.evaluation.top_losses, job.task))
 
 
 def command_line(argv):
@@ -84,9 +85,9 @@ def start_pictures(job, figures):
     """The main process starts drawing the run's pictures of its last validation's `figures` (the report's and
     top_losses.png: utils/reporting/drawing.py), which report_results collects; none with --no_plots."""
     pictures = []
-    if job.accelerator.is_main_process and not job.args.no_plots:
+    if job.accelerator.is_main_process and not job.settings.end.no_plots:
         pictures = report.pictures(job.out, figures, job.class_names) + failure_pictures(
-            job.out, figures, job.class_names, job.val_loader.dataset, job.args.top_losses, job.task)
+            job.out, figures, job.class_names, job.val_loader.dataset, job.settings.evaluation.top_losses, job.task)
     job.pictures = Drawing.start(pictures)
 
 
@@ -96,8 +97,8 @@ def report_results(job, summary, figures, train_samples, command):
     accelerator, out, class_names = job.accelerator, job.out, job.class_names
     results = {**job.task.results(figures, class_names), **summary}
     if job.test_loader is not None:
-        views = (job.args.test_clips or 1, job.args.test_crops or 1)  # clips x crops of each video
-        results.update(multiview_test(job, results["global_step"], views, job.args.dump_rank_metrics))
+        views = (job.settings.data.test_clips or 1, job.settings.data.test_crops or 1)  # clips x crops of each video
+        results.update(multiview_test(job, results["global_step"], views, job.settings.evaluation.dump_rank_metrics))
     results["command"] = command
     # Every rank met its own broken files; the report holds all of them, once each.
     errors = {path: error for found in gather_object([job.bad_images.found]) for path, error in found.items()}
@@ -113,14 +114,14 @@ def report_results(job, summary, figures, train_samples, command):
         start_pictures(job, figures)
     if accelerator.is_main_process:
         if "temperature" in results:  # --calibrate: predict.py, ONNX and a teacher divide the logits by it
-            write_record(out, trained_run(job.args, job.settings, class_names, job.task.multi_label,
+            write_record(out, trained_run(job.settings, class_names, job.task.multi_label,
                                             results["temperature"], job.batch, job.lr_found))
         report.write(out, results, figures, errors)
-        confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.args.top_losses, job.task)
+        confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.settings.evaluation.top_losses, job.task)
         pictures = job.pictures.collect()
         trackers.log_pictures(accelerator, results["global_step"], pictures)
         trackers.log_predictions(accelerator, results["global_step"], lambda: prediction_rows(
-            figures.get("samples"), class_names, job.val_loader.dataset, job.args.top_losses, job.task))
+            figures.get("samples"), class_names, job.val_loader.dataset, job.settings.evaluation.top_losses, job.task))
         table = report.per_class_table(figures, class_names, job.balance.counts)
         print("\n".join([table, *confused]))
         write_html(out, results, pictures, table, confused)  # all of it in one file: report.html

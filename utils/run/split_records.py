@@ -33,7 +33,7 @@ def scored_model(job):
     """The weights a fold is scored with: --keep_best's best/ when it kept any (a fresh copy of the model, every rank
     the same), else the final ones model/ holds (the EMA's with --model_ema)."""
     best = job.out / "best" / "model.safetensors"
-    if job.args.keep_best and best.is_file():
+    if job.settings.checkpoints.keep_best and best.is_file():
         model = new_model(job.settings.model, job.class_names, False, job.settings.input)
         model.load_state_dict(read_state_dict(best))
         return model.to(job.accelerator.device)

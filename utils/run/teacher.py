@@ -42,24 +42,25 @@ class Teacher:
             return self.model(pixels)
 
 
-def build_teacher(args, class_names, inp, accelerator, task):
+def build_teacher(settings, class_names, accelerator, task):
     """The Teacher of --teacher (None without one), on the device; the start-up line says what it is. The student
     learns from a teacher of its own kind of labels (`task`, utils/evaluation/tasks.py): a multi-label one from a
     teacher trained on multi-label data (its sigmoid), a single-label one from a softmax."""
-    if args.teacher is None or args.eval_only:
+    losses, inp = settings.losses, settings.input
+    if losses.teacher is None or settings.folder.eval_only:
         return None
     with torch.random.fork_rng(devices=[]):  # its random initialisation leaves the run's random stream as it was
-        model, stats, name, source, origin = _model(args, class_names, inp, task)
+        model, stats, name, source, origin = _model(losses.teacher, settings.schedule.epochs, class_names, inp, task)
     model = model.to(accelerator.device).eval().requires_grad_(False)
-    if args.channels_last:  # the student's input comes in this format
+    if settings.model.channels_last:  # the student's input comes in this format
         model = model.to(memory_format=torch.channels_last_3d if inp.video else torch.channels_last)
     identity = {"teacher": source, "weights_sha256": weights_digest(model)}
     renormalise = _renormalisation(inp.mean_std, stats)
     if renormalise is not None:
         renormalise = tuple(t.to(accelerator.device) for t in renormalise)
     accelerator.print(f"teacher: {name} with {origin} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f} M "
-                      f"parameters, sha256 {identity['weights_sha256'][:12]}); --distill {args.distill}, alpha "
-                      f"{args.distill_alpha:g}" + (f", T {args.distill_temperature:g}" if args.distill == "soft" else "")
+                      f"parameters, sha256 {identity['weights_sha256'][:12]}); --distill {losses.distill}, alpha "
+                      f"{losses.distill_alpha:g}" + (f", T {losses.distill_temperature:g}" if losses.distill == "soft" else "")
                       + ("; its input renormalised to its own mean/std" if renormalise else ""))
     return Teacher(model, identity, renormalise, accelerator.autocast)
 
@@ -72,23 +73,23 @@ def _same_kind(task, teacher_kind, teacher):
                            f"folder of this script)")
 
 
-def _model(args, class_names, inp, task):
-    """(the teacher's model on the CPU, its input's (mean, std), its model name, the folder or name it was given by
-    (resolved), where its weights come from)."""
-    folder = Path(args.teacher)
+def _model(teacher, epochs, class_names, inp, task):
+    """(the model --teacher `teacher` names on the CPU, its input's (mean, std), its model name, the folder or name it
+    was given by (resolved), where its weights come from), for a student of `epochs` epochs of input `inp`."""
+    folder = Path(teacher)
     if not folder.is_dir():
-        _same_kind(task, SingleLabel, f"{args.teacher}'s pretrained classifier")
+        _same_kind(task, SingleLabel, f"{teacher}'s pretrained classifier")
         if inp.channels != 3 or inp.pixel_max is not None:
-            raise TeacherError(f"teacher: {args.teacher}'s pretrained weights see 8-bit RGB, this run's input "
+            raise TeacherError(f"teacher: {teacher}'s pretrained weights see 8-bit RGB, this run's input "
                                f"{inp.channels} channels of its files' own bits; give a run folder trained on them")
-        _check_input(args, args.teacher, inp)
-        sizes = _train_sizes(args, inp)  # a ViT made for the student's crops, its embeddings resampled
-        model = pretrained_model(args.teacher, len(class_names), inp.video, class_names, log=lambda line: None,
+        _check_input(epochs, teacher, inp)
+        sizes = _train_sizes(epochs, inp)  # a ViT made for the student's crops, its embeddings resampled
+        model = pretrained_model(teacher, len(class_names), inp.video, class_names, log=lambda line: None,
                                  image_size=ImageSize(sizes[-1], varying=len(sizes) > 1))
-        recommended = data_config(args.teacher)  # a torchvision name recommends nothing: ImageNet's, Kinetics' then
+        recommended = data_config(teacher)  # a torchvision name recommends nothing: ImageNet's, Kinetics' then
         stats = (recommended["mean"], recommended["std"]) if "mean" in recommended else \
             (KINETICS_MEAN, KINETICS_STD) if inp.video else (IMAGENET_MEAN, IMAGENET_STD)
-        return model, stats, args.teacher, args.teacher, "its pretrained weights"
+        return model, stats, teacher, teacher, "its pretrained weights"
     folder = folder.resolve()
     checkpoint = folder if (folder / STATE_FILE).is_file() else None  # runs/<run>/checkpoints/<name>
     run = folder.parent.parent if checkpoint else folder
@@ -100,7 +101,7 @@ def _model(args, class_names, inp, task):
             "the run has not finished; give one of its checkpoints (<run>/checkpoints/<name>)"))
     trained = read_run(run)  # what the run recorded, not its data; a ViT's embeddings resampled to other crops
     _, model = load_run(run, ema=ema, checkpoint=checkpoint,
-                        varying=_train_sizes(args, inp) != [trained.input.val_crop_size])
+                        varying=_train_sizes(epochs, inp) != [trained.input.val_crop_size])
     names = trained.classes
     if names != list(class_names):
         raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
@@ -117,15 +118,15 @@ def _model(args, class_names, inp, task):
         raise TeacherError(f"teacher: {folder} saw {trained.input.channels} channels (bands {trained.input.bands}, "
                            f"divided by {trained.input.pixel_max}), this run's input is {inp.channels} (bands "
                            f"{inp.bands}, divided by {inp.pixel_max}); give a teacher trained on the same bands")
-    _check_input(args, trained.model, inp)
+    _check_input(epochs, trained.model, inp)
     return model, trained.input.mean_std, trained.model, str(folder), f"{folder}'s {'EMA ' if ema else ''}weights"
 
 
-def _check_input(args, name, inp):
+def _check_input(epochs, name, inp):
     """The teacher takes the student's train input: its size (every train crop size; progressive resizing's first
     and last), and for video its clip length."""
     try:
-        for size in _train_sizes(args, inp):
+        for size in _train_sizes(epochs, inp):
             check_image_size(name, size, inp.frames)
         if inp.video:
             check_clip_frames(name, inp.frames)
@@ -133,9 +134,9 @@ def _check_input(args, name, inp):
         raise TeacherError(f"teacher: {e}") from None
 
 
-def _train_sizes(args, inp):
+def _train_sizes(epochs, inp):
     """The sides of the student's train crops, smallest first (progressive resizing's first and last)."""
-    return sorted({inp.train_crop(0), inp.train_crop(args.epochs - 1)})
+    return sorted({inp.train_crop(0), inp.train_crop(epochs - 1)})
 
 
 def _renormalisation(student, teacher):

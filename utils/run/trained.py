@@ -60,14 +60,15 @@ class TrainedRun:
     probe: dict = None  # --probe: its kind, and the kNN's k and temperature (the bank: utils/run/probe.py KNN_FILE)
 
 
-def trained_run(args, settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
-    """The TrainedRun of a run of these options and Settings, on these classes (several a sample: `multi_label`;
+def trained_run(settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
+    """The TrainedRun of a run of these Settings, on these classes (several a sample: `multi_label`;
     `batch`: its BatchPlan; `lr_found`: --lr auto's suggestions; the split its source remade, once it built its
     data)."""
     remade = settings.source.remade
-    return TrainedRun(args.model, settings.source.kind, settings.input, list(classes), args.temporal_shift,
-                      args.test_clips, args.test_crops, args.video_decoder, multi_label, args.threshold, temperature,
-                      "model_ema.safetensors" if args.model_ema else "model.safetensors",
+    chosen, data = settings.model, settings.data
+    return TrainedRun(chosen.name, settings.source.kind, settings.input, list(classes), chosen.temporal_shift,
+                      data.test_clips, data.test_crops, data.video_decoder, multi_label, settings.evaluation.threshold,
+                      temperature, "model_ema.safetensors" if chosen.ema else "model.safetensors",
                       batch.record() if batch is not None else None, lr_found,
                       remade.record() if remade is not None else None,
                       dataclasses.asdict(settings.model.adapters) if settings.model.adapters else None,
@@ -123,7 +124,7 @@ def read_run(run_dir):
             raise RunError(f"{run_dir}: no {file.name} (give a folder written by train_classification.py)")
     classes = [name for _, name in sorted(json.loads(labels.read_text()).items(), key=lambda kv: int(kv[0]))]
     if not record.is_file():
-        return trained_run(*read_options(config), classes)
+        return trained_run(read_settings(config), classes)
     saved = json.loads(record.read_text())
     try:
         if saved.get("format") != FORMAT:
@@ -194,8 +195,8 @@ def load_adapted(model, run, run_dir, checkpoint):
         raise RunError(f"{frozen} holds other frozen weights than {checkpoint} was trained on")
 
 
-def read_options(config):
-    """(options, Settings) of a run's config.yaml, as this version of the script parses them; a RunError naming the
+def read_settings(config):
+    """The Settings of a run's config.yaml, as this version of the script parses them; a RunError naming the
     file when it cannot (an option since renamed, a model whose library is not installed here)."""
     said = io.StringIO()
     try:

@@ -24,6 +24,17 @@ FITS, OUT_OF_MEMORY, FAILED = 2, 1, 0  # a try's outcome on one process; the low
 MEMORY_MARGIN = 0.10  # of the device's memory left free by the micro-batch chosen (allocator caches, fragmentation)
 
 
+DEFAULT_ACCUMULATION = 1  # --grad_accum_steps left at it: with --global_batch_size, the plan picks the accumulation
+
+
+@dataclass(frozen=True)
+class BatchSizeOptions:
+    """--global_batch_size: the recipe's global batch, whatever the hardware (the micro-batch and accumulation in
+    force: the OptimizerOptions', once the BatchPlan is taken)."""
+
+    global_batch_size: int  # None: micro-batch x accumulation x processes
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """How a global batch is taken: `micro` samples a forward pass, `accumulation` of them a process's optimizer

@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -18,6 +18,16 @@ from utils.core.errors import UserError
 from utils.core.io import first_free, usual_permissions, write_json_atomic
 
 STATE_FILE = "training_state.json"  # written last: a folder holding it is a complete checkpoint
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """When the loop checkpoints and what it keeps (--checkpoint_every_steps, --save_every, --keep_last, --keep_best)."""
+
+    checkpoint_every_steps: int  # also mid-epoch, every N optimizer steps (None: not by steps)
+    save_every: int  # at an epoch's end, every N epochs (0: only at the end)
+    keep_last: int  # the newest N checkpoints kept (0: all)
+    keep_best: int  # also the K best by the tracked figure, best/ the best weights (0: none)
 
 
 class CheckpointError(UserError):

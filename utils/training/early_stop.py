@@ -6,6 +6,14 @@ so a resumed run stops where the uninterrupted one would, and a run that stopped
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True)
+class EarlyStopOptions:
+    """--early_stop PATIENCE and --early_stop_min_delta: when training ends before its last epoch."""
+
+    early_stop: int  # validations in a row without a better tracked figure (None: never)
+    early_stop_min_delta: float  # a gain must exceed it to count
+
+
 @dataclass
 class Patience:
     patience: int = None  # None: never stop early

@@ -14,6 +14,7 @@ runs its own loop with this schedule), so accumulation, mixed precision, MixUp a
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from torch.optim.lr_scheduler import LambdaLR
@@ -23,6 +24,16 @@ SMOOTHED_STEPS = 4  # sweep of N steps averages over about N / 4 of them (0.96 f
 DIVERGED = 4.0  # the smoothed loss this many times its lowest so far: the sweep stops there
 MIN_FALL = 1 / 6  # the least share of its starting level the smoothed loss must fall by for an LR to be read
 BELOW_LOWEST = 3  # the suggestion: the lowest point's LR divided by this
+
+
+@dataclass(frozen=True)
+class RangeTestOptions:
+    """--lr_find alone, or before training with --lr auto: how the LR range test sweeps."""
+
+    lr_find: bool  # the range test alone: its files and suggestion, then the run ends
+    lr_find_min: float  # the sweep's first LR
+    lr_find_max: float  # and last
+    lr_find_steps: int  # its optimizer steps (fewer where the loss diverges)
 
 
 class LossDiverged(Exception):

@@ -122,7 +122,7 @@ def held_out_pictures(cv, picked):
 
     pictures = {}
     for fold in sorted({row[2] for row in picked}):
-        _, settings = parse([*cv.base, "--folds", str(cv.folds), "--fold", str(fold), "--fold_seed", str(cv.fold_seed)])
+        settings = parse([*cv.base, "--folds", str(cv.folds), "--fold", str(fold), "--fold_seed", str(cv.fold_seed)])
         _, val, _, _ = settings.source.datasets(settings.data, settings.input)
         place = {index: position for position, index in enumerate(settings.source.remade.held_index)}
         for row in picked:

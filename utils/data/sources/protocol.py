@@ -101,6 +101,7 @@ class DataOptions:
     synthetic_train_samples: int
     synthetic_val_samples: int
     num_workers: int
+    skip_bad_images: bool  # a file that cannot be decoded is listed and skipped, not the run's end
     decode_on_device: bool
     video_decoder: str
     test_clips: int  # video's multi-view test
