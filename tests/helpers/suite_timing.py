@@ -115,7 +115,7 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """Reads the training seconds before the fixtures are torn down: a passing test's tmp_path is removed then
-    (pytest.ini's tmp_path_retention_policy)."""
+    (pyproject.toml's tmp_path_retention_policy)."""
     if getattr(item, "_suite_timing", None) is not None:
         base, before, start_wall, _ = item._suite_timing
         item._suite_timing = (base, before, start_wall, _trained(base, before, start_wall))
