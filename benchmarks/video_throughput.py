@@ -35,7 +35,7 @@ from utils.core.preemption import worker_init_fn  # noqa: E402
 from utils.core.threads import cores_per_process  # noqa: E402
 from utils.config.settings import datasets_for  # noqa: E402
 from utils.data.datasets.clips import PathFrames  # noqa: E402
-from utils.data.decoding.video import write_video
+from utils.data.decoding.video import write_video  # noqa: E402
 
 
 def generate_videos(root, count, seconds, fps=25, size=(320, 240), seed=0):

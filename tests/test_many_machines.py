@@ -46,7 +46,7 @@ def test_two_nodes_over_loopback_train_as_one_job(images, reference, tmp_path):
          *map(str, argv)], cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True) for rank in (0, 1)]
     outputs = [node.communicate(timeout=300) for node in nodes]
-    for node, (stdout, stderr) in zip(nodes, outputs):
+    for node, (_stdout, stderr) in zip(nodes, outputs):
         assert node.returncode == 0, stderr[-3000:]
     results = read_json(out / "results.json")
     assert results["world_size"] == 2
@@ -100,7 +100,7 @@ def test_the_slurm_script_trains_on_two_nodes_and_requeues_itself_on_sigterm(tmp
     # the step both nodes stopped at (step_N, or epoch_0 when the stop fell on the epoch's last step).
     # (The nodes share one pipe here: their lines may run into each other.)
     resumed = set(re.findall(r"resumed from (\S+): epoch \d+, step (\d+)", finished.stdout))
-    assert len(resumed) == 1, stopped[-2000:] + "\n".join(l for l in finished.stdout.splitlines() if "resum" in l)
+    assert len(resumed) == 1, stopped[-2000:] + "\n".join(line for line in finished.stdout.splitlines() if "resum" in line)
     assert resumed.pop()[1] == stopped_at.pop()
     results = read_json(out / "results.json")
     assert results["world_size"] == 2 and results["epochs_completed"] == 4

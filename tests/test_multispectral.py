@@ -254,7 +254,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
         from timm.models import _registry, get_pretrained_cfg
 
         file = tmp_path / "timm.pth"
-        state = fake_pretrained(rgb, file)
+        fake_pretrained(rgb, file)
         local = dataclasses.replace(get_pretrained_cfg(name[5:]), file=str(file), source="", hf_hub_id=None, url="")
         monkeypatch.setitem(_registry._model_pretrained_cfgs, name[5:], local)  # a file of its own, not the Hub
     else:
@@ -262,7 +262,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
 
         monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
         url = torchvision.models.get_model_weights(name).DEFAULT.url
-        state = fake_pretrained(rgb, tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1])
+        fake_pretrained(rgb, tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1])
     chosen = parse(["--model", name, "--pretrained"])[1].model
     lines = []
     image = torch.rand(2, 1, 64, 64)

@@ -157,7 +157,7 @@ def valued_example(action):
     return [one, one] if action.nargs in ("+", "*") else one
 
 
-def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends():
+def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends(capsys):
     # The installed wandb's own function builds the agent's argv (${args}: --name=value; ${args_no_boolean_flags}:
     # a true switch as --name, a false one left out); a change in wandb's forms fails here, not in a user's sweep.
     import argparse
@@ -188,6 +188,7 @@ def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends():
                       (["--mean=[0.5, [1]]"], "argument --mean: '[0.5, [1]]' is not a list of values")):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+        assert said in capsys.readouterr().err
 
 
 def test_a_false_switch_from_a_sweep_turns_off_what_a_recipe_turned_on(tmp_path):

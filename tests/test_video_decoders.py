@@ -23,7 +23,8 @@ def test_torchcodec_reads_pyavs_counts_and_frames(tmp_path, suffix, codec):
     path = make_video(tmp_path / f"v{suffix}", frames=30, codec=codec)
     for wanted in ([0, 1, 2], [11, 13, 15, 17], [29, 29, 29], [4, 20]):
         counts = {}
-        frames = {name: read(str(path), lambda n, name=name: counts.setdefault(name, n) and wanted)
+        frames = {name: read(str(path), lambda n, name=name, counts=counts, wanted=wanted:
+                             counts.setdefault(name, n) and wanted)
                   for name, read in VIDEO_READERS.items()}
         assert counts == {"pyav": 30, "torchcodec": 30}
         assert torch.equal(frames["pyav"], frames["torchcodec"]), (suffix, wanted)

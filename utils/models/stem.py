@@ -36,7 +36,7 @@ def replace_stem(model, in_chans):
     """Replace `model`'s first convolution taking 3 channels by one taking `in_chans`, its weights adapted; modules
     that check the channel count they are given (transformers' patch embeddings: `num_channels`) are told. Returns
     the stem's name, None when the model has no such convolution (nothing is changed then)."""
-    for path, module in model.named_modules():
+    for path, module in model.named_modules():  # noqa: B007 - `path`, the stem's name, is read after the loop
         if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)) and module.in_channels == 3:
             break
     else:
