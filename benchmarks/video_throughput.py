@@ -95,7 +95,8 @@ def main(argv=None):
     p.add_argument("--videos", type=int, default=64)
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--batch_size", type=int, default=8)
-    p.add_argument("--batches", type=int, default=30, help="batches per pipeline and repeat, timed from the loader's start")
+    p.add_argument("--batches", type=int, default=30,
+                   help="batches per pipeline and repeat, timed from the loader's start")
     p.add_argument("--workers", type=int, default=None, help="default: the training script's default for this machine")
     p.add_argument("--repeats", type=int, default=3, help="alternate the two pipelines this many times; medians")
     p.add_argument("--train_steps", type=int, default=10, help="steps of the training run (0: skip it)")

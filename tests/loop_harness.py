@@ -60,7 +60,8 @@ def make_job(args, accelerator, out, dataset, model=None, skip_bad_images=False)
     logger = StepLogger(accelerator, out / "metrics.jsonl", args.log_every, steps_per_epoch,
                         args.epochs * steps_per_epoch)
     return Job(args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-               objective=Objective(typed_options(args)["losses"], task_for(False, 3)), train_loader=train_loader, val_loader=None,
+               objective=Objective(typed_options(args)["losses"], task_for(False, 3)), train_loader=train_loader,
+               val_loader=None,
                steps_per_epoch=steps_per_epoch, class_names=["a", "b", "c"], out=out,
                logger=logger, bad_images=BadImages(skip=skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
                best_score=[], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, accelerator.process_index,

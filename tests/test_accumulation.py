@@ -49,9 +49,11 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     scheduler = build_lr_scheduler(optimizer, typed_options(args)["schedule"], steps_per_epoch=3)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
-    job = Job(args, accelerator, model, optimizer, scheduler, Objective(typed_options(args)["losses"], task_for(False, 3)),
+    job = Job(args, accelerator, model, optimizer, scheduler,
+              Objective(typed_options(args)["losses"], task_for(False, 3)),
               train_loader, None, 3, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
-              StopRequest(), [], [], inputs=BatchInput.for_training(typed_options(args)["batch"], 3, 0, input_for(args).mean_std))
+              StopRequest(), [], [],
+              inputs=BatchInput.for_training(typed_options(args)["batch"], 3, 0, input_for(args).mean_std))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

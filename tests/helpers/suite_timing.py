@@ -152,7 +152,8 @@ def table(path, top=40):
         run_s = sum(v["s"] for v in runs.values())
         kinds = " / ".join(f"{v['n']}, {v['s']:.0f}" if v["n"] else "-" for v in runs.values())
         print(f"| `{r['test'].split('::', 1)[1]}` ({r['test'].split('::')[0].split('/')[-1]}) | {r['total_s']:.1f} | "
-              f"{kinds} | {r['train_s']:.1f} | {max(run_s - r['train_s'], 0):.1f} | {max(r['total_s'] - run_s, 0):.1f} |")
+              f"{kinds} | {r['train_s']:.1f} | {max(run_s - r['train_s'], 0):.1f} | "
+              f"{max(r['total_s'] - run_s, 0):.1f} |")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ def replace_stem(model, in_chans):
 
 
 def with_stem(model, in_chans, name):
-    """`model` with its stem taking `in_chans` channels (utils/models/stem.py); a ModelError when it has none to adapt."""
+    """`model` with its stem taking `in_chans` channels (utils/models/stem.py); a ModelError when it has none to
+    adapt."""
     if in_chans != 3 and replace_stem(model, in_chans) is None:
         raise ModelError(f"{name}: has no convolution taking 3 channels to adapt to {in_chans}; give 3-channel data "
                          f"(--bands with three bands) or another model")
