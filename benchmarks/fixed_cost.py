@@ -1,4 +1,5 @@
-"""What a run pays before its first step and after its last, beside the whole wall of the same job under timm's train.py.
+"""What a run pays before its first step and after its last, beside the whole wall of the same job under timm's
+train.py.
 
     python benchmarks/fixed_cost.py                                  # this checkout, 3 runs
     python benchmarks/fixed_cost.py --ref 050d384                    # and a commit (a git worktree), alternated
@@ -85,7 +86,7 @@ def summary(values):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--ref", default=None, help="also time this commit's script (a git worktree), alternated")
     p.add_argument("--timm", default=None, help="timm's train.py (pytorch-image-models), timed on the same job")

@@ -241,7 +241,8 @@ def main():
             try:
                 raws[mode] = raw_run(args, mode, clock)
                 print(f"{mode:8s} raw loop (input on the device, {raws[mode]['device']}): "
-                      f"{raws[mode]['img_per_s']:.1f} img/s; first {args.log_every} steps {raws[mode]['warmup_s']:.2f} s",
+                      f"{raws[mode]['img_per_s']:.1f} img/s; first {args.log_every} steps "
+                      f"{raws[mode]['warmup_s']:.2f} s",
                       flush=True)
             except RuntimeError as e:
                 failed = True

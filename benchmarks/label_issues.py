@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def wilson(hits, n, z=1.959964):
     """The 95 % Wilson score interval of a proportion hits / n."""
     p = hits / n
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    centre, half = ((p + z * z / (2 * n)) / (1 + z * z / n),
+                    z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n))
     return centre - half, centre + half
 
 
@@ -60,8 +61,10 @@ def main():
     summary = json.loads((cv / "cv_results.json").read_text())["figures"]["val_top1"]
     flipped, found = samples(cv / "fold_0" / "flipped_labels.csv", "sample"), samples(cv / "label_issues.csv", "sample")
     caught = len(flipped & found)
-    print(f"cross-validation ({args.folds} folds, {wall:.0f} s): val top-1 {summary['mean']:.4f} ± {summary['std']:.4f}, "
-          f"95 % interval {summary['ci95'][0]:.4f} – {summary['ci95'][1]:.4f} (the folds' labels {args.flip:.0%} flipped)")
+    print(f"cross-validation ({args.folds} folds, {wall:.0f} s): "
+          f"val top-1 {summary['mean']:.4f} ± {summary['std']:.4f}, "
+          f"95 % interval {summary['ci95'][0]:.4f} – {summary['ci95'][1]:.4f} "
+          f"(the folds' labels {args.flip:.0%} flipped)")
     print(f"label issues: {len(found)} found, {len(flipped)} flipped, {caught} of them found: recall "
           f"{caught / len(flipped):.3f}, precision {caught / max(len(found), 1):.3f}")
     for name, extra in (("clean", []), ("flipped", ["--flip_labels", str(args.flip)]),

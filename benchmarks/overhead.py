@@ -6,7 +6,8 @@
     python benchmarks/overhead.py --channels_last      # eager vs channels-last, on both sides
     python benchmarks/overhead.py --compile            # eager vs torch.compile (inductor, mode default)
     python benchmarks/overhead.py --compile --compile_mode max-autotune-no-cudagraphs --channels_last
-    python benchmarks/overhead.py --repeats 1 --steps 20 --channels_last   # a quick look (~2.5 min on a busy 2-core CPU)
+    # a quick look (~2.5 min on a busy 2-core CPU):
+    python benchmarks/overhead.py --repeats 1 --steps 20 --channels_last
 
 Both sides train the same model on the same input size and batch, with the same optimizer and loss;
 the raw loop keeps its input in memory (no data loading at all) and uses torch's default thread
@@ -282,7 +283,8 @@ def print_switched(args, compile_mode, raws, ours):
     print(f"eager: NCHW, no torch.compile | switched: {names} (on both sides; launched with '{args.launcher}')")
     rate = {("raw", i): median(r[0] for r in raws[i]) for i in (0, 1)}
     rate.update({("project", i): median(r[0] for r in ours[i]) for i in (0, 1)})
-    for side, label, results in (("raw", "raw PyTorch loop:       ", raws), ("project", "train_classification.py:", ours)):
+    for side, label, results in (("raw", "raw PyTorch loop:       ", raws),
+                                 ("project", "train_classification.py:", ours)):
         print(f"{label} eager {rate[side, 0]:8.1f} img/s | switched {rate[side, 1]:8.1f} img/s | "
               f"switched/eager {rate[side, 1] / rate[side, 0]:.3f}  "
               f"(runs: {runs(r[0] for r in results[0])} | {runs(r[0] for r in results[1])})")

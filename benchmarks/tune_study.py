@@ -65,7 +65,8 @@ def main(argv=None):
         ran = sum(int(r["epochs"]) for r in rows)
         states = {s: sum(r["state"] == s for r in rows) for s in ("complete", "pruned", "failed")}
         print(f"{pruner}: best trial {best:.4f} ({best - best_full:+.4f} against no pruner); {states['complete']} "
-              f"complete, {states['pruned']} pruned, {states['failed']} failed; {ran} epochs, {100 * (1 - ran / ran_full):.1f} "
+              f"complete, {states['pruned']} pruned, {states['failed']} failed; {ran} epochs, "
+              f"{100 * (1 - ran / ran_full):.1f} "
               f"% saved; wall {wall:.0f} s")
     print(f"goal best trial above the default recipe: {'met' if best_full > baseline else 'NOT MET'} "
           f"({best_full:.4f} against {baseline:.4f}, no pruner)")

@@ -35,7 +35,7 @@ from utils.core.preemption import worker_init_fn  # noqa: E402
 from utils.core.threads import cores_per_process  # noqa: E402
 from utils.config.settings import datasets_for  # noqa: E402
 from utils.data.datasets.clips import PathFrames  # noqa: E402
-from utils.data.decoding.video import write_video
+from utils.data.decoding.video import write_video  # noqa: E402
 
 
 def generate_videos(root, count, seconds, fps=25, size=(320, 240), seed=0):
@@ -95,7 +95,8 @@ def main(argv=None):
     p.add_argument("--videos", type=int, default=64)
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--batch_size", type=int, default=8)
-    p.add_argument("--batches", type=int, default=30, help="batches per pipeline and repeat, timed from the loader's start")
+    p.add_argument("--batches", type=int, default=30,
+                   help="batches per pipeline and repeat, timed from the loader's start")
     p.add_argument("--workers", type=int, default=None, help="default: the training script's default for this machine")
     p.add_argument("--repeats", type=int, default=3, help="alternate the two pipelines this many times; medians")
     p.add_argument("--train_steps", type=int, default=10, help="steps of the training run (0: skip it)")

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.update(HF_HUB_OFFLINE="1", WANDB_MODE="offline", PYTHONUNBUFFERED="1")
 # The cores this process may use (utils/core/threads.py says so too, but imports torch, which must come after).
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-# pytest-xdist workers (pytest.ini: -n auto) share the cores out: each worker, and every run it starts
+# pytest-xdist workers (pyproject.toml: -n auto) share the cores out: each worker, and every run it starts
 # (in-process, forked, launched: the script keeps an OMP_NUM_THREADS it is given), gets its part of them.
 # Two workers of two OpenMP threads each on 2 cores ran the suite in 22 min here; of one thread, in 11.
 # Set before torch is imported, which reads it once. An OMP_NUM_THREADS of the caller's wins.
@@ -63,7 +63,7 @@ def drawn(argv):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pytest.ini): a worker per core, at most 4. Much of the suite waits on start-up, launchers and
+    """`-n auto` (pyproject.toml): a worker per core, at most 4. Much of the suite waits on start-up, launchers and
     signals rather than computing, so two workers on 2 cores overlap it; more than 4 is untried."""
     return max(1, min(4, CORES))
 

@@ -23,8 +23,8 @@ working directory. Its stdout and stderr (file descriptors 1 and 2: C libraries 
 files that come back to the test.
 
 As torchrun does, when one rank fails the others get SIGTERM on their process groups (unless they end on
-their own within a few seconds), then SIGKILL after a grace period; past `timeout` every rank does. At the end every rank's process group is SIGKILLed, so no
-rank or worker outlives the call whatever happened.
+their own within a few seconds), then SIGKILL after a grace period; past `timeout` every rank does. At the end every
+rank's process group is SIGKILLed, so no rank or worker outlives the call whatever happened.
 
 What this cannot stand in for is the launcher itself: signals sent to a launcher, a launcher that dies,
 torchrun's restarts, several nodes, SLURM. Those tests keep real launchers (conftest.launch).

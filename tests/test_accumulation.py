@@ -49,7 +49,8 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
     logger = StepLogger(accelerator, tmp_path / "metrics.jsonl", log_every=100, steps_per_epoch=3, total_steps=3)
     job = Job(accelerator, model, optimizer, scheduler, Objective(settings.losses, task_for(False, 3)),
               train_loader, None, 3, ["a", "b", "c"], tmp_path, logger, BadImages(skip=False),
-              StopRequest(), [], [], settings=settings, inputs=BatchInput.for_training(settings.batch, 3, 0, settings.input.mean_std))
+              StopRequest(), [], [], settings=settings,
+              inputs=BatchInput.for_training(settings.batch, 3, 0, settings.input.mean_std))
     assert train_one_epoch(job, 0, 0) == (3, True, False)  # 3 optimizer steps, to the epoch's end, no stop
 
     # By hand: the same batches (epoch 0 again: the order is a function of seed and epoch), one SGD

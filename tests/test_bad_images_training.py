@@ -13,7 +13,8 @@ from utils.run.accelerator import build_accelerator
 
 
 class HalfBroken(Dataset):
-    """8 samples; those in `bad` failed to decode: zero pixels, valid False, as utils/data/datasets/images.py yields them."""
+    """8 samples; those in `bad` failed to decode: zero pixels, valid False, as utils/data/datasets/images.py yields
+    them."""
 
     def __init__(self, bad):
         g = torch.Generator().manual_seed(0)

@@ -104,7 +104,8 @@ def test_data_throughput_benchmark_runs_tiny_on_a_given_folder(tmp_path, capsys)
     # --streaming: the same JPEG bytes as parquet shards through the --streaming loader, against the folder path
     out = benchmark_in_process("data_throughput.py", capsys, "--data_dir", tmp_path / "images", "--workers", 1,
                                "--batch_size", 4, "--epochs", 1, "--streaming")
-    rate, per_row = figure(rf"^the stream's rows read alone \(not decoded\): {NUMBER} rows/s \({NUMBER} us a row\)$", out)
+    rate, per_row = figure(rf"^the stream's rows read alone \(not decoded\): {NUMBER} rows/s \({NUMBER} us a row\)$",
+                           out)
     assert rate > 0 and per_row == pytest.approx(1e6 / rate, rel=0.02, abs=0.06)
     folder, stream, ratio = figure(rf"^workers 1: project folder \(map-style\) +{NUMBER} img/s \| streaming parquet "
                                    rf"\(8 shards\) +{NUMBER} img/s \| ratio {NUMBER} \(median of 1 epoch pairs\)$", out)

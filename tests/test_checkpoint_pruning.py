@@ -152,7 +152,7 @@ def test_latest_is_the_newest_by_global_step_then_epoch_end(tmp_path, monkeypatc
     make(tmp_path, "step_16", 16, False, mtime=9_000)
     listed = Path.iterdir
     for reverse in (False, True):
-        monkeypatch.setattr(Path, "iterdir", lambda self: iter(sorted(listed(self), reverse=reverse)))
+        monkeypatch.setattr(Path, "iterdir", lambda self, reverse=reverse: iter(sorted(listed(self), reverse=reverse)))
         assert checkpoints.latest(tmp_path).name == "epoch_1"
     monkeypatch.undo()
     # Folders that are not complete checkpoints never count, however far they got.

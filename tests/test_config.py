@@ -46,7 +46,8 @@ def reject(argv, capsys):
     (["--max_train_steps", "-1"], "max_train_steps: must be >= 0"),
     (["--seed", "-1"], "seed: must be in [0, 2**32)"),
     (["--seed", str(2**32)], "seed: must be in [0, 2**32)"),
-    (["--model", "resnet19"], "model: 'resnet19' is not a torchvision classification or video model; did you mean resnet18"),
+    (["--model", "resnet19"],
+     "model: 'resnet19' is not a torchvision classification or video model; did you mean resnet18"),
     (["--lr", "fast"], "argument --lr: 'fast' is neither a number nor auto"),
     (["--optimizer", "lamb2"], "optimizer: neither sgd, adamw nor a timm.optim name (did you mean lamb"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
@@ -147,7 +148,8 @@ def scripts_parse(script, argv):
 
 
 @pytest.mark.parametrize("script, argv, said", [
-    ("train_classification.py", ["--epoch", "2"], "unrecognized arguments: --epoch 2 (--epoch: did you mean --epochs?)"),
+    ("train_classification.py", ["--epoch", "2"],
+     "unrecognized arguments: --epoch 2 (--epoch: did you mean --epochs?)"),
     ("train_classification.py", ["--lr_schedul=cosine", "--wd", "1"],
      "unrecognized arguments: --lr_schedul=cosine --wd 1 (--lr_schedul: did you mean --lr_schedule?)"),
     ("train_classification.py", ["--conf", "x.yaml"],  # not read as --config
@@ -281,7 +283,8 @@ RENAMED = {("model", "name"): "model", ("model", "ema"): "model_ema", ("model", 
 
 def test_every_typed_option_is_read_from_its_own_option():
     """Each option's value a distinct marker: every field of every typed object (Settings' model, optimizer, schedule,
-    batch, losses, balance, trackers, data, input, run folder and probe options) holds its own option's marker, lists as tuples."""
+    batch, losses, balance, trackers, data, input, run folder and probe options) holds its own option's marker, lists as
+    tuples."""
     import argparse
     import dataclasses
 

@@ -19,7 +19,8 @@ import torch
 from conftest import ROOT, SMALL_MODEL, environment, main_fails, read_json, read_jsonl
 from ranks import run_ranks
 
-SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16", "--no_plots"]  # odd-sized folds of 100 and 101
+# odd-sized folds of 100 and 101
+SMALL = ["--max_train_samples", "301", "--num_workers", "0", "--image_size", "16", "--no_plots"]
 
 
 def data_options(**changes):
@@ -259,8 +260,9 @@ def test_a_group_column_missing_or_with_empty_values_is_one_line(tmp_path, capsy
 # against resnet18's 71); the smallest case found whose folds learn enough for cleanlab to find 80 % of the flips
 # (601 samples, 10 epochs: 27 of 30 in 28 issues; 6 epochs, 25). A checkpoint every 20 steps (mid-epoch: 13 steps an
 # epoch) for the kill test; every 2, each fold wrote 65 of them, a quarter of its time.
-CV = ["--model", SMALL_MODEL, "--max_train_samples", "601", "--num_workers", "0", "--image_size", "16", "--epochs", "10",
-      "--batch_size", "32", "--flip_labels", "0.05", "--checkpoint_every_steps", "20", "--keep_last", "2", "--no_plots"]
+CV = ["--model", SMALL_MODEL, "--max_train_samples", "601", "--num_workers", "0", "--image_size", "16",
+      "--epochs", "10", "--batch_size", "32", "--flip_labels", "0.05", "--checkpoint_every_steps", "20",
+      "--keep_last", "2", "--no_plots"]
 
 
 def crossval(out, *extra, **kw):
@@ -297,7 +299,8 @@ def table(path):
 
 def rescored(folder, argv, ema=False, checkpoint=None):
     """The held-out fold's class probabilities by a plain re-scoring of the fold run's saved weights (the EMA's with
-    `ema`), as predict.py scores: its eval graph (the run's normalisation and model) on the validation's uint8 pixels."""
+    `ema`), as predict.py scores: its eval graph (the run's normalisation and model) on the validation's uint8
+    pixels."""
     from utils.config.options import parse
     from utils.inference import EvalGraph
     from utils.run.trained import load_run
@@ -334,8 +337,8 @@ def test_crossval_says_each_validation_of_each_fold_as_it_comes(finished):
     import re
 
     out, said = finished
-    lines = re.findall(r"^crossval\.py: fold (\d) of 3: epoch (\d+)/10, val_top1 (\S+); elapsed \S+, ~(\S+) left$", said,
-                       re.M)
+    lines = re.findall(r"^crossval\.py: fold (\d) of 3: epoch (\d+)/10, val_top1 (\S+); elapsed \S+, ~(\S+) left$",
+                       said, re.M)
     assert [(int(fold), int(epoch)) for fold, epoch, _, _ in lines] == [(f, e) for f in range(3) for e in range(1, 11)]
     for fold, epoch, value, _ in lines:
         row = next(r for r in read_jsonl(out / f"fold_{fold}" / "metrics.jsonl") if r.get("epoch") == int(epoch)

@@ -92,7 +92,8 @@ def test_sigkill_then_resume_with_decoding_on_the_device_is_bitwise_the_run_with
                  nproc=nproc)
         scored[nproc] = read_json(evaluation / "results.json")
     assert scored[1]["val_samples"] == scored[2]["val_samples"] == 7
-    assert (scored[1]["val_top1"], scored[1]["per_class_accuracy"]) == (scored[2]["val_top1"], scored[2]["per_class_accuracy"])
+    assert ((scored[1]["val_top1"], scored[1]["per_class_accuracy"])
+            == (scored[2]["val_top1"], scored[2]["per_class_accuracy"]))
     assert scored[1]["val_loss"] == pytest.approx(scored[2]["val_loss"], abs=1e-6) == whole["val_loss"]
 
 

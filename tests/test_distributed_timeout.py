@@ -40,7 +40,8 @@ def test_a_frozen_rank_makes_the_other_fail_after_dist_timeout_s(tmp_path):
                     moments["frozen"] = now
             elif "rank0_ended" not in moments and _ended(pids[0]):
                 moments["rank0_ended"] = now
-                os.kill(pids[1], signal.SIGKILL)  # what a launcher's teardown would come to (SIGTERM waits while stopped)
+                # what a launcher's teardown would come to (SIGTERM waits while stopped)
+                os.kill(pids[1], signal.SIGKILL)
         return poll
 
     job = run_ranks([*TINY, "--warmup_epochs", "0", "--epochs", "1000", "--log_every", "1", "--dist_timeout_s",

@@ -13,7 +13,8 @@ from utils.run.teacher import TeacherError
 from utils.training.run_folder import FolderError
 
 
-@pytest.mark.parametrize("error, builtin", [(DataError, ValueError), (ModelError, ValueError), (ConfigError, ValueError),
+@pytest.mark.parametrize("error, builtin", [(DataError, ValueError), (ModelError, ValueError),
+                                            (ConfigError, ValueError),
                                             (RunError, ValueError), (PushError, RuntimeError), (FolderError, Exception),
                                             (MetricError, Exception), (TeacherError, ValueError)])
 def test_every_subsystems_error_is_a_user_error_and_keeps_its_builtin_base(error, builtin):

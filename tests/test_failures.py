@@ -173,7 +173,8 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
                                                   "--image_size", "32"]))
     normalise = BatchInput(run.input.mean_std)
     with torch.no_grad():
-        losses = [float(F.cross_entropy(model(normalise(val[i]["pixel_values"][None])), torch.tensor([val[i]["labels"]])))
+        losses = [float(F.cross_entropy(model(normalise(val[i]["pixel_values"][None])),
+                                        torch.tensor([val[i]["labels"]])))
                   for i in range(len(val))]
     highest = sorted(range(len(val)), key=lambda i: -losses[i])[:4]
     assert [int(r["index"]) for r in a] == highest

@@ -14,7 +14,8 @@ def fsdp(script, *argv):
     under the project's FSDP config (fp32, as the DDP reference runs; the config's bf16 autocast would only slow
     the CPU), FSDP on CPU from tests/helpers/fsdp_on_cpu.py."""
     return run_ranks([script, *argv], nproc=2, target="helpers.fsdp_on_cpu:main",
-                     launcher_args=["--config_file", str(ROOT / "accel_configs" / "fsdp.yaml"), "--mixed_precision", "no"])
+                     launcher_args=["--config_file", str(ROOT / "accel_configs" / "fsdp.yaml"),
+                                    "--mixed_precision", "no"])
 
 
 @pytest.mark.slow

@@ -61,7 +61,8 @@ def test_torchcodec_decodes_each_kind_to_the_pixels_it_had(name, data, through_t
 def test_an_animated_image_gives_its_first_frame_and_16_bit_png_scales_to_8_bits(through_torchcodec):
     second = BASE.rotate(90)
     animated = encoded(BASE.convert("P"), "GIF", save_all=True, append_images=[second.convert("P")])
-    assert torch.equal(decode_rgb({"bytes": animated, "path": None}), as_pil_reads_it(encoded(BASE.convert("P"), "GIF")))
+    assert torch.equal(decode_rgb({"bytes": animated, "path": None}),
+                       as_pil_reads_it(encoded(BASE.convert("P"), "GIF")))
     deep = (np.arange(20 * 30, dtype=np.uint32).reshape(20, 30) * 109).astype(np.uint16)
     pixels = decode_rgb({"bytes": encoded(Image.fromarray(deep), "PNG"), "path": None})
     assert pixels.dtype == torch.uint8 and pixels.shape == (3, 20, 30)

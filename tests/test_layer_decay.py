@@ -63,7 +63,8 @@ def test_timm_and_transformers_models_are_grouped_their_way():
     swin = transformers.AutoModelForImageClassification.from_config(
         transformers.SwinConfig(embed_dim=8, depths=[1, 2], num_heads=[1, 2], num_labels=3))
     ids = layer_ids(swin, "hf/some/swin")  # a stage's closing downsample goes with its last block
-    assert ids["swin.encoder.layers.0.downsample.reduction.weight"] == ids["swin.encoder.layers.0.blocks.0.mlp.fc1.weight"]
+    assert (ids["swin.encoder.layers.0.downsample.reduction.weight"]
+            == ids["swin.encoder.layers.0.blocks.0.mlp.fc1.weight"])
 
 
 def test_each_layers_lr_is_scaled_within_the_weight_decay_groups_and_through_the_schedule():
@@ -96,7 +97,8 @@ def test_each_layers_lr_is_scaled_within_the_weight_decay_groups_and_through_the
 def test_a_run_says_its_layers_and_a_model_it_cannot_group_is_one_line(tmp_path, capsys):
     pytest.importorskip("timm")
     run_main([*TINY, "--model", "timm/test_vit", "--image_size", "160", "--layer_decay", "0.75", "--epochs", "1",
-              "--log_every", "1", "--max_train_steps", "1", "--synthetic_train_samples", "16", "--synthetic_val_samples", "8",
+              "--log_every", "1", "--max_train_steps", "1", "--synthetic_train_samples", "16",
+              "--synthetic_val_samples", "8",
               "--output_dir", tmp_path / "vit"])
     out = capsys.readouterr().out
     assert "layer_decay 0.75: " in out and "LR x" in out and "up to x1 in the last (the head)" in out

@@ -104,7 +104,8 @@ def test_docs_list_each_requirement_with_the_licence_its_package_states():
 
 
 @pytest.mark.parametrize("licence, refused", [("AGPL-3.0", True), ("GNU Affero General Public License v3", True),
-                                              ("GPL-2.0-or-later", True), ("GNU General Public License v3 (GPLv3)", True),
+                                              ("GPL-2.0-or-later", True),
+                                              ("GNU General Public License v3 (GPLv3)", True),
                                               ("CC-BY-NC-4.0", True), ("Non-Commercial Use Only", True),
                                               ("LGPL-2.1-or-later", False),
                                               ("GNU Lesser General Public License v3 (LGPLv3)", False),

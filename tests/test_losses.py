@@ -57,11 +57,14 @@ def test_mixed_targets_are_smoothed_then_thresholded():
     (["--bce_target_thresh", "0.2"], "bce_target_thresh: applies to --bce_loss only"),
     (["--bce_loss", "--bce_target_thresh", "1.5"], "bce_target_thresh: must be in [0, 1)"),
     (["--teacher", "resnet18", "--teacher_pretrained", "--distill_alpha", "0"], "distill_alpha: must be in (0, 1]"),
-    (["--teacher", "resnet18", "--teacher_pretrained", "--distill_temperature", "0"], "distill_temperature: must be > 0"),
+    (["--teacher", "resnet18", "--teacher_pretrained", "--distill_temperature", "0"],
+     "distill_temperature: must be > 0"),
     (["--teacher_pretrained"], "teacher_pretrained: needs --teacher"),
-    (["--distill", "hard", "--distill_alpha", "0.3"], "distill: --distill, --distill_alpha: set for a distillation, which needs --teacher"),
+    (["--distill", "hard", "--distill_alpha", "0.3"],
+     "distill: --distill, --distill_alpha: set for a distillation, which needs --teacher"),
     (["--teacher", "resnet1"], "teacher: resnet1 is not a folder; a model name needs --teacher_pretrained"),
-    (["--teacher", "resnet1", "--teacher_pretrained"], "teacher: 'resnet1' is not a torchvision classification or video model; did you mean"),
+    (["--teacher", "resnet1", "--teacher_pretrained"],
+     "teacher: 'resnet1' is not a torchvision classification or video model; did you mean"),
 ])
 def test_a_bad_loss_or_distillation_option_is_one_line_exit_2(argv, message, capsys):
     code, lines = parse_fails(argv, capsys)
@@ -92,8 +95,8 @@ class FixedTeacher:
 def test_the_objective_weighs_the_task_and_the_teacher_and_gives_each_head_its_own(kind):
     logits, labels = logits_and_labels()
     teacher_logits = torch.randn(6, 5, generator=torch.Generator().manual_seed(1))
-    args = parse_args(["--teacher", "resnet18", "--teacher_pretrained", "--distill", kind, "--distill_alpha", "0.3", "--distill_temperature", "2",
-                       "--label_smoothing", "0"])
+    args = parse_args(["--teacher", "resnet18", "--teacher_pretrained", "--distill", kind, "--distill_alpha", "0.3",
+                       "--distill_temperature", "2", "--label_smoothing", "0"])
     teacher, pixels = FixedTeacher(teacher_logits), torch.randn(6, 3, 4, 4)
     objective = Objective(typed_options(args)["losses"], ONE_LABEL, teacher)
     task, distill = F.cross_entropy(logits, labels), softmax_distillation(kind, logits, teacher_logits, 2.0).mean()
@@ -190,5 +193,6 @@ def test_the_options_pick_the_loss_of_one_label_a_sample():
     assert torch.allclose(objective("--logit_adjust", "1"), F.cross_entropy(logits + prior, labels))
     assert torch.allclose(objective(), ce.mean())
     weights = SimpleNamespace(log_prior=None, class_weights=[0.5, 1.0, 2.0, 4.0])
-    weighted = Objective(losses_of(["--label_smoothing", "0"]), task_for(False, 4), balance=weights)(logits, labels, None)
+    weighted = Objective(losses_of(["--label_smoothing", "0"]), task_for(False, 4), balance=weights)(logits, labels,
+                                                                                                   None)
     assert torch.allclose(weighted, (ce * torch.tensor(weights.class_weights)[labels]).mean())

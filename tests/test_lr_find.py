@@ -106,7 +106,8 @@ def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path, capsys):
     assert steps == list(range(3, min(len(curve), 30), 3)), steps  # every 3rd of 30, up to the step it stopped at
     assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["lr_find.csv", "lr_find.json",
                                                                           "lr_find.png"]  # no more
-    assert read_json(out / "lr_find.json") == {"steps": len(curve), "stopped": read_json(out / "lr_find.json")["stopped"],
+    assert read_json(out / "lr_find.json") == {"steps": len(curve),
+                                               "stopped": read_json(out / "lr_find.json")["stopped"],
                                                "suggestions": found["lr_find"], "no_suggestion": None}
 
 
@@ -175,8 +176,8 @@ def test_a_curve_that_barely_falls_holds_no_lr(fall):
     """The default job's curves fall by 5-9 % before they diverge (resnet18 learns little in 100 steps): an LR read
     from them (0.015 there) trained worse than the recipe's 0.1. None is read, and the line says why."""
     suggested, why = swept(fall).reading()
-    said = re.fullmatch(r"the smoothed loss falls by (\d+)% of its start \(2\.4\d* -> [\d.]+\), too little to read an LR "
-                        r"from \(at least 17%\)", why)
+    said = re.fullmatch(r"the smoothed loss falls by (\d+)% of its start \(2\.4\d* -> [\d.]+\), "
+                        r"too little to read an LR from \(at least 17%\)", why)
     assert suggested is None and said and abs(int(said.group(1)) - 100 * fall) <= 2, why
 
 
@@ -230,7 +231,8 @@ def test_lr_auto_on_a_curve_that_holds_no_lr_is_one_line_and_trains_nothing(tmp_
     lines = [line for line in err.splitlines() if "error:" in line]
     assert code == 2 and len(lines) == 1 and re.search(
         r"lr auto: 12 steps from 1e-07 to 1e-05 \(the last at lr 1e-05\): no LR suggested, the smoothed loss falls by "
-        r"-?\d+% of its start \([\d.]+ -> [\d.]+\), too little to read an LR from \(at least 17%\); give --lr", lines[0])
+        r"-?\d+% of its start \([\d.]+ -> [\d.]+\), too little to read an LR from \(at least 17%\); give --lr",
+        lines[0])
     assert not (tmp_path / "auto" / "results.json").exists() and (tmp_path / "auto" / "lr_find.csv").is_file()
     found = run_main([*sweep, "--lr_find", "--output_dir", tmp_path / "find"])
     said = read_json(tmp_path / "find" / "lr_find.json")

@@ -33,20 +33,21 @@ def test_two_nodes_over_loopback_train_as_one_job(images, reference, tmp_path):
     """Two `accelerate launch` commands with accel_configs/multi_node.yaml, each a "node" of one process,
     told apart by the machine-specific keys only (plus --mixed_precision no: the reference is fp32 and
     bf16 autocast would only slow these CPU processes; and one thread each, as the reference's two
-    processes have on this 2-core machine: float sums differ with the thread count). They form one job of world size 2 that trains
-    bitwise as the single-node 2-process run does (the same global ranks, hence the same disjoint
-    shards: tests/test_sampling.py), validates every sample once, and only the main process writes."""
+    processes have on this 2-core machine: float sums differ with the thread count). They form one job of world size 2
+    that trains bitwise as the single-node 2-process run does (the same global ranks, hence the same disjoint shards:
+    tests/test_sampling.py), validates every sample once, and only the main process writes."""
     out, port = tmp_path / "run", free_port()
     argv = resume_job(images, out, 1, "--dump_rank_metrics")
     nodes = [subprocess.Popen(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "accel_configs" / "multi_node.yaml"),
+        [sys.executable, "-m", "accelerate.commands.launch",
+         "--config_file", str(ROOT / "accel_configs" / "multi_node.yaml"),
          "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
          "--main_process_port", str(port), "--mixed_precision", "no", "--num_cpu_threads_per_process", "1",
          str(ROOT / "train_classification.py"),
          *map(str, argv)], cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True) for rank in (0, 1)]
     outputs = [node.communicate(timeout=300) for node in nodes]
-    for node, (stdout, stderr) in zip(nodes, outputs):
+    for node, (_stdout, stderr) in zip(nodes, outputs):
         assert node.returncode == 0, stderr[-3000:]
     results = read_json(out / "results.json")
     assert results["world_size"] == 2
@@ -100,7 +101,8 @@ def test_the_slurm_script_trains_on_two_nodes_and_requeues_itself_on_sigterm(tmp
     # the step both nodes stopped at (step_N, or epoch_0 when the stop fell on the epoch's last step).
     # (The nodes share one pipe here: their lines may run into each other.)
     resumed = set(re.findall(r"resumed from (\S+): epoch \d+, step (\d+)", finished.stdout))
-    assert len(resumed) == 1, stopped[-2000:] + "\n".join(l for l in finished.stdout.splitlines() if "resum" in l)
+    assert len(resumed) == 1, stopped[-2000:] + "\n".join(line for line in finished.stdout.splitlines()
+                                                          if "resum" in line)
     assert resumed.pop()[1] == stopped_at.pop()
     results = read_json(out / "results.json")
     assert results["world_size"] == 2 and results["epochs_completed"] == 4

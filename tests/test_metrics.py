@@ -10,8 +10,8 @@ from ranks import run_ranks
 from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
 from utils.evaluation.class_figures import class_scores, confusion_matrix as our_confusion_matrix, topk_accuracy
-from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, figure_name, MetricError, load_metrics, parse_metric_spec, rank_sums,
-                                      result_figures, summarize, sums, topk_for, validation_row)
+from utils.evaluation.metrics import (PER_CLASS_LOG_MAX, figure_name, MetricError, load_metrics, parse_metric_spec,
+                                      rank_sums, result_figures, summarize, sums, topk_for, validation_row)
 
 
 @pytest.fixture(scope="module")

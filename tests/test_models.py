@@ -193,7 +193,8 @@ def test_drop_path_and_dropout_reach_the_builder_or_are_one_line(tmp_path, capsy
         "train_classification.py: error: --dropout: resnet18 has no dropout to set")
     # swin has stochastic depth, but torchvision's builder sets it: not "has none", and not "pick swin"
     with pytest.raises(ModelError, match=r"^--drop_path: torchvision's swin_t builder sets its own drop path \(it "
-                       r"takes no stochastic_depth_prob argument\); .*\(e\.g\. efficientnet, convnext, mvit, or a timm/"):
+                       r"takes no stochastic_depth_prob argument\); "
+                       r".*\(e\.g\. efficientnet, convnext, mvit, or a timm/"):
         build_model("swin_t", num_classes=3, drop_path=0.1)
 
 

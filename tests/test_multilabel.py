@@ -130,7 +130,8 @@ def test_track_metric_macro_f1_follows_the_macro_f1_of_multi_label_figures():
         scores.append((figures["val_f1_micro"], figures["val_f1_macro"]))
         stopped = patience.update(tracked_figure(SimpleNamespace(task=task, ema=None), figures), epoch=len(scores))
     # micro up, macro down (pytest.approx compares flat sequences: 9.2 refuses a list of pairs)
-    assert [figure for pair in scores for figure in pair] == pytest.approx([10 / 13, (6 / 9 + 1 + 1) / 3, 12 / 14, 1 / 3])
+    assert [figure for pair in scores for figure in pair] == pytest.approx([10 / 13, (6 / 9 + 1 + 1) / 3,
+                                                                            12 / 14, 1 / 3])
     assert stopped and patience.best == pytest.approx(scores[0][1])
 
 

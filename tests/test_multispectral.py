@@ -262,7 +262,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
 
         monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
         url = torchvision.models.get_model_weights(name).DEFAULT.url
-        state = fake_pretrained(rgb, tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1])
+        fake_pretrained(rgb, tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1])
     chosen = parse(["--model", name, "--pretrained"]).model
     lines = []
     image = torch.rand(2, 1, 64, 64)

@@ -31,7 +31,8 @@ def test_an_optimizer_by_name_keeps_our_groups_lr_and_its_own_keywords(name, kin
 
 def test_the_default_optimizer_is_torchs_sgd_with_nesterov_momentum():
     optimizer = build_optimizer(torch.nn.Linear(2, 2), typed_options(parse_args([]))["optimizer"])
-    assert type(optimizer) is torch.optim.SGD and optimizer.defaults["nesterov"] and optimizer.defaults["momentum"] == 0.9
+    assert (type(optimizer) is torch.optim.SGD and optimizer.defaults["nesterov"]
+            and optimizer.defaults["momentum"] == 0.9)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -279,8 +279,8 @@ def test_onnx_export_matches_pytorch(digits_run, tmp_path, capsys):
         pixels = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
         with torch.no_grad():
             expected = EvalGraph(model, inp).eval()(pixels).numpy()
-            # what training and validation fed the model (utils/data/transforms/batch.py): the graph normalises alike (up
-            # to the rounding of x / 255 against to_dtype's scaling)
+            # what training and validation fed the model (utils/data/transforms/batch.py): the graph normalises alike
+            # (up to the rounding of x / 255 against to_dtype's scaling)
             normalised = EvalGraph(torch.nn.Identity(), inp)(pixels)
             assert (normalised - BatchInput(inp.mean_std)(pixels)).abs().max() <= 1e-6 and normalised.std() > 0.5
             trained_path = model(BatchInput(inp.mean_std)(pixels)).numpy()

@@ -175,7 +175,9 @@ def test_eval_pixels_are_value_over_255_normalised(extra, mean, std):
     image = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     image[:, 3, 5] = torch.tensor([200, 0, 255], dtype=torch.uint8)
     args = preset_args("--image_size", "16", "--crop_pct", "1", *extra)
-    out = BatchInput.for_training(typed_options(args)["batch"], 10, 0, input_for(args).mean_std)(eval_preset(args)(image)[None])[0]  # no resize, no crop; normalised
+    # no resize, no crop; normalised
+    out = BatchInput.for_training(typed_options(args)["batch"], 10, 0,
+                                  input_for(args).mean_std)(eval_preset(args)(image)[None])[0]
     expected = (image.double() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
     assert torch.allclose(out.double(), expected, atol=1e-5)
     assert out[:, 3, 5].tolist() == pytest.approx([(200 / 255 - mean[0]) / std[0], (0 - mean[1]) / std[1],
@@ -203,7 +205,8 @@ def test_train_crop_val_resize_and_val_crop_sizes_are_their_own():
     from torchvision.transforms.v2 import functional as F
 
     image = torch.randint(0, 256, (3, 60, 80), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    args = preset_args("--image_size", "32", "--train_crop_size", "24", "--val_resize_size", "40", "--val_crop_size", "36")
+    args = preset_args("--image_size", "32", "--train_crop_size", "24", "--val_resize_size", "40",
+                       "--val_crop_size", "36")
     assert train_preset(args)(image).shape == (3, 24, 24)  # torchvision's recipe: train at 176, test at 232 -> 224
     assert torch.equal(eval_preset(args)(image), F.center_crop(F.resize(image, [40], antialias=True), [36, 36]))
     default = eval_preset(preset_args("--image_size", "32"))(image)  # 32 / 0.875 -> 36, crop 32
@@ -289,7 +292,8 @@ def test_the_train_crop_ratio_is_drawn_within_its_option():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--train_dir", "x", "--train_crop_scale", "0", "1"], "train_crop_scale: must be MIN MAX with 0 < MIN <= MAX <= 1"),
+    (["--train_dir", "x", "--train_crop_scale", "0", "1"],
+     "train_crop_scale: must be MIN MAX with 0 < MIN <= MAX <= 1"),
     (["--train_dir", "x", "--train_crop_scale", "0.8", "0.5"], "train_crop_scale: must be MIN MAX"),
     (["--train_dir", "x", "--train_crop_scale", "0.5", "1.2"], "train_crop_scale: must be MIN MAX"),
     (["--train_dir", "x", "--train_crop_ratio", "2", "1"], "train_crop_ratio: must be MIN MAX with 0 < MIN <= MAX"),

@@ -99,8 +99,8 @@ def test_the_sweep_trains_each_head_as_alone_and_a_tie_goes_to_the_first_in_swee
 
 
 def test_the_vote_in_blocks_shared_by_two_processes_is_the_vote_of_one(monkeypatch):
-    """knn_scores' blocks of queries (3 of 256, the last ragged) computed by 2 processes, gathered in rank order (0 and 2
-    on the first, 1 on the second), put back in block order: what 1 process computes."""
+    """knn_scores' blocks of queries (3 of 256, the last ragged) computed by 2 processes, gathered in rank order (0 and
+    2 on the first, 1 on the second), put back in block order: what 1 process computes."""
     from types import SimpleNamespace
 
     from utils.evaluation.knn import normalised
@@ -108,7 +108,8 @@ def test_the_vote_in_blocks_shared_by_two_processes_is_the_vote_of_one(monkeypat
     from utils.training.probes import ProbeOptions
 
     generator = torch.Generator().manual_seed(2)
-    queries, bank = normalised(torch.randn(600, 8, generator=generator)), normalised(torch.randn(90, 8, generator=generator))
+    queries, bank = (normalised(torch.randn(600, 8, generator=generator)),
+                     normalised(torch.randn(90, 8, generator=generator)))
     labels, options = torch.arange(90) % 4, ProbeOptions("knn", 5, 0.07, (0.1,), (0.0,))
 
     def scores(rank, world, gathered):
@@ -238,7 +239,8 @@ def test_the_linear_probe_on_the_cache_is_the_head_trained_on_features_computed_
     run, model = load_run(out)
     with torch.no_grad():
         predicted = EvalGraph(model, run.input)(pixels_of(val)).argmax(dim=1)
-    assert (predicted == torch.as_tensor(val.dataset.labels)).float().mean().item() == pytest.approx(results["val_top1"])
+    assert ((predicted == torch.as_tensor(val.dataset.labels)).float().mean().item()
+            == pytest.approx(results["val_top1"]))
     # two processes with a worker each: the same cache, the same head
     ranks_ok(folder_job(folders, tmp_path / "two", "--num_workers", "1"), nproc=2)
     assert cache_bytes(tmp_path / "two") == cache_bytes(out)

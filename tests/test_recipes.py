@@ -86,8 +86,8 @@ def test_every_recipe_runs_a_few_steps_on_two_processes(recipe, tmp_path, textur
     if "clip_len" in recipe_values:  # a video recipe
         tiny = tiny_videos(videos)
     env = kinetics_weights(tmp_path, recipe_values["model"]) if recipe_values.get("pretrained") else None
-    proc = ranks_ok(["--config", ROOT / "configs" / recipe, *tiny, "--no_plots", "--output_dir", out], nproc=2, timeout=240,
-                    env=env)
+    proc = ranks_ok(["--config", ROOT / "configs" / recipe, *tiny, "--no_plots", "--output_dir", out], nproc=2,
+                    timeout=240, env=env)
     results, config = read_json(out / "results.json"), yaml.safe_load((out / "config.yaml").read_text())
     assert results["global_step"] == 3 and results["world_size"] == 2 and math.isfinite(results["val_loss"])
     if "progressive_resize" in recipe_values:

@@ -139,7 +139,8 @@ def _figure(text):
 
 def test_the_pictures_are_drawn_by_a_child_while_the_run_goes_on_and_a_failed_child_costs_none(tmp_path):
     """A child process draws every picture (makers that return None leave no file) and names those it wrote; a child
-    that fails on its way (here: a maker that raises in any process but the run's) leaves the parent to draw them all."""
+    that fails on its way (here: a maker that raises in any process but the run's) leaves the parent to draw them
+    all."""
     import os
 
     from utils.reporting.drawing import Drawing

@@ -114,9 +114,9 @@ def test_checkpoints_name_no_module_of_ours_so_moving_code_cannot_break_their_re
 @pytest.mark.slow
 def test_a_checkpoint_the_disk_cannot_take_stops_both_ranks_in_one_line_and_the_last_one_stays_whole(images, tmp_path):
     """Two processes with a worker each, SIGKILLed while saving epoch_1, resumed where no file may grow past half the
-    weights' size (as a full disk stops a write): the save of epoch 1 fails on rank 0; both ranks stop (no hang) with the one line that
-    names the folder, the space a checkpoint takes and the space free; epoch_0 is whole, byte for byte, no partial
-    folder is left, and the same command without the limit resumes from epoch_0."""
+    weights' size (as a full disk stops a write): the save of epoch 1 fails on rank 0; both ranks stop (no hang) with
+    the one line that names the folder, the space a checkpoint takes and the space free; epoch_0 is whole, byte for
+    byte, no partial folder is left, and the same command without the limit resumes from epoch_0."""
     out = tmp_path / "run"
     job = resume_job(images, out, "1", "--epochs", "2", "--save_every", "1")
     ranks_killed(job, "save:epoch_1", nproc=2)

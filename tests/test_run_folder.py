@@ -259,8 +259,8 @@ WAVE = [  # the option, a command's options, and the same command with another v
 @pytest.mark.parametrize("key, before, after", WAVE, ids=[case[0] for case in WAVE])
 def test_the_long_tail_band_and_crop_options_are_resume_keys(key, before, after, tmp_path):
     """Each option of long-tailed data (the draws, the loss, the figure followed), of the files' bands and scaling,
-    and of the random train crop changes what a resumed run would compute: as the checkpoint records them (its JSON state), the same
-    command resumes and a changed value is refused naming the option, not taken silently."""
+    and of the random train crop changes what a resumed run would compute: as the checkpoint records them (its JSON
+    state), the same command resumes and a changed value is refused naming the option, not taken silently."""
     import json
 
     import numpy as np

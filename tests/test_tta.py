@@ -34,7 +34,8 @@ def test_flip_validation_is_the_same_on_one_and_two_processes_and_predict_agrees
         ranks_ok(resume_job(images, out, 0, "--eval_only", "--init_from", run / "model.safetensors", *tta), nproc=nproc)
         scored[nproc, bool(tta)] = read_json(out / "results.json")
     one, two = scored[1, True], scored[2, True]
-    assert (one["val_top1"], one["val_samples"]) == (two["val_top1"], 7) and abs(one["val_loss"] - two["val_loss"]) < 1e-6
+    assert ((one["val_top1"], one["val_samples"]) == (two["val_top1"], 7)
+            and abs(one["val_loss"] - two["val_loss"]) < 1e-6)
     assert one["val_loss"] != scored[1, False]["val_loss"]  # the flip changed the scores
     rows = tmp_path / "rows.jsonl"
     ranks_ok([run, images / "va", "--output", rows, "--tta", "flip"], nproc=1, target="predict:main")

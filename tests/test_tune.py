@@ -130,7 +130,8 @@ def test_each_pruner_is_optunas_own(pruner, kind, tmp_path):
 
 
 # configs/search/: tune.py's spaces (and a wandb sweep), apart from the recipes of configs/
-@pytest.mark.parametrize("space", [ROOT / "configs" / "search" / name for name in ("tune_space.yaml", "long_tail.yaml")],
+@pytest.mark.parametrize("space", [ROOT / "configs" / "search" / name
+                                   for name in ("tune_space.yaml", "long_tail.yaml")],
                          ids=lambda p: p.name)
 def test_the_shipped_spaces_load_and_the_digits_keep_most_of_them(space, capsys):
     from utils.tuning.space import load_space
@@ -157,7 +158,7 @@ def valued_example(action):
     return [one, one] if action.nargs in ("+", "*") else one
 
 
-def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends():
+def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends(capsys):
     # The installed wandb's own function builds the agent's argv (${args}: --name=value; ${args_no_boolean_flags}:
     # a true switch as --name, a false one left out); a change in wandb's forms fails here, not in a user's sweep.
     import argparse
@@ -188,6 +189,7 @@ def test_every_option_parses_in_the_forms_a_wandb_sweep_agent_sends():
                       (["--mean=[0.5, [1]]"], "argument --mean: '[0.5, [1]]' is not a list of values")):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+        assert said in capsys.readouterr().err
 
 
 def test_a_false_switch_from_a_sweep_turns_off_what_a_recipe_turned_on(tmp_path):
@@ -206,7 +208,8 @@ def test_the_wandb_sweep_config_launches_through_accelerate_and_its_parameters_p
 
     sweep = yaml.safe_load((ROOT / "configs" / "search" / "sweep_wandb.yaml").read_text())
     # a list of words: one "accelerate launch" word would be run as a program of that name (wandb #4135)
-    assert sweep["command"][:4] == ["${env}", "accelerate", "launch", "${program}"] and sweep["command"][-1] == "${args}"
+    assert (sweep["command"][:4] == ["${env}", "accelerate", "launch", "${program}"]
+            and sweep["command"][-1] == "${args}")
     assert sweep["program"] == "train_classification.py"
     for name, spec in sweep["parameters"].items():
         values = spec.get("values") or [spec.get("value")] if "min" not in spec else [spec["min"], spec["max"]]
@@ -220,8 +223,8 @@ def test_a_trials_command_and_environment(tmp_path):
 
     claim = Claim(trial=None, values={"lr": 0.05, "model_ema": False, "mean": [0.5, 0.4, 0.3], "class_weights": None},
                   folder=tmp_path / "trials" / "0003", resumed=True, owner=None, reported=set())
-    args = tune.get_parser().parse_args(["--study", "s", "--trials", "1", "--launch", "accelerate launch --num_processes 2",
-                                         "--devices", "2,3"])
+    args = tune.get_parser().parse_args(["--study", "s", "--trials", "1",
+                                         "--launch", "accelerate launch --num_processes 2", "--devices", "2,3"])
     command = tune.command_for(args, claim, ["--epochs", "2"])
     port = command.index("--main_process_port")  # a free port of its own: two trials at once on one node
     assert command[:3] == ["accelerate", "launch", "--num_processes"] and int(command[port + 1]) > 0
@@ -259,7 +262,8 @@ def test_each_option_is_searched_over_the_distribution_its_space_says(tmp_path):
 
     params = load_space(write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 1.0, log: true}\n"
                                     "label_smoothing: {low: 0.0, high: 0.2, step: 0.05}\nepochs: {low: 2, high: 8}\n"
-                                    "rand_augment: {low: 1, high: 9, step: 2}\nsampler: {choices: [shuffle, balanced]}\n"
+                                    "rand_augment: {low: 1, high: 9, step: 2}\n"
+                                    "sampler: {choices: [shuffle, balanced]}\n"
                                     "batch_size: {low: 16, high: 128, log: true}\n"))
     trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
     values = {p.name: p.suggest(trial) for p in params}
@@ -486,8 +490,8 @@ def test_a_stopped_driver_says_what_the_same_command_continues_from(tmp_path):
 
 @pytest.mark.slow
 def test_a_study_stopped_by_sigterm_then_sigkilled_finishes_each_interrupted_trial_bitwise(tmp_path):
-    # SIGTERM to tune.py during trial 0: passed to the trial's processes, which save; tune.py exits 75. Started again, it
-    # continues trial 0; SIGKILLed during trial 1, whose launcher then gets SIGTERM as its parent dies: it saves too.
+    # SIGTERM to tune.py during trial 0: passed to the trial's processes, which save; tune.py exits 75. Started again,
+    # it continues trial 0; SIGKILLed during trial 1, whose launcher then gets SIGTERM as its parent dies: it saves too.
     # The third start finishes trial 1 from its checkpoint (not from zero): each trial bitwise an uninterrupted run.
     space = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 0.1, log: true}\n")
     folder, base = tmp_path / "study", ["--epochs", "3", "--max_train_samples", "300", "--num_workers", "0"]
@@ -556,7 +560,8 @@ def test_failed_trials_in_a_row_stop_the_study_with_the_last_line(tmp_path):
     space = write_space(tmp_path / "space.yaml", "lr: {choices: [0.001]}\nmin_lr: {choices: [0.01]}\n")
     # (the study in a database this time: any Optuna storage URL)
     proc = study(tmp_path / "study", "--trials", "5", "--space", space, "--sampler", "random", "--max_failures", "2",
-                 "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--launch", ONE_PROCESS, base=["--epochs", "1", *TINY])
+                 "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--launch", ONE_PROCESS,
+                 base=["--epochs", "1", *TINY])
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == f"tune.py: error: 2 failed trials in a row; the last said: {REFUSED}"
     assert [r["state"] for r in trials_table(tmp_path / "study")] == ["failed", "failed"]

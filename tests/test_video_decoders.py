@@ -23,7 +23,8 @@ def test_torchcodec_reads_pyavs_counts_and_frames(tmp_path, suffix, codec):
     path = make_video(tmp_path / f"v{suffix}", frames=30, codec=codec)
     for wanted in ([0, 1, 2], [11, 13, 15, 17], [29, 29, 29], [4, 20]):
         counts = {}
-        frames = {name: read(str(path), lambda n, name=name: counts.setdefault(name, n) and wanted)
+        frames = {name: read(str(path), lambda n, name=name, counts=counts, wanted=wanted:
+                             counts.setdefault(name, n) and wanted)
                   for name, read in VIDEO_READERS.items()}
         assert counts == {"pyav": 30, "torchcodec": 30}
         assert torch.equal(frames["pyav"], frames["torchcodec"]), (suffix, wanted)
@@ -51,7 +52,8 @@ def test_torchcodec_where_it_cannot_load_is_one_line(videos, monkeypatch, capsys
     missing = "torchcodec's video decoder needs FFmpeg's shared libraries (versions 4 to 9), which this machine lacks"
     monkeypatch.setattr(video_sources, "torchcodec_video_problem", lambda: missing)
     with pytest.raises(SystemExit) as e:
-        parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--video_decoder", "torchcodec"])
+        parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"),
+                    "--video_decoder", "torchcodec"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.strip() == f"train_classification.py: error: video_decoder: {missing}, got " \
                                                 "'torchcodec'"
@@ -107,7 +109,8 @@ def test_clips_decoded_on_the_device_are_the_workers_clips(videos, tmp_path, no_
 
 @pytest.mark.slow
 @pytest.mark.skipif(PROBLEM is not None, reason=f"torchcodec's video decoder does not load here: {PROBLEM}")
-def test_sigkill_then_resume_with_clips_decoded_on_the_device_is_bitwise_the_run_decoded_in_the_workers(videos, tmp_path):
+def test_sigkill_then_resume_with_clips_decoded_on_the_device_is_bitwise_the_run_decoded_in_the_workers(
+        videos, tmp_path):
     """r3d_18, 2 processes with a worker each, torchcodec: a --decode_on_device run SIGKILLed after step 7 and resumed
     from step_6 (mid-epoch) ends with the weights and validation of the run whose workers decoded the clips."""
     from ranks import ranks_killed, ranks_ok

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from conftest import (assert_same_weights, cache_hub_dataset, main_fails, offline_env, read_json, reset_accelerate_state,
-                      resumed_from, run_main, runs_in_one_process)
+from conftest import (assert_same_weights, cache_hub_dataset, main_fails, offline_env, read_json,
+                      reset_accelerate_state, resumed_from, run_main, runs_in_one_process)
 from ranks import ranks_killed, ranks_ok
 
 from utils.models.libraries import build_model
@@ -106,7 +106,8 @@ def test_a_saved_dataset_with_a_video_column_trains_on_two_processes_as_its_vide
     assert "video dataset: 8 train / 5 val videos (split 'validation'), decoded with PyAV" in proc.stdout
     assert_same_weights(tmp_path / "saved", tmp_path / "folders")
     one, two = read_json(tmp_path / "saved" / "results.json"), read_json(tmp_path / "folders" / "results.json")
-    assert (one["val_top1"], one["val_samples"], one["dataset"]) == (two["val_top1"], 5, f"videodataset:{tmp_path / 'ds'}")
+    assert ((one["val_top1"], one["val_samples"], one["dataset"])
+            == (two["val_top1"], 5, f"videodataset:{tmp_path / 'ds'}"))
 
 
 def test_a_hub_video_dataset_in_the_local_cache_trains_offline_as_its_video_folders_do(videos, tmp_path):
@@ -135,7 +136,8 @@ def test_a_hub_video_dataset_in_the_local_cache_trains_offline_as_its_video_fold
     assert "video dataset: 8 train / 5 val videos (split 'validation'), decoded with PyAV" in from_hub["stdout"]
     assert_same_weights(tmp_path / "hub", tmp_path / "folders")
     one, two = read_json(tmp_path / "hub" / "results.json"), read_json(tmp_path / "folders" / "results.json")
-    assert (one["val_top1"], one["val_samples"], one["dataset"]) == (two["val_top1"], 5, "videodataset:tester/tiny-videos")
+    assert ((one["val_top1"], one["val_samples"], one["dataset"])
+            == (two["val_top1"], 5, "videodataset:tester/tiny-videos"))
 
 
 def test_moving_digits_needs_time_a_frame_model_cannot_tell_the_direction(tmp_path, fresh_accelerate_state):

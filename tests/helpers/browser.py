@@ -19,11 +19,13 @@ def chromium():
     if found:
         return found
     if not shutil.which("apt-get") or os.geteuid() != 0:
-        pytest.skip("no chromium, and apt-get cannot install it here (not root, or not Debian): the page is not rendered")
+        pytest.skip("no chromium, and apt-get cannot install it here (not root, or not Debian): "
+                    "the page is not rendered")
     install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
     for command in (install, ["apt-get", "update"], install):
         try:
-            subprocess.run(command, capture_output=True, timeout=900, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            subprocess.run(command, capture_output=True, timeout=900,
+                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         except subprocess.TimeoutExpired:
             break
         if shutil.which("chromium"):

@@ -115,7 +115,7 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """Reads the training seconds before the fixtures are torn down: a passing test's tmp_path is removed then
-    (pytest.ini's tmp_path_retention_policy)."""
+    (pyproject.toml's tmp_path_retention_policy)."""
     if getattr(item, "_suite_timing", None) is not None:
         base, before, start_wall, _ = item._suite_timing
         item._suite_timing = (base, before, start_wall, _trained(base, before, start_wall))
@@ -152,7 +152,8 @@ def table(path, top=40):
         run_s = sum(v["s"] for v in runs.values())
         kinds = " / ".join(f"{v['n']}, {v['s']:.0f}" if v["n"] else "-" for v in runs.values())
         print(f"| `{r['test'].split('::', 1)[1]}` ({r['test'].split('::')[0].split('/')[-1]}) | {r['total_s']:.1f} | "
-              f"{kinds} | {r['train_s']:.1f} | {max(run_s - r['train_s'], 0):.1f} | {max(r['total_s'] - run_s, 0):.1f} |")
+              f"{kinds} | {r['train_s']:.1f} | {max(run_s - r['train_s'], 0):.1f} | "
+              f"{max(r['total_s'] - run_s, 0):.1f} |")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ def unreachable(url):
     return _connect(host, port)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _connect(host, port):
     outcome = []
 

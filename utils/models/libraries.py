@@ -108,7 +108,7 @@ def build_model(name, num_classes, video=False, zero_init_residual=True, drop_pa
     return add_temporal_shift(model, temporal_shift, name) if temporal_shift else model
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def data_config(name):
     """The input the model's library recommends, as a dict with some of image_size, mean, std,
     interpolation, crop_pct and `origin` (where they came from); {} for torchvision names."""

@@ -36,7 +36,7 @@ def replace_stem(model, in_chans):
     """Replace `model`'s first convolution taking 3 channels by one taking `in_chans`, its weights adapted; modules
     that check the channel count they are given (transformers' patch embeddings: `num_channels`) are told. Returns
     the stem's name, None when the model has no such convolution (nothing is changed then)."""
-    for path, module in model.named_modules():
+    for path, module in model.named_modules():  # noqa: B007 - `path`, the stem's name, is read after the loop
         if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)) and module.in_channels == 3:
             break
     else:
@@ -60,7 +60,8 @@ def replace_stem(model, in_chans):
 
 
 def with_stem(model, in_chans, name):
-    """`model` with its stem taking `in_chans` channels (utils/models/stem.py); a ModelError when it has none to adapt."""
+    """`model` with its stem taking `in_chans` channels (utils/models/stem.py); a ModelError when it has none to
+    adapt."""
     if in_chans != 3 and replace_stem(model, in_chans) is None:
         raise ModelError(f"{name}: has no convolution taking 3 channels to adapt to {in_chans}; give 3-channel data "
                          f"(--bands with three bands) or another model")

@@ -1,5 +1,6 @@
 """Weights read from a file and loaded into a model whose layers may differ: a classifier of another shape left
-re-initialised, an RGB stem's weights adapted to other channels (utils/models/stem.py), auxiliary classifiers dropped."""
+re-initialised, an RGB stem's weights adapted to other channels (utils/models/stem.py), auxiliary classifiers
+dropped."""
 
 import hashlib
 from pathlib import Path

@@ -78,8 +78,9 @@ class Curve:
         """(suggestions, why): {"suggested": lr, "lowest": lr, "steepest": lr} and None, or None and why the curve
         holds no LR. Lowest: the LR at the smoothed loss's lowest point; suggested (the LR --lr auto takes): a third of
         it; steepest (for the eye): where the smoothed loss falls fastest against log LR on its way down. Rounded to 2
-        significant digits, so that the same LR typed by hand is the same float. No LR when the curve is too short, its loss falls by less than MIN_FALL of its start,
-        or still falls at the sweep's last step (its lowest point not found)."""
+        significant digits, so that the same LR typed by hand is the same float. No LR when the curve is too short, its
+        loss falls by less than MIN_FALL of its start, or still falls at the sweep's last step (its lowest point not
+        found)."""
         smoothed = np.asarray(self.smoothed, dtype=np.float64)
         finite = np.flatnonzero(np.isfinite(smoothed))
         if len(finite) < 3:

@@ -35,8 +35,9 @@ NOT_WITH_PROBE = {
                      "global_batch_size", "grad_accum_steps", "steps_per_epoch", "max_train_steps", "clip_grad_norm",
                      "skip_nonfinite_steps", "val_every", "keep_last", "early_stop_min_delta"),
                     "sets the model's training; --probe linear sweeps --probe_lrs and --probe_weight_decays"),
-    **dict.fromkeys(("auto_augment", "rand_augment", "random_erase", "mixup_alpha", "cutmix_alpha", "mix_prob", "ra_reps",
-                     "sampler", "progressive_resize", "train_crop_size", "train_crop_scale", "train_crop_ratio"),
+    **dict.fromkeys(("auto_augment", "rand_augment", "random_erase", "mixup_alpha", "cutmix_alpha", "mix_prob",
+                     "ra_reps", "sampler", "progressive_resize", "train_crop_size", "train_crop_scale",
+                     "train_crop_ratio"),
                     "augments training images; a probe's features are computed with the eval transform"),
     **dict.fromkeys(("label_smoothing", "class_weights", "logit_adjust", "focal_gamma", "bce_loss", "teacher"),
                     "sets the model's loss; a probe trains nothing of the model"),
@@ -73,8 +74,8 @@ class Head:
 
 
 def fit_linear(train, labels, val, val_labels, classes, options, epochs, batch_size, seed, device="cpu"):
-    """(the chosen Head, every head's (lr, weight decay, val top-1) in sweep order, optimizer steps): one linear head per
-    (lr, weight decay) of `options` (ProbeOptions), trained together on features `train` (n, dim) with class indices
+    """(the chosen Head, every head's (lr, weight decay, val top-1) in sweep order, optimizer steps): one linear head
+    per (lr, weight decay) of `options` (ProbeOptions), trained together on features `train` (n, dim) with class indices
     `labels` by SGD with momentum and a cosine schedule over `epochs` of batches of `batch_size`, shuffled by a
     generator seeded from `seed`; the best top-1 on `val` wins, the first in sweep order on a tie. On `device`, the
     features moved there once."""

@@ -47,7 +47,8 @@ class ScheduleOptions:
 
 
 def effective_lr(options, num_processes):
-    """--lr, or with --lr_scale_batch N, --lr x global batch / N (the linear scaling rule); `options`: OptimizerOptions."""
+    """--lr, or with --lr_scale_batch N, --lr x global batch / N (the linear scaling rule); `options`:
+    OptimizerOptions."""
     if options.lr_scale_batch is None:
         return options.lr
     return options.lr * options.batch_size * num_processes * options.grad_accum_steps / options.lr_scale_batch

@@ -10,8 +10,8 @@ the workers made before, so a run and its resume are bitwise those of a run with
 crops to the resize kernels' rounding. Validation's resize and centre crop go the same way.
 
 What a worker cannot leave to the device it does itself and hands over as pixels: files that are not JPEG (PNG,
-WebP...), JPEGs that EXIF turns (decoded as before, utils/data/decoding/images.decode_rgb), and images that cannot be read.
-The random-augmentation policies that need whole pixels in the workers (--auto_augment, --rand_augment) are
+WebP...), JPEGs that EXIF turns (decoded as before, utils/data/decoding/images.decode_rgb), and images that cannot be
+read. The random-augmentation policies that need whole pixels in the workers (--auto_augment, --rand_augment) are
 refused with the flag (check_options).
 
 Video files go the same way with --video_decoder torchcodec (DeferredVideo): a worker reads the file's index only
@@ -43,9 +43,9 @@ INTERPOLATIONS = list(v2.InterpolationMode)
 
 
 class Deferred:
-    """A preset (utils/data/transforms/images.py: RandomResizedCrop with or without a flip, or Resize then CenterCrop) applied
-    to a file's bytes in a worker: its draws now, its pixels on the device (decode_batch). Call it under the sample's
-    generator, as the preset itself is called."""
+    """A preset (utils/data/transforms/images.py: RandomResizedCrop with or without a flip, or Resize then CenterCrop)
+    applied to a file's bytes in a worker: its draws now, its pixels on the device (decode_batch). Call it under the
+    sample's generator, as the preset itself is called."""
 
     def __init__(self, transform, size):
         self.transform, self.size = transform, size

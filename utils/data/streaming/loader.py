@@ -110,9 +110,9 @@ class StreamLoader:
     after every batch, so that state_dict() is the position after the last batch handed out (not
     the ones prefetched). Its workers are kept from epoch to epoch (started again, each cost an epoch's
     start a fork and the shards' reopening; kept, each reads the next epoch's first block as soon as
-    its pass runs out: utils/data/streaming/blocks.py); StreamRows reads the epoch from shared memory. Past the end of this process's shards
-    it hands out padding batches: one blank image marked not valid (the loop trains on none, and still
-    joins the all-reduce).
+    its pass runs out: utils/data/streaming/blocks.py); StreamRows reads the epoch from shared memory. Past the end of
+    this process's shards it hands out padding batches: one blank image marked not valid (the loop trains on none, and
+    still joins the all-reduce).
     """
 
     def __init__(self, rows, batch_size, num_workers, micro_batches, device, worker_init_fn, decode=None):
