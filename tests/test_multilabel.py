@@ -601,7 +601,7 @@ def test_a_sample_that_fails_to_load_has_no_positives_and_a_streamed_label_out_o
     from torchvision.transforms import v2
 
     from utils.data.datasets.images import ImageRows
-    from utils.data.datasets.labels import MultiHot
+    from utils.data.datasets.label_kinds import MultiHot
     from utils.data.streaming.rows import StreamRows
     from utils.data.transforms.images import Fixed
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from utils.data.datasets.labels import multi_hot_matrix
+from utils.data.datasets.label_kinds import multi_hot_matrix
 from utils.evaluation.calibration import calibration_bins, expected_calibration_error
 from utils.evaluation.label_losses import multi_label_loss, sigmoid_distillation
 from utils.evaluation.multi_label_figures import COUNTS, counts_at, multi_label_figures
