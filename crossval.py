@@ -45,8 +45,7 @@ def get_parser():
 
 def write_records(cv):
     """cv_results.json, oof_predictions.csv, label_issues.csv and .png, report.html; the summary's lines."""
-    import json
-
+    from utils.evaluation.tasks import read_kind
     from utils.reporting.plots import save
     from utils.tuning import label_issues
     from utils.tuning.cross_validation import held_out_pictures, say
@@ -60,8 +59,8 @@ def write_records(cv):
             f"(cv_results.json)")
     label_issues.write_summary(cv, summary)
     label_issues.write_out_of_fold(cv, classes, rows)
-    multi_label = json.loads((cv.fold_folder(0) / "run.json").read_text()).get("multi_label", False)
-    issues = label_issues.find_issues(classes, rows, multi_label)
+    kind = read_kind(cv.fold_folder(0))  # as the folds' runs recorded it
+    issues = label_issues.find_issues(classes, rows, kind.multi_label)
     label_issues.write_issues_csv(cv, issues)
     picked = [issue[0] for issue in issues[:label_issues.SHOWN]]
     figure = label_issues.issues_figure(issues, held_out_pictures(cv, picked)) if picked else None

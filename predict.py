@@ -106,7 +106,7 @@ def main(argv=None):
     from accelerate import Accelerator
 
     from utils.core.errors import UserError
-    from utils.evaluation.tasks import task_for
+    from utils.evaluation.tasks import kind_named
     from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run, tuned_for
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
@@ -125,7 +125,7 @@ def main(argv=None):
                   f"model/ holds); these weights' logits are used as they are"
                   f"{' (add --ema for the calibrated ones)' if run.tuned_on == 'model_ema.safetensors' else ''}")
         inp = run.input  # its eval input: sizes, normalisation, clips
-        task = task_for(run.multi_label, len(run.classes), tta_kind=opts.tta)  # softmax, or sigmoid for several labels
+        task = kind_named(run.label_kind).of(len(run.classes), tta_kind=opts.tta)  # softmax, or a sigmoid a class
         if opts.export_onnx and accelerator.is_main_process:
             diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite, task=task)
             output = task.exported
@@ -144,7 +144,7 @@ def main(argv=None):
     except (UserError, ValueError) as e:  # ours, or a library refusing a value
         fail(str(e).splitlines()[0])
     if accelerator.is_main_process:
-        report(rows, run.classes, opts)
+        report(rows, run.classes, opts, task)
     # The process group torn down before the interpreter: once, a rank left it to exit and died of
     # "terminate called without an active exception" (SIGABRT) after its work was done.
     accelerator.end_training()
@@ -261,20 +261,21 @@ def _gathered_errors(accelerator, errors):
     return merged
 
 
-def report(rows, names, opts):
-    """The table on the console (the first 20 rows of a long one), accuracy against class folders, the files."""
+def report(rows, names, opts, task):
+    """The table on the console (the first 20 rows of a long one), accuracy against class folders (the run's `task`
+    deciding one class a file), the files."""
     from utils.inference import write_embeddings, write_rows
 
     width = max(len(r["path"]) for r in rows[:20])
     for r in rows[:20]:
         shown = "  ".join(f"{label} {p:.4f}" for label, p in zip(r["labels"], r["probs"])) or f"({r.get('error')})"
-        if "predicted" in r:
+        if task.thresholded:  # the labels predicted at the thresholds, then the top-k
             shown = f"[{' '.join(r['predicted'])}]  top: {shown}"
         print(f"{r['path']:<{width}}  {shown}")
     if len(rows) > 20:
         print(f"... {len(rows) - 20} more rows" + (f" in {opts.output}" if opts.output else " (--output FILE for all)"))
     truth = [Path(r["path"]).parent.name for r in rows]
-    if all(t in names for t in truth) and not any("predicted" in r for r in rows):
+    if all(t in names for t in truth) and not task.thresholded:
         scored = [(r, t) for r, t in zip(rows, truth) if r["labels"]]
         correct = sum(r["labels"][0] == t for r, t in scored)
         print(f"top-1 against the class folders: {correct / len(scored):.4f} ({correct}/{len(scored)} files)")
@@ -282,7 +283,7 @@ def report(rows, names, opts):
     if bad:
         print(f"{bad} file(s) could not be decoded (rows with an error)")
     if opts.output:
-        write_rows(rows, Path(opts.output))
+        write_rows(rows, Path(opts.output), predicted=task.thresholded)
         print(f"{len(rows)} rows -> {opts.output}")
     if opts.embeddings:
         dim = write_embeddings(rows, Path(opts.embeddings))

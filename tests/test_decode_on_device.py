@@ -17,7 +17,7 @@ from ranks import ranks_killed, ranks_ok
 from utils.config.settings import typed_options
 from utils.core.seeding import sample_rng
 from utils.data.decoding.on_device import Deferred, DeviceDecoder, JPEG, PIXELS
-from utils.data.datasets.labels import ClassIndex
+from utils.data.datasets.label_kinds import ClassIndex
 from utils.data.decoding.images import decode_rgb
 
 

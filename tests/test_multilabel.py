@@ -375,11 +375,16 @@ def test_predict_lists_the_labels_validation_counted(tmp_path):
         probs = dict(zip(row["labels"], row["probs"]))
         assert all((n in row["predicted"]) == (probs[n] >= tuned[n]) for n in names if abs(probs[n] - tuned[n]) > 1e-6)
     assert any(r["predicted"] != s["predicted"] for r, s in zip(rows, at_run)), "tuned thresholds changed nothing"
-    from utils.evaluation.tasks import task_for
+    # A run folder whose run.json says the kind as runs did before it was named (a bool): predicted alike
+    record = json.loads((out / "run.json").read_text())
+    assert record.pop("label_kind") == "multi_label"
+    (out / "run.json").write_text(json.dumps({**record, "multi_label": True}))
+    assert predict.main([str(out), str(files), "--top_k", "10"]) == at_run
+    from utils.evaluation.tasks import kind_named
     from utils.inference import EvalGraph, load_run
 
     run, model = load_run(out)
-    graph = EvalGraph(model, run.input, task_for(run.multi_label, len(run.classes))).eval()
+    graph = EvalGraph(model, run.input, kind_named(run.label_kind).of(len(run.classes))).eval()
     pixels = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
     with torch.no_grad():
         assert torch.equal(graph(pixels), EvalGraph(model, run.input)(pixels).sigmoid())
@@ -602,7 +607,7 @@ def test_a_sample_that_fails_to_load_has_no_positives_and_a_streamed_label_out_o
     from torchvision.transforms import v2
 
     from utils.data.datasets.images import ImageRows
-    from utils.data.datasets.labels import MultiHot
+    from utils.data.datasets.label_kinds import MultiHot
     from utils.data.streaming.rows import StreamRows
     from utils.data.transforms.images import Fixed
 

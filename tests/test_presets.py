@@ -7,7 +7,7 @@ from utils.config.options import parse_args
 from utils.config.settings import typed_options
 from utils.data.transforms import images as presets
 from utils.config.settings import input_for
-from utils.data.datasets.labels import ClassIndex, MultiHot
+from utils.data.datasets.label_kinds import ClassIndex, MultiHot
 from utils.data.decoding.images import decode_rgb
 from utils.data.transforms.batch import BatchInput
 

@@ -3,7 +3,10 @@
 import numpy as np
 import pytest
 
+from utils.evaluation.tasks import SingleLabel
 from utils.reporting import plots, report
+
+ONE = {"label_kind": "single_label"}  # figures of one label a sample, as the task names them
 
 
 def rows():
@@ -20,7 +23,7 @@ def rows():
 
 
 def test_curves_show_each_figure_once_per_step_with_labels_and_legends():
-    fig = plots.curves_figure(rows())
+    fig = plots.curves_figure(rows(), SingleLabel)
     loss_ax, lr_ax, epoch_ax, acc_ax = fig.axes
     line = loss_ax.get_lines()[0]
     assert list(line.get_xdata()) == [1, 2, 3, 4, 5, 6, 7, 8]  # the resumed run's rows win
@@ -59,7 +62,7 @@ def test_the_curves_and_the_reliability_diagram_keep_every_label_inside_the_pict
     for scale in (1, 1e-4):  # losses within one decade (no power of ten inside it), then across five
         table = [dict(row, **{k: row[k] * (scale ** (i / 9)) for k in ("train_loss", "epoch_train_loss", "val_loss")
                               if k in row}) for i, row in enumerate(rows())]
-        fig = plots.curves_figure(table)
+        fig = plots.curves_figure(table, SingleLabel)
         ok, outside = inside(fig)
         assert ok, outside
         renderer = FigureCanvasAgg(fig).get_renderer()
@@ -99,13 +102,13 @@ def test_a_thousand_classes_still_make_a_readable_picture(tmp_path):
 
 
 def test_per_class_table_counts_and_cuts_to_the_worst():
-    figures = {"confusion_matrix": [[3, 1], [0, 0]], "per_class_accuracy": [0.75, None], "class_support": [4, 0]}
+    figures = {**ONE, "confusion_matrix": [[3, 1], [0, 0]], "per_class_accuracy": [0.75, None], "class_support": [4, 0]}
     lines = report.per_class_table(figures, ["cat", "dog"]).splitlines()
     assert lines[1].split() == ["class", "images", "correct", "accuracy"]
     assert lines[2].split() == ["cat", "4", "3", "0.7500"] and lines[3].split() == ["dog", "0", "0", "-"]
     n = report.TABLE_ROWS + 5
     accuracy = [1 - i / n for i in range(n)]
-    figures = {"confusion_matrix": np.diag(range(n)).tolist(), "per_class_accuracy": accuracy,
+    figures = {**ONE, "confusion_matrix": np.diag(range(n)).tolist(), "per_class_accuracy": accuracy,
                "class_support": [10] * n}
     lines = report.per_class_table(figures, [f"c{i}" for i in range(n)]).splitlines()
     assert f"the {report.TABLE_ROWS} worst of {n} classes" in lines[0]
@@ -115,14 +118,14 @@ def test_per_class_table_counts_and_cuts_to_the_worst():
 def test_per_class_table_by_training_samples_puts_the_tail_last():
     """With the classes' training counts the rows go from the most frequent class to the rarest (ties in class
     order), a train column beside; cut, the 10 most frequent and the 20 rarest."""
-    figures = {"confusion_matrix": [[3, 1, 0], [0, 2, 0], [1, 0, 0]], "per_class_accuracy": [0.75, 1.0, 0.0],
+    figures = {**ONE, "confusion_matrix": [[3, 1, 0], [0, 2, 0], [1, 0, 0]], "per_class_accuracy": [0.75, 1.0, 0.0],
                "class_support": [4, 2, 1]}
     lines = report.per_class_table(figures, ["cat", "dog", "eel"], [5, 40, 5]).splitlines()
     assert "by training samples" in lines[0] and lines[1].split() == ["class", "train", "images", "correct", "accuracy"]
     assert [line.split() for line in lines[2:]] == [["dog", "40", "2", "2", "1.0000"], ["cat", "5", "4", "3", "0.7500"],
                                                      ["eel", "5", "1", "0", "0.0000"]]
     n = report.TABLE_ROWS + 5
-    figures = {"confusion_matrix": np.eye(n, dtype=int).tolist(), "per_class_accuracy": [1.0] * n,
+    figures = {**ONE, "confusion_matrix": np.eye(n, dtype=int).tolist(), "per_class_accuracy": [1.0] * n,
                "class_support": [1] * n}
     lines = report.per_class_table(figures, [f"c{i}" for i in range(n)], list(range(n))).splitlines()
     names = [line.split()[0] for line in lines[2:]]
@@ -216,7 +219,7 @@ def test_curves_are_drawn_when_anything_was_trained_and_never_for_an_evaluation(
     (a run whose --log_every exceeds its steps); an --eval_only run's rows (validation alone) draw none."""
     import json
 
-    figures = {"confusion_matrix": [[2, 0], [1, 1]]}
+    figures = {**ONE, "confusion_matrix": [[2, 0], [1, 1]]}
 
     def drawn(rows):
         (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))

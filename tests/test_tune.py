@@ -275,19 +275,19 @@ def test_each_option_is_searched_over_the_distribution_its_space_says(tmp_path):
     assert isinstance(values["epochs"], int) and values["rand_augment"] % 2 == 1 and 0.01 <= values["lr"] <= 1.0
 
 
-@pytest.mark.parametrize("options, multi_label, key", [
-    ({}, False, "val_top1"), ({"model_ema": True}, False, "val_ema_top1"),
-    ({"track_metric": "balanced_accuracy"}, False, "val_balanced_accuracy"), ({}, True, "val_map"),
-    ({"track_metric": "macro_f1", "model_ema": True}, True, "val_ema_f1_macro"),
+@pytest.mark.parametrize("options, record, key", [  # run.json names the kind; one written before, by a bool
+    ({}, {"label_kind": "single_label"}, "val_top1"), ({"model_ema": True}, {"multi_label": False}, "val_ema_top1"),
+    ({"track_metric": "balanced_accuracy"}, {}, "val_balanced_accuracy"), ({}, {"multi_label": True}, "val_map"),
+    ({"track_metric": "macro_f1", "model_ema": True}, {"label_kind": "multi_label"}, "val_ema_f1_macro"),
 ])
-def test_a_trials_objective_is_the_figure_its_run_tracks(tmp_path, options, multi_label, key):
+def test_a_trials_objective_is_the_figure_its_run_tracks(tmp_path, options, record, key):
     import json
 
     from utils.tuning.trial_run import objective_key
 
     assert objective_key(tmp_path, "tracked") is None  # the run has not written its files yet
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"track_metric": None, "model_ema": False, **options}))
-    (tmp_path / "run.json").write_text(json.dumps({"multi_label": multi_label}))
+    (tmp_path / "run.json").write_text(json.dumps(record))
     assert objective_key(tmp_path, "tracked") == key and objective_key(tmp_path, "val_loss") == "val_loss"
 
 

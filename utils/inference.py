@@ -153,20 +153,20 @@ def export_onnx(model, inp, path, overwrite=False, task=None):
     return float(abs(session.run(None, {"pixels": check.numpy()})[0] - expected).max())
 
 
-def write_rows(rows, path):
-    """predict.py's rows to a .jsonl (one object a row, its embedding left out) or .csv file, whole."""
+def write_rows(rows, path, predicted=False):
+    """predict.py's rows to a .jsonl (one object a row, its embedding left out) or .csv file, whole; `predicted`:
+    the rows hold the labels predicted at the thresholds (a thresholded kind of labels: multi-label)."""
     if path.suffix == ".jsonl":
         text = "".join(json.dumps({k: v for k, v in r.items() if k != "embedding"}) + "\n" for r in rows)
     else:
         k = max(len(r["labels"]) for r in rows)
         out = io.StringIO()
         writer = csv.writer(out)
-        multi = any("predicted" in r for r in rows)  # multi-label: the labels predicted, space-separated
-        writer.writerow(["path"] + ["predicted"] * multi + [f"{kind}_{i + 1}" for i in range(k)
+        writer.writerow(["path"] + ["predicted"] * predicted + [f"{kind}_{i + 1}" for i in range(k)
                                                            for kind in ("label", "prob")] + ["error"])
         for r in rows:
             pairs = [v for pair in zip(r["labels"], r["probs"]) for v in pair]
-            writer.writerow([r["path"], *([" ".join(r["predicted"])] if multi else []), *pairs,
+            writer.writerow([r["path"], *([" ".join(r["predicted"])] if predicted else []), *pairs,
                              *[""] * (2 * k - len(pairs)), r.get("error", "")])
         text = out.getvalue()
     write_text_atomic(path, text)

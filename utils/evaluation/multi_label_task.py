@@ -1,12 +1,12 @@
-"""MultiLabel, the task of several classes a sample (utils/evaluation/tasks.py says what a task answers): sigmoid;
-mAP, per-class AP, micro and macro precision/recall/F1 at --threshold, exact match; its BCE losses and distillation
-term."""
+"""MultiLabel, the kind of labels of several classes a sample (utils/evaluation/label_kind.py says what a kind
+provides): its data side (MultiHot); sigmoid; mAP, per-class AP, micro and macro precision/recall/F1 at --threshold,
+exact match; its BCE losses and distillation term; what the report draws of it."""
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from utils.data.datasets.labels import multi_hot_matrix
+from utils.data.datasets.label_kinds import MultiHot, multi_hot_matrix
 from utils.evaluation.calibration import calibration_bins, expected_calibration_error
 from utils.evaluation.label_losses import multi_label_loss, sigmoid_distillation
 from utils.evaluation.multi_label_figures import COUNTS, counts_at, multi_label_figures
@@ -16,7 +16,7 @@ PER_CLASS_LOG_MAX = 100  # more classes than this: per-class AP goes to results.
 MULTI_SCALARS = ("threshold",)  # the multi-label figures beside the val_ ones that rows and results.json keep
 
 
-class MultiLabel:
+class MultiLabel(MultiHot):
     """Several classes a sample (multi-hot targets): sigmoid probabilities, tracked by mAP.
 
     mAP is the mean over the classes that have a positive in the validation split of scikit-learn's
@@ -26,7 +26,6 @@ class MultiLabel:
     validation scores
     plain cross-entropy for single-label runs)."""
 
-    multi_label = True
     labels_text = "several labels"
     counted = "positives"
     note = " (multi-label)"
@@ -37,9 +36,15 @@ class MultiLabel:
     thresholded = True  # each class predicted at its threshold
     exported = "probabilities"  # each class's own: a sigmoid in the exported graph
 
+    # What the report shows of the classes (utils/reporting/report.py): each class's AP, and its counts at the
+    # threshold; no confusion between classes
+    class_table, class_picture, class_csv = "average_precision", "per_class_ap", "per_class_counts"
+    calibrated = "decision on each class"  # what calibration.png's confidence is of
+
     @staticmethod
     def exported_output(logits):
         return logits.sigmoid()
+
     DEFAULT_TRACK = "map"  # the tracked figure without --track_metric
     TRACKED = {"map": ("val_map", "mAP"), "macro_f1": ("val_f1_macro", "macro F1")}
     UNTRACKED = "{} scores one label a sample; multi-label data tracks map or macro_f1"
@@ -58,11 +63,17 @@ class MultiLabel:
                         "yet"}
 
     def __init__(self, num_classes, threshold=0.5, tta_kind=None, track="map"):
+        super().__init__(num_classes)  # the multi-hot rows' width
         self.classes, self.threshold, self.tta = num_classes, threshold, tta_kind
         self.tracked, self.tracked_name = self.TRACKED[track]
         self.ema_keys = tuple(dict.fromkeys(("val_map", "val_f1_micro", "val_loss", "val_ece", "val_tuned_thresholds",
                                              self.tracked)))
         self.k = topk_for(num_classes)  # the probabilities predict.py lists beside the labels
+
+    @classmethod
+    def of(cls, num_classes, metrics=None, threshold=0.5, tta_kind=None, track="map"):
+        """The run's kind (tasks.task_for): its labels decided at `threshold` (--metrics score one class a sample)."""
+        return cls(num_classes, threshold, tta_kind, track)
 
     @staticmethod
     def loss(options, balance=None):
@@ -124,7 +135,8 @@ class MultiLabel:
         decided = probs >= self.threshold
         bins = calibration_bins(torch.where(decided, probs, 1 - probs).flatten(),
                                 (decided == targets.bool()).flatten())
-        return {**figures, "val_ece": expected_calibration_error(bins), "calibration_bins": bins}
+        return {**figures, "val_ece": expected_calibration_error(bins), "calibration_bins": bins,
+                "label_kind": self.name}
 
     def samples(self, fields, index):
         """Each scored sample's dataset `index`, labels, the labels at the threshold, and its loss (top_losses)."""
@@ -192,6 +204,31 @@ class MultiLabel:
                 "per_class_positives": dict(zip(class_names, figures["class_support"])),
                 "per_class_counts": {name: {key: figures[key][i] for key in COUNTS}
                                      for i, name in enumerate(class_names)}}
+
+    @staticmethod
+    def confusion(figures):
+        return None  # a sample's classes are not one class confused for another
+
+    @staticmethod
+    def tuned_thresholds(figures, threshold, ema):
+        """Per-class thresholds of the weights the model folder holds (the EMA's with --model_ema), each class without
+        positives in validation at the run's `threshold`."""
+        tuned = figures.get("val_ema_tuned_thresholds" if ema else "val_tuned_thresholds")
+        return None if tuned is None else [threshold if t is None else t for t in tuned]
+
+    @staticmethod
+    def curves(last):
+        return [("val_map", "val mAP"), ("val_f1_micro", f"val F1 micro at {last['threshold']:g}")]
+
+    @staticmethod
+    def card_rows(results):
+        rows = [("val mAP", results["val_map"]), (f"val F1 micro at {results['threshold']:g}", results["val_f1_micro"]),
+                ("val F1 macro", results["val_f1_macro"]), ("val loss", results["val_loss"])]
+        return rows + ([("val mAP, EMA weights", results["val_ema_map"])] if "val_ema_map" in results else [])
+
+    @staticmethod
+    def headline(results):
+        return f"val mAP {results['val_map']:.4f}"
 
     def global_sums(self, figures):
         return {"samples": figures["val_samples"], "loss_sum": figures["loss_sum"],

@@ -1,20 +1,21 @@
-"""SingleLabel, the task of one class a sample (utils/evaluation/tasks.py says what a task answers): softmax; top-1,
-top-k, macro F1, balanced accuracy, the confusion matrix; its cross-entropy losses and distillation term."""
+"""SingleLabel, the kind of labels of one class a sample (utils/evaluation/label_kind.py says what a kind provides):
+its data side (ClassIndex); softmax; top-1, top-k, macro F1, balanced accuracy, the confusion matrix; its cross-entropy
+losses and distillation term; what the report draws of it."""
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from utils.data.datasets.label_kinds import ClassIndex
 from utils.evaluation import tta
 from utils.evaluation.calibration import calibration_bins, expected_calibration_error
 from utils.evaluation.label_losses import single_label_loss, softmax_distillation
 from utils.evaluation.metrics import rank_sums, result_figures, summarize, topk_for, validation_row
 
 
-class SingleLabel:
+class SingleLabel(ClassIndex):
     """One class a sample: the figures of utils/evaluation/metrics.py, tracked by top-1 (or --track_metric's)."""
 
-    multi_label = False
     labels_text = "one label"  # what a sample carries, as lines say it
     counted = "samples"  # what its class counts count
     note = ""  # beside the class count in the start-up line
@@ -25,6 +26,9 @@ class SingleLabel:
     thresholded = False  # its prediction is the top class, not each class's at a threshold
     exported = "logits"  # what its exported graph outputs (predict.py --export_onnx)
     exported_output = None  # the logits as they are
+    # What the report shows of the classes (utils/reporting/report.py): accuracy a class, the confusion matrix
+    class_table, class_picture, class_csv = "accuracy", "confusion_matrix", "confusion_matrix"
+    calibrated = "top-class probability"  # what calibration.png's confidence is of
     # --track_metric: the figure --keep_best, --early_stop and best/ follow (the EMA's with --model_ema), its name
     DEFAULT_TRACK = "top1"  # the tracked figure without --track_metric
     TRACKED = {"top1": ("val_top1", "top-1"), "balanced_accuracy": ("val_balanced_accuracy", "balanced accuracy"),
@@ -43,6 +47,11 @@ class SingleLabel:
         # what validation also reports of the averaged weights (the tracked figure among them)
         self.ema_keys = tuple(dict.fromkeys(("val_top1", "val_topk", "val_loss", "val_balanced_accuracy", "val_ece",
                                              self.tracked)))
+
+    @classmethod
+    def of(cls, num_classes, metrics=None, threshold=None, tta_kind=None, track="top1"):
+        """The run's kind (tasks.task_for): scored by `metrics` (no --threshold: the top class is the prediction)."""
+        return cls(metrics, num_classes, tta_kind, track)
 
     @staticmethod
     def loss(options, balance=None):
@@ -96,7 +105,8 @@ class SingleLabel:
         ranked, labels, losses, confidence = fields
         figures = summarize(self.metrics, ranked, labels, losses, self.k, self.classes)
         bins = calibration_bins(confidence, ranked[:, 0] == labels)
-        return {**figures, "val_ece": expected_calibration_error(bins), "calibration_bins": bins}
+        return {**figures, "val_ece": expected_calibration_error(bins), "calibration_bins": bins,
+                "label_kind": self.name}
 
     def samples(self, fields, index):
         """Each scored sample's dataset `index`, label, prediction, its probability, the true class's and the loss:
@@ -153,6 +163,30 @@ class SingleLabel:
     def results(self, figures, class_names):
         calibrated = {key: figures[key] for key in ("temperature", "temperature_halves") if key in figures}  # --calibrate
         return {**result_figures(figures, class_names), "calibration_bins": figures["calibration_bins"], **calibrated}
+
+    @staticmethod
+    def confusion(figures):
+        """The confusion matrix (true x predicted counts)."""
+        return figures["confusion_matrix"]
+
+    @staticmethod
+    def tuned_thresholds(figures, threshold, ema):
+        return None  # the top class is the prediction: no threshold
+
+    @staticmethod
+    def curves(last):
+        k = last.get("topk", 5)  # (a row written before the rows said their k)
+        return [("val_top1", "val top-1"), ("val_topk", f"val top-{k}")]
+
+    @staticmethod
+    def card_rows(results):
+        rows = [("val top-1", results["val_top1"]), (f"val top-{results['topk']}", results["val_topk"]),
+                ("val loss", results["val_loss"]), ("macro F1", results["macro_f1"])]
+        return rows + ([("val top-1, EMA weights", results["val_ema_top1"])] if "val_ema_top1" in results else [])
+
+    @staticmethod
+    def headline(results):
+        return f"val top-1 {results['val_top1']:.4f}"
 
     def global_sums(self, figures):
         """What the per-rank sums of --dump_rank_metrics add up to (eval/.../global.json)."""

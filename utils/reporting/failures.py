@@ -143,8 +143,9 @@ def write_failures(out, figures, class_names, dataset, top_n, task):
     if top_n and samples and samples["loss"]:
         picked = highest_losses(samples, top_n)
         write_text_atomic(out / "top_losses.csv", top_losses_table(samples, picked, class_names, dataset, task))
-    if "confusion_matrix" in figures:
-        rows = most_confused(figures["confusion_matrix"], class_names)
+    matrix = task.confusion(figures)  # none for multi-label data: no class is confused for another
+    if matrix is not None:
+        rows = most_confused(matrix, class_names)
         text = io.StringIO()
         table = csv.writer(text)
         table.writerow(["true", "predicted", "count", "share_of_true"])

@@ -14,6 +14,7 @@ The weights are the EMA's when --model_ema is on (the ones validation follows), 
 
 from utils.core.errors import UserError
 from utils.core.io import usual_permissions, write_text_atomic
+from utils.evaluation.tasks import read_kind
 from utils.models.libraries import library, save_in_library_form
 
 
@@ -46,18 +47,11 @@ class PushError(UserError, RuntimeError):
     """The Hub upload failed; the message is one line, and every local file is kept."""
 
 
-def model_card(repo, chosen, results, command):
-    """README.md of the model folder: what it is, its validation figures, how it was trained and loaded."""
+def model_card(repo, chosen, results, command, kind):
+    """README.md of the model folder: what it is, its validation figures (those its `kind` of labels shows), how it
+    was trained and loaded."""
     lib, _ = library(chosen.name)
-    if "val_map" in results:  # a multi-label run (utils/evaluation/tasks.py)
-        rows = [("val mAP", results["val_map"]), (f"val F1 micro at {results['threshold']:g}", results["val_f1_micro"]),
-                ("val F1 macro", results["val_f1_macro"]), ("val loss", results["val_loss"])]
-        rows += [("val mAP, EMA weights", results["val_ema_map"])] if "val_ema_map" in results else []
-    else:
-        rows = [("val top-1", results["val_top1"]), (f"val top-{results['topk']}", results["val_topk"]),
-                ("val loss", results["val_loss"]), ("macro F1", results["macro_f1"])]
-        rows += [("val top-1, EMA weights", results["val_ema_top1"])] if "val_ema_top1" in results else []
-    table = "\n".join(f"| {name} | {value:.4f} |" for name, value in rows)
+    table = "\n".join(f"| {name} | {value:.4f} |" for name, value in kind.card_rows(results))
     return (f"---\n{lib.card_header}tags:\n- image-classification\n---\n\n# {repo}\n\n"
             f"`{chosen.name}` trained on `{results['dataset']}` ({results['train_samples']} training samples, "
             f"{len(results['class_names'])} classes, {results['epochs_completed']} epochs, "
@@ -67,21 +61,18 @@ def model_card(repo, chosen, results, command):
             f"{lib.load_snippet.format(repo=repo)}\n```\n")
 
 
-def headline(results):
-    """The run's tracked validation figure, as a commit message says it."""
-    return f"val mAP {results['val_map']:.4f}" if "val_map" in results else f"val top-1 {results['val_top1']:.4f}"
-
-
 def push_model_folder(folder, repo, chosen, results, command):
-    """Write the model card into `folder`, then upload the folder to the Hub model repository `repo`."""
-    write_text_atomic(folder / "README.md", model_card(repo, chosen, results, command))
+    """Write the model card into `folder`, then upload the folder to the Hub model repository `repo`. The run's kind
+    of labels is the one its run folder (the model folder's parent) recorded."""
+    kind = read_kind(folder.parent)
+    write_text_atomic(folder / "README.md", model_card(repo, chosen, results, command, kind))
     try:
         from huggingface_hub import HfApi
 
         api = HfApi()
         api.create_repo(repo, repo_type="model", exist_ok=True)
         api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
-                          commit_message=f"{chosen.name}: {headline(results)}")
+                          commit_message=f"{chosen.name}: {kind.headline(results)}")
     except Exception as e:  # offline, no token, no rights: all the same to the user
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise PushError(f"push_to_hub: could not upload {folder} to {repo} ({type(e).__name__}: {reason}); every "

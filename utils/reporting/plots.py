@@ -14,8 +14,9 @@ def _by_step(rows, key):
     return [last[s] for s in steps]
 
 
-def curves_figure(rows):
-    """Train loss and LR per step; val loss (with the epoch's mean train loss) and accuracy per epoch."""
+def curves_figure(rows, kind):
+    """Train loss and LR per step; val loss (with the epoch's mean train loss) and the figures of the run's `kind` of
+    labels per epoch (its curves)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -44,18 +45,9 @@ def curves_figure(rows):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(_plain_log_formatter())
         ax.yaxis.set_minor_formatter(_plain_log_formatter())
-    if val and "val_map" in val[-1]:  # multi-label: mAP and micro F1 at the threshold
-        last = val[-1]
-        acc_ax.plot([r["epoch"] for r in val], [r["val_map"] for r in val], "s-", label=f"val mAP (last "
-                    f"{last['val_map']:.4f})")
-        acc_ax.plot([r["epoch"] for r in val], [r["val_f1_micro"] for r in val], "^--",
-                    label=f"val F1 micro at {last['threshold']:g} (last {last['val_f1_micro']:.4f})")
-    elif val:
-        k, last = val[-1].get("topk", 5), val[-1]
-        acc_ax.plot([r["epoch"] for r in val], [r["val_top1"] for r in val], "s-",
-                    label=f"val top-1 (last {last['val_top1']:.4f})")
-        acc_ax.plot([r["epoch"] for r in val], [r["val_topk"] for r in val], "^--",
-                    label=f"val top-{k} (last {last['val_topk']:.4f})")
+    # The kind's own figures (top-1 and top-k; multi-label: mAP and micro F1 at the threshold), as it names them
+    for (key, name), style in zip(kind.curves(val[-1]) if val else [], ("s-", "^--")):
+        acc_ax.plot([r["epoch"] for r in val], [r[key] for r in val], style, label=f"{name} (last {val[-1][key]:.4f})")
     acc_ax.set(xlabel="epoch", ylabel="accuracy", title="validation accuracy per epoch", ylim=(0, 1.02))
     for ax in (val_loss_ax, acc_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -1,11 +1,13 @@
 """The end of a run, without any tracker: results.json, curves.png, calibration.png, confusion_matrix.png/.csv
-(multi-label: per_class_ap.png and per_class_counts.csv), a per-class table (where the model fails: failures.py)."""
+(multi-label: per_class_ap.png and per_class_counts.csv), a per-class table (where the model fails: failures.py).
+Which of them, the run's kind of labels says (its figures name it: utils/evaluation/tasks.py figures_kind)."""
 
 import csv
 import io
 import json
 
 from utils.core.io import write_json_atomic, write_text_atomic
+from utils.evaluation.tasks import figures_kind
 from utils.reporting import plots
 
 TABLE_ROWS = 30  # more classes than this: the table shows the worst ones (results.json has them all)
@@ -15,11 +17,14 @@ HEAD_ROWS = 10  # a cut table sorted by training samples: the most frequent clas
 
 
 def per_class_table(figures, class_names, train_counts=None):
-    """A text table of per-class top-1 accuracy (multi-label: AP and counts). With the classes' training samples
-    (`train_counts`, a list) it is sorted by them, most first, so the tail is at the bottom (cut: the 10 most frequent
-    and the 20 rarest); without them, worst first when it has to be cut."""
-    if "per_class_ap" in figures:
-        return per_class_ap_table(figures, class_names)
+    """The text table of each class that the run's kind of labels shows (TABLES)."""
+    return TABLES[figures_kind(figures).class_table](figures, class_names, train_counts)
+
+
+def accuracy_table(figures, class_names, train_counts=None):
+    """A text table of per-class top-1 accuracy. With the classes' training samples (`train_counts`, a list) it is
+    sorted by them, most first, so the tail is at the bottom (cut: the 10 most frequent and the 20 rarest); without
+    them, worst first when it has to be cut."""
     matrix = figures["confusion_matrix"]
     counts = train_counts or [None] * len(class_names)
     rows = [(name, acc, n, matrix[i][i], trained) for i, (name, acc, n, trained)
@@ -48,8 +53,9 @@ def per_class_table(figures, class_names, train_counts=None):
     return "\n".join(lines)
 
 
-def per_class_ap_table(figures, class_names):
-    """Multi-label: each class's AP, positives and true/false positives at the threshold, worst AP first when cut."""
+def per_class_ap_table(figures, class_names, train_counts=None):
+    """Multi-label: each class's AP, positives and true/false positives at the threshold, worst AP first when cut (by
+    AP, whatever the training counts)."""
     rows = [(name, ap, n, tp, fp) for name, ap, n, tp, fp in zip(
         class_names, figures["per_class_ap"], figures["class_support"], figures["true_positives"],
         figures["false_positives"])]
@@ -71,46 +77,52 @@ def ece_of(figures):
 
 def pictures(out, figures, class_names):
     """The report's pictures, as (make the figure, its path) pairs for utils/reporting/drawing.py: curves.png (when
-    metrics.jsonl holds training rows, read now), calibration.png, confusion_matrix.png or, multi-label,
-    per_class_ap.png."""
-    drawn = []
+    metrics.jsonl holds training rows, read now), calibration.png, and the picture of the classes the run's kind of
+    labels names (confusion_matrix.png or, multi-label, per_class_ap.png)."""
+    kind, drawn = figures_kind(figures), []
     metrics_path = out / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
     if any("train_loss" in row or "epoch_train_loss" in row for row in rows):  # something was trained
-        drawn.append((lambda: plots.curves_figure(rows), out / "curves.png"))
+        drawn.append((lambda: plots.curves_figure(rows, kind), out / "curves.png"))
     if figures.get("calibration_bins"):
-        what = "decision on each class" if "per_class_ap" in figures else "top-class probability"
-        drawn.append((lambda: plots.calibration_figure(figures["calibration_bins"], ece_of(figures), what),
+        drawn.append((lambda: plots.calibration_figure(figures["calibration_bins"], ece_of(figures), kind.calibrated),
                       out / "calibration.png"))
-    if "per_class_ap" in figures:  # multi-label: no confusion between classes, per-class AP and counts instead
-        drawn.append((lambda: plots.per_class_ap_figure(figures["per_class_ap"], figures["class_support"],
-                                                        class_names), out / "per_class_ap.png"))
-    else:
-        drawn.append((lambda: plots.confusion_figure(figures["confusion_matrix"], class_names),
-                      out / "confusion_matrix.png"))
+    drawn.append((lambda: CLASS_PICTURES[kind.class_picture](figures, class_names), out / f"{kind.class_picture}.png"))
     return drawn
 
 
 def write(out, results, figures, bad_images):
-    """results.json, bad_images.txt (if any), confusion_matrix.csv or, multi-label, per_class_counts.csv (the
-    pictures are drawn apart: pictures())."""
-    class_names = results["class_names"]
+    """results.json, bad_images.txt (if any), and the CSV of the classes the run's kind of labels names
+    (confusion_matrix.csv or, multi-label, per_class_counts.csv; the pictures are drawn apart: pictures())."""
+    class_names, kind = results["class_names"], figures_kind(figures)
     if bad_images:
         write_text_atomic(out / "bad_images.txt", "".join(f"{p}\t{bad_images[p]}\n" for p in sorted(bad_images)))
     write_json_atomic(out / "results.json", results)
-    if "per_class_ap" in figures:
-        text = io.StringIO()
-        table = csv.writer(text)
-        table.writerow(["class", "positives", "true_positives", "false_positives", "false_negatives",
-                        "true_negatives", "average_precision"])
-        table.writerows([name, figures["class_support"][i], *(figures[key][i] for key in (
-            "true_positives", "false_positives", "false_negatives", "true_negatives")),
-            "" if figures["per_class_ap"][i] is None else figures["per_class_ap"][i]]
-            for i, name in enumerate(class_names))
-        write_text_atomic(out / "per_class_counts.csv", text.getvalue())
-        return
     text = io.StringIO()
-    table = csv.writer(text)
+    CLASS_CSVS[kind.class_csv](csv.writer(text), figures, class_names)
+    write_text_atomic(out / f"{kind.class_csv}.csv", text.getvalue())
+
+
+def per_class_counts_rows(table, figures, class_names):
+    """Multi-label: each class's positives, its counts at the threshold and its AP."""
+    table.writerow(["class", "positives", "true_positives", "false_positives", "false_negatives", "true_negatives",
+                    "average_precision"])
+    table.writerows([name, figures["class_support"][i], *(figures[key][i] for key in (
+        "true_positives", "false_positives", "false_negatives", "true_negatives")),
+        "" if figures["per_class_ap"][i] is None else figures["per_class_ap"][i]]
+        for i, name in enumerate(class_names))
+
+
+def confusion_rows(table, figures, class_names):
+    """Single-label: the confusion matrix, true classes down, predicted across."""
     table.writerow(["true \\ predicted", *class_names])
     table.writerows([name, *counts] for name, counts in zip(class_names, figures["confusion_matrix"]))
-    write_text_atomic(out / "confusion_matrix.csv", text.getvalue())
+
+
+# What each name a kind of labels gives (its class_table, class_picture, class_csv) is drawn or written with.
+TABLES = {"accuracy": accuracy_table, "average_precision": per_class_ap_table}
+CLASS_PICTURES = {
+    "confusion_matrix": lambda figures, names: plots.confusion_figure(figures["confusion_matrix"], names),
+    "per_class_ap": lambda figures, names: plots.per_class_ap_figure(figures["per_class_ap"], figures["class_support"],
+                                                                     names)}
+CLASS_CSVS = {"confusion_matrix": confusion_rows, "per_class_counts": per_class_counts_rows}

@@ -73,8 +73,10 @@ def log_validation_media(accelerator, step, figures, class_names, examples, labe
         return
     import wandb
 
+    from utils.evaluation.tasks import figures_kind
+
     values = {}
-    matrix = figures.get("confusion_matrix")  # none for multi-label data (per-class AP is in the rows)
+    matrix = figures_kind(figures).confusion(figures)  # none for multi-label data (per-class AP is in the rows)
     if matrix is not None and len(class_names) <= CONFUSION_PLOT_MAX:
         cells = [[class_names[i], class_names[j], matrix[i][j]]
                  for i in range(len(class_names)) for j in range(len(class_names))]

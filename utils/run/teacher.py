@@ -16,7 +16,7 @@ import torch
 from utils.core.errors import UserError
 from utils.data.sources.protocol import IMAGENET_MEAN, IMAGENET_STD
 from utils.data.sources.video_files import KINETICS_MEAN, KINETICS_STD
-from utils.evaluation.tasks import SingleLabel, task_kind
+from utils.evaluation.tasks import SingleLabel, kind_named
 from utils.models.libraries import check_clip_frames, check_image_size, data_config, pretrained_model
 from utils.models.protocol import ImageSize
 from utils.run.trained import load_run, read_run
@@ -66,8 +66,8 @@ def build_teacher(settings, class_names, accelerator, task):
 
 
 def _same_kind(task, teacher_kind, teacher):
-    """Refuse a teacher whose kind of labels (a task class) is not the student's `task`'s."""
-    if not isinstance(task, teacher_kind):
+    """Refuse a teacher whose kind of labels (a kind's class) is not the student's `task`'s."""
+    if task.name != teacher_kind.name:
         raise TeacherError(f"teacher: {teacher} teaches {teacher_kind.labels_text} a sample, this run's data has "
                            f"{task.labels_text} a sample; give a teacher trained on the same kind of labels (a run "
                            f"folder of this script)")
@@ -106,7 +106,7 @@ def _model(teacher, epochs, class_names, inp, task):
     if names != list(class_names):
         raise TeacherError(f"teacher: {folder} was trained on other classes ({len(names)}: {', '.join(names[:5])}...) "
                            f"than this data's ({len(class_names)}); give a teacher trained on the same classes")
-    _same_kind(task, task_kind(trained.multi_label), folder)
+    _same_kind(task, kind_named(trained.label_kind), folder)
     if trained.input.video != inp.video:
         kinds = ("videos", "images") if inp.video else ("images", "videos")
         raise TeacherError(f"teacher: {folder} was trained on {kinds[1]}, this run trains on {kinds[0]}")

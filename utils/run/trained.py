@@ -23,6 +23,7 @@ from utils.models.lora import FROZEN_FILE, LoraOptions, frozen_fingerprint, merg
 from utils.models.errors import ModelError
 from utils.models.weights import read_state_dict
 from utils.evaluation.knn import KNN_FILE, knn_head
+from utils.evaluation.tasks import recorded_kind, task_kind
 from utils.training.checkpoints import STATE_FILE
 
 RECORD = "run.json"
@@ -45,7 +46,9 @@ class TrainedRun:
     test_clips: int  # the multi-view test's views (None: 1)
     test_crops: int
     video_decoder: str  # who decodes its video files
-    multi_label: bool = False  # several labels a sample: sigmoid outputs, labels at a threshold (absent from a run.json: one)
+    # Its kind of labels by name (utils/evaluation/tasks.py kind_named): single_label, or multi_label (sigmoid
+    # outputs, labels at a threshold). A run.json written before it was named has a bool "multi_label" instead.
+    label_kind: str = "single_label"
     threshold: float = 0.5  # its --threshold (multi-label)
     temperature: float = 1.0  # --calibrate's: what its logits are divided by before the softmax
     # The weights file that the temperature and model/thresholds.json were fitted to: the ones model/ holds (the EMA's
@@ -61,14 +64,15 @@ class TrainedRun:
 
 
 def trained_run(settings, classes, multi_label=False, temperature=1.0, batch=None, lr_found=None):
-    """The TrainedRun of a run of these Settings, on these classes (several a sample: `multi_label`;
-    `batch`: its BatchPlan; `lr_found`: --lr auto's suggestions; the split its source remade, once it built its
-    data)."""
+    """The TrainedRun of a run of these Settings, on these classes (several a sample: `multi_label`, the flag of the
+    run's kind, which records it by name; `batch`: its BatchPlan; `lr_found`: --lr auto's suggestions; the split its
+    source remade, once it built its data)."""
     remade = settings.source.remade
     chosen, data = settings.model, settings.data
     return TrainedRun(chosen.name, settings.source.kind, settings.input, list(classes), chosen.temporal_shift,
-                      data.test_clips, data.test_crops, data.video_decoder, multi_label, settings.evaluation.threshold,
-                      temperature, "model_ema.safetensors" if chosen.ema else "model.safetensors",
+                      data.test_clips, data.test_crops, data.video_decoder, task_kind(multi_label).name,
+                      settings.evaluation.threshold, temperature,
+                      "model_ema.safetensors" if chosen.ema else "model.safetensors",
                       batch.record() if batch is not None else None, lr_found,
                       remade.record() if remade is not None else None,
                       dataclasses.asdict(settings.model.adapters) if settings.model.adapters else None,
@@ -130,6 +134,8 @@ def read_run(run_dir):
         if saved.get("format") != FORMAT:
             raise TypeError(f"format {saved.get('format')}")
         inp = dict(saved.pop("input"), notes=())
+        saved["label_kind"] = recorded_kind(saved).name  # one read back of the kind, old records' bool too
+        saved.pop("multi_label", None)
         for key in ("mean_std", "progressive_resize", "bands", "file_format", "train_crop_scale", "train_crop_ratio"):
             if key in inp:  # JSON keeps tuples as lists (bands, file_format, the crop's; a run.json may lack some)
                 inp[key] = inp[key] and tuple(tuple(v) if isinstance(v, list) else v for v in inp[key])

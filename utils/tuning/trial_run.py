@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from utils.evaluation.tasks import tracked_figure
+from utils.evaluation.tasks import read_kind, tracked_figure
 from utils.reporting.progress import elapsed_and_left
 from utils.training.checkpoints import STATE_FILE, complete_checkpoints
 from utils.training.run_lock import is_held
@@ -247,10 +247,10 @@ def objective_key(folder, objective):
         return "val_loss"
     try:
         options = yaml.safe_load((folder / "config.yaml").read_text())
-        multi_label = json.loads((folder / "run.json").read_text()).get("multi_label", False)
+        kind = read_kind(folder)
     except (OSError, ValueError, yaml.YAMLError):
         return None  # not written yet
-    return tracked_figure(multi_label, options.get("track_metric"), options.get("model_ema", False))
+    return tracked_figure(kind, options.get("track_metric"), options.get("model_ema", False))
 
 
 def epochs_of(rows, key):

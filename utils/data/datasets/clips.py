@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
 from utils.core.seeding import sample_rng
-from utils.data.datasets.labels import ClassIndex
+from utils.data.datasets.label_kinds import ClassIndex
 from utils.data.decoding.on_device import DeferredVideo
 from utils.data.decoding.video import read_frame_folder, read_video_file
 

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import Dataset
 
 from utils.core.seeding import EpochSeeded, sample_rng
-from utils.data.datasets.labels import ClassIndex
+from utils.data.datasets.label_kinds import ClassIndex
 from utils.data.decoding.images import decode_rgb
 from utils.data.decoding.on_device import Deferred, blank
 
@@ -40,8 +40,8 @@ class ImageRows(Dataset):
     k >= len(self) is copy k // len of row k % len (repeated augmentation), with its own draws. A
     file that cannot be decoded becomes a zero image with valid=False and its path in `source`, so
     every batch keeps its shape (ranks must agree on sizes) and the loop decides what to do.
-    A label becomes its `targets`' target (utils/data/datasets/labels.py): the class index, or for a List(ClassLabel)
-    column the multi-hot row of its list, all zeros for a file that could not be decoded.
+    A label becomes its `targets`' target (utils/data/datasets/label_kinds.py): the class index, or for a
+    List(ClassLabel) column the multi-hot row of its list, all zeros for a file that could not be decoded.
     """
 
     def __init__(self, ds, preset, decoded, seed=None, on_device=False, targets=ClassIndex(), decode=None):

@@ -4,7 +4,7 @@ import torch
 from torch.utils.data import Dataset
 
 from utils.core.seeding import spread
-from utils.data.datasets.labels import ClassIndex
+from utils.data.datasets.label_kinds import ClassIndex
 
 
 class SyntheticDataset(Dataset):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from utils.data.datasets.labels import is_multi_label
+from utils.data.datasets.label_kinds import kind_of
 from utils.data.errors import DataError
 from utils.data.sources.splits import class_labels
 
@@ -110,8 +110,7 @@ def exclude(train, names, path):
 def flip(train, names, fraction):
     """(train, flipped): round(fraction x n) training labels, picked at random, each made another class at random
     (FLIP_SEED); flipped: (name, label, given label) of each."""
-    if is_multi_label(train.features["label"]):
-        _fail("flip_labels: moves a sample's one label to another class; multi-label rows have several: drop it")
+    kind_of(train.features["label"]).refuse("flip_labels")
     labels = np.asarray(train["label"][:], dtype=np.int64)
     classes = len(class_labels(train.features["label"]).names)
     rng = np.random.default_rng(FLIP_SEED)
@@ -138,17 +137,11 @@ def quiet():
             datasets.enable_progress_bars()
 
 
-def fold_numbers(labels, groups, folds, seed, multi_label):
-    """(each sample's fold, how they were stratified): scikit-learn's splitters, seeded by `seed`."""
+def fold_numbers(labels, groups, folds, seed, stratify, how):
+    """(each sample's fold, how they were stratified): scikit-learn's splitters, seeded by `seed`, stratified by
+    `stratify` (the kind of labels' strata; None: at random), which `how` says."""
     from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
 
-    if multi_label:
-        keys = np.asarray([" ".join(map(str, sorted(set(row)))) for row in labels])
-        _, counts = np.unique(keys, return_counts=True)
-        stratify, how = (keys, "by label set") if counts.min() >= folds else (None, "at random (some label sets have "
-                                                                                   "fewer samples than folds)")
-    else:
-        stratify, how = np.asarray(labels), "by class"
     if groups is not None:
         if len(set(groups)) < folds:
             _fail(f"folds: {len(set(groups))} groups cannot fill {folds} folds; lower --folds")
@@ -162,16 +155,6 @@ def fold_numbers(labels, groups, folds, seed, multi_label):
     for number, (_, held) in enumerate(splitter.split(np.zeros(len(labels)), stratify, groups)):
         numbers[held] = number
     return numbers, how
-
-
-def check_counts(labels, class_names, folds):
-    """Stratified folds need each class in every fold: one line naming a class with fewer samples than folds."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(class_names))
-    short = [k for k, n in enumerate(counts) if 0 < n < folds]
-    if short:
-        k = short[0]
-        _fail(f"folds: class {class_names[k]!r} has {counts[k]} training samples, fewer than the {folds} folds; lower "
-              f"--folds, or drop the class")
 
 
 def groups_of(names, data, column_groups):
@@ -217,11 +200,10 @@ def remake(train, val, data):
     if not data.folds:
         return train, val, remade, notes
     labels = train["label"][:]
-    multi_label = is_multi_label(train.features["label"])
-    if not multi_label:
-        check_counts(labels, class_labels(train.features["label"]).names, data.folds)
+    feature = train.features["label"]
+    stratify, how = kind_of(feature).strata(labels, data.folds, class_labels(feature).names)
     groups = groups_of(names, data, None if column_groups is None else [column_groups[n] for n in names])
-    numbers, how = fold_numbers(labels, groups, data.folds, data.fold_seed, multi_label)
+    numbers, how = fold_numbers(labels, groups, data.folds, data.fold_seed, stratify, how)
     held, kept = np.flatnonzero(numbers == data.fold), np.flatnonzero(numbers != data.fold)
     remade.folds, remade.fold, remade.fold_seed, remade.how = data.folds, data.fold, data.fold_seed, how
     remade.held_out, remade.held_index = [names[i] for i in held], held.tolist()

@@ -12,8 +12,8 @@ from utils.data.sources.hub import load_hub
 from utils.data.sources.folds import remake
 from utils.data.sources.label_files import first_csv_file, label_csv_splits, read_csv_column
 from utils.data.sources.protocol import DataSource
-from utils.data.datasets.labels import is_multi_label, targets_for
-from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, carve_multi_label, class_labels, image_and_label,
+from utils.data.datasets.label_kinds import kind_of, targets_for
+from utils.data.sources.splits import (SPLIT_SEED, VAL_SPLITS, class_labels, image_and_label,
                                        long_tailed, normalise, subset, _check_range)
 from utils.data.transforms.images import image_presets
 from utils.data.transforms.input import progressive_notes
@@ -139,16 +139,7 @@ def load_splits(data):
 
 def _carve(train, data, names):
     """(train, val, note): --val_fraction of a split without a validation split, stratified, seed SPLIT_SEED."""
-    if is_multi_label(train.features["label"]):
-        train, val, how = carve_multi_label(train, data.val_fraction)
-    else:
-        try:
-            carved = train.train_test_split(test_size=data.val_fraction, stratify_by_column="label", seed=SPLIT_SEED)
-        except ValueError as e:  # a stratified carve needs an image of each class on both sides
-            _fail(f"val_fraction: cannot carve a stratified {data.val_fraction:.0%} of {len(train)} images in "
-                  f"{len(names)} classes ({str(e).splitlines()[0]}); raise --val_fraction, or give a validation "
-                  f"split (--val_dir)")
-        train, val, how = carved["train"], carved["test"], "stratified"
+    train, val, how = kind_of(train.features["label"]).carve(train, data.val_fraction, SPLIT_SEED, names)
     return train, val, (f"no validation split: carved {len(val)} images ({data.val_fraction:.0%}) from "
                         f"{data.train_split!r}, {how}, seed {SPLIT_SEED}")
 

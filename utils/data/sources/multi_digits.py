@@ -5,7 +5,7 @@ holds, so it trains through the same path as one."""
 import numpy as np
 
 from utils.data.datasets.images import with_transform
-from utils.data.datasets.labels import MultiHot
+from utils.data.datasets.label_kinds import MultiHot
 from utils.data.sources.digits import Digits, digits_eval, digits_train
 from utils.data.sources.folds import remake
 from utils.data.sources.protocol import no_files, no_imbalance

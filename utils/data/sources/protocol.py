@@ -23,7 +23,8 @@ place that tells which source the options name). The rest of the run asks it, ne
     file_transform(inp) its validation's transform of an image file decoded to uint8 (predict.py's)
     pixel_format(data)  what its first training file holds (channels, type), before the data is built; None: RGB
     sample_count(train) the training set's size (None for a stream of unknown size)
-    targets(train)      what a sample's target is: a class index, or a multi-hot row (utils/data/datasets/labels.py)
+    targets(train)      what a sample's target is: a class index, or a multi-hot row (the data side of its kind of
+                        labels: utils/data/datasets/label_kinds.py)
     labels(train)       every training sample's label (a class index, or a list of them), in order, over the whole
                         split (every rank the same, not its shard): what the class counts come from (--sampler
                         balanced, --class_weights, --logit_adjust, --pos_weight auto; utils/training/balance.py)
@@ -184,7 +185,8 @@ class DataSource:
         return len(train)
 
     def targets(self, train):
-        """What a training sample's target is (utils/data/datasets/labels.py): a class index, or a multi-hot row."""
+        """What a training sample's target is (utils/data/datasets/label_kinds.py): a class index, or a multi-hot
+        row."""
         return train.dataset.targets
 
     def labels(self, train):

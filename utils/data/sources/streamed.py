@@ -9,7 +9,7 @@ from utils.data.errors import DataError
 from utils.data.sources.hub import Unreachable
 from utils.data.sources.image_files import ImageFiles
 from utils.data.sources.protocol import SYNTHETIC_ONLY, VIDEO_ONLY, no_imbalance, no_remaking, rgb_only
-from utils.data.datasets.labels import targets_for
+from utils.data.datasets.label_kinds import targets_for
 from utils.data.sources.splits import VAL_SPLITS, class_labels, image_and_label, normalise, subset
 from utils.data.loading.loaders import build_val_loader, loader_options
 from utils.data.streaming.loader import StreamLoader

@@ -9,7 +9,7 @@ import numpy as np
 from utils.core.errors import at_least
 from utils.core.seeding import EpochSeeded
 from utils.data.datasets.clips import PathFrames, VideoClips
-from utils.data.datasets.labels import ClassIndex, MultiHot
+from utils.data.datasets.label_kinds import ClassIndex, MultiHot
 from utils.data.decoding.video import VIDEO_READERS, VIDEO_SUFFIXES, torchcodec_video_problem
 from utils.data.errors import DataError
 from utils.data.sources.folders import folder_files

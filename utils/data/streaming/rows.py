@@ -38,7 +38,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from utils.core.seeding import spread
 from utils.data.datasets.images import deferred, load_item, load_on_device
-from utils.data.datasets.labels import ClassIndex
+from utils.data.datasets.label_kinds import ClassIndex
 from utils.data.decoding.images import decode_rgb
 from utils.data.streaming.blocks import Blocks
 from utils.data.streaming.loader import Turns

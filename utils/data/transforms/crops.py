@@ -16,7 +16,7 @@ SMALL_SIDE = 128
 
 def crop_note(asked, inp, targets):
     """The start-up line of the random train crop of Input `inp` (before with_crop_box) for data of `targets`
-    (utils/data/datasets/labels.py): its area share and aspect ratio, and where they came from (`asked`: the
+    (utils/data/datasets/label_kinds.py): its area share and aspect ratio, and where they came from (`asked`: the
     InputOptions it was resolved from)."""
     (low, high), (narrow, wide) = inp.crop_box(targets)
     origin = ("--train_crop_scale" if asked.train_crop_scale else "as the resumed checkpoint was made" if

@@ -13,7 +13,7 @@ from torchvision.transforms import v2
 def train_preset(inp, targets, size=None):
     """For decoded uint8 (3, H, W) tensors: uint8 resizing kernels are faster than PIL's here.
     Random crops of side `size` (default: the Input's train crop), of the area share and aspect ratio the Input's
-    crop_box gives for data of `targets` (utils/data/datasets/labels.py)."""
+    crop_box gives for data of `targets` (utils/data/datasets/label_kinds.py)."""
     mode = v2.InterpolationMode(inp.interpolation)
     scale, ratio = inp.crop_box(targets)
     steps = [v2.RandomResizedCrop(size or inp.train_crop(0), scale=scale, ratio=ratio, interpolation=mode,
