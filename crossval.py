@@ -47,8 +47,8 @@ def write_records(cv):
     """cv_results.json, oof_predictions.csv, label_issues.csv and .png, report.html; the summary's lines."""
     from utils.evaluation.tasks import read_kind
     from utils.reporting.plots import save
-    from utils.tuning import label_issues
-    from utils.tuning.cross_validation import held_out_pictures, say
+    from utils.drivers import label_issues
+    from utils.drivers.cross_validation import held_out_pictures, say
 
     classes, rows, skipped = label_issues.read_out_of_fold(cv)
     summary = label_issues.cv_results(cv)
@@ -82,8 +82,8 @@ def main(argv=None):
     base = argv[at + 1:]
     from utils.config.checks import ConfigError
     from utils.core.errors import UserError
-    from utils.tuning.cross_validation import CrossValidation, check_base, open_folder, run_folds, say
-    from utils.tuning.trial_run import Stop
+    from utils.drivers.cross_validation import CrossValidation, check_base, open_folder, run_folds, say
+    from utils.drivers.trial_run import Stop
 
     try:
         if args.folds < 2:

@@ -71,7 +71,7 @@ from utils.reporting.model_folder import push_model_folder
 from utils.run.accelerator import build_accelerator, cannot_go_on, check_fsdp
 from utils.run.job import build_job, resume
 from utils.run.probe import probe
-from utils.run.range_test import find_lr, resumed_choices, with_found
+from utils.run.lr_range import find_lr, resumed_choices, with_found
 from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
                                start_records)
 from utils.training import checkpoints

@@ -77,7 +77,7 @@ def preflight(args, base):
     """The space's Params, checked against the script's parser and the run's own options before any trial."""
     from utils.config.checks import ConfigError
     from utils.config.options import check_argv
-    from utils.tuning.space import default_space, load_space, refused
+    from utils.drivers.space import default_space, load_space, refused
 
     given = [word.split("=", 1)[0] for word in base]
     for option, why in NOT_SEARCHED.items():
@@ -102,8 +102,8 @@ def preflight(args, base):
 
 def command_for(args, claim, base):
     """A trial's command line: the launcher, the script, the base options, the trial's, its run folder."""
-    from utils.tuning.space import as_argv
-    from utils.tuning.trial_run import SCRIPT, launcher
+    from utils.drivers.space import as_argv
+    from utils.drivers.trial_run import SCRIPT, launcher
 
     launch = launcher(shlex.split(args.launch))
     resume = ["--resume", "latest"] if claim.resumed else []
@@ -118,7 +118,7 @@ def trial_env(args, study_name):
 
 
 def ended_line(claim, outcome, objective, done, total):
-    from utils.tuning.trial_run import objective_key
+    from utils.drivers.trial_run import objective_key
 
     values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in claim.values.items())
     figure = f": {objective_key(claim.folder, objective)} {outcome.value:.4f}" if outcome.value is not None else ""
@@ -132,9 +132,9 @@ def run_study(args, base, params, stop):
     import optuna
     from optuna.trial import TrialState
 
-    from utils.tuning import study_records
-    from utils.tuning.study import StudyOptions, claim_next, finish, open_study, run_trial
-    from utils.tuning.trial_run import Progress, TrialRun
+    from utils.drivers import study_records
+    from utils.drivers.study import StudyOptions, claim_next, finish, open_study, run_trial
+    from utils.drivers.trial_run import Progress, TrialRun
 
     folder = Path(args.study).resolve()
     options = StudyOptions(folder, args.study_name or folder.name, args.storage, args.sampler, args.seed, args.pruner,
@@ -174,7 +174,7 @@ def run_study(args, base, params, stop):
 def write_records(study, folder, base):
     """trials.csv, best.yaml, the plots, study.html; with --report_to wandb in the base options, the study's table."""
     from utils.config.options import parse_args
-    from utils.tuning import study_records
+    from utils.drivers import study_records
 
     study_records.write_trials_csv(study, folder)
     best = study_records.write_best_yaml(study, folder, base)
@@ -201,7 +201,7 @@ def main(argv=None):
     if args.baseline and args.sampler == "grid":
         parser.error("--baseline: a grid's trials are its points; add the base values to the grid instead")
     from utils.config.checks import ConfigError
-    from utils.tuning.trial_run import Stop
+    from utils.drivers.trial_run import Stop
 
     try:
         params = preflight(args, base)  # bad input: one line, exit 2, nothing written

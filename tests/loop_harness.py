@@ -21,7 +21,7 @@ from utils.data.loading.loaders import build_dataloaders
 from utils.data.transforms.batch import BatchInput
 from utils.evaluation.tasks import SingleLabel, task_for
 from utils.reporting.progress import StepLogger
-from utils.run.batch_probe import given_batch, with_batch
+from utils.run.batch_size import given_batch, with_batch
 from utils.run.job import Job
 from utils.training.objective import Objective
 from utils.training.schedule import build_lr_scheduler, build_optimizer

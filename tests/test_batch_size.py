@@ -132,7 +132,7 @@ def test_out_of_memory_in_training_is_one_line_saying_what_to_pass(tmp_path, cap
 
 
 def test_the_probe_puts_the_random_streams_back():
-    from utils.run.batch_probe import random_state_kept
+    from utils.run.batch_size import random_state_kept
 
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
     before = (random.random(), np.random.rand(), torch.rand(1).item())
@@ -159,7 +159,7 @@ def test_a_try_trains_one_step_at_the_runs_largest_input_on_a_twin_and_frees_it(
 
     from utils.config.settings import input_for
     from utils.config.options import parse_args
-    from utils.run.batch_probe import largest_input, trial_steps
+    from utils.run.batch_size import largest_input, trial_steps
 
     image = input_for(parse_args(["--image_size", "32", "--progressive_resize", "32", "96", "0", "3", "--epochs", "4"]))
     assert largest_input(image, 4) == (3, 96, 96) and largest_input(image, 1) == (3, 32, 32)  # the last epoch's
@@ -201,7 +201,7 @@ def test_the_plan_is_in_force_wherever_the_batch_is_read():
     import types
 
     from utils.config.options import parse
-    from utils.run.batch_probe import take_batch
+    from utils.run.batch_size import take_batch
     from utils.training.schedule import effective_lr
 
     from utils.config.options import flat_options, resume_values

@@ -1,5 +1,5 @@
 """k-fold cross-validation (--folds, crossval.py), out-of-fold predictions, label issues (cleanlab), --exclude and
---flip_labels (utils/data/sources/folds.py, utils/run/split_records.py, utils/tuning/cross_validation.py and
+--flip_labels (utils/data/sources/folds.py, utils/run/split_records.py, utils/drivers/cross_validation.py and
 label_issues.py)."""
 
 import csv
@@ -138,7 +138,7 @@ def test_each_fold_is_launched_on_the_cut_the_driver_reads(tmp_path):
     record), not the default seed's."""
     from utils.config.options import parse
     from utils.data.sources.folds import remake
-    from utils.tuning.cross_validation import SCRIPT, CrossValidation
+    from utils.drivers.cross_validation import SCRIPT, CrossValidation
 
     train = digits_train()
     driver, default = folds_of(train, folds=3, fold_seed=3), folds_of(train, folds=3)
@@ -159,7 +159,7 @@ def test_a_file_a_fold_skips_as_unreadable_is_named_and_the_others_keep_their_pi
     by its row's order)."""
     from utils.config.options import parse
     from utils.reporting.failures import picture
-    from utils.tuning.cross_validation import CrossValidation, held_out_pictures
+    from utils.drivers.cross_validation import CrossValidation, held_out_pictures
 
     data = tmp_path / "data"
     shutil.copytree(images, data)
@@ -209,7 +209,7 @@ def test_a_label_issues_quality_is_shown_to_two_significant_digits():
     """The given label's probability, often under 0.01: "quality 0.00" on every picture said nothing."""
     import numpy as np
 
-    from utils.tuning.label_issues import issues_figure
+    from utils.drivers.label_issues import issues_figure
 
     issues = [((4, "a/4.png", 1, "cat"), "dog", 0.0012), ((9, "a/9.png", 0, "dog"), "cat", 0.31)]
     figure = issues_figure(issues, [np.zeros((8, 8, 3), np.uint8)] * 2)
@@ -351,7 +351,7 @@ def test_an_interval_is_cut_to_what_its_figure_can_be():
     """A t interval over a few folds of a share near 1 (or 0) reaches past it: cut there (val_topk 1.0165 and worst
     recall -0.1298 were written before); a loss is cut at 0 only, --metrics' own figures not at all."""
     from utils.evaluation.metrics import figure_range
-    from utils.tuning.label_issues import interval
+    from utils.drivers.label_issues import interval
 
     _, _, (low, high) = interval([1.0, 0.96, 1.0], figure_range("val_topk"))
     uncut = interval([1.0, 0.96, 1.0])[2]
@@ -548,7 +548,7 @@ def test_label_issues_find_most_flips_at_high_precision_in_real_out_of_fold_pred
     """The out-of-fold probabilities of `crossval.py --folds K -- --flip_labels 0.05` on the embedded digits (1,437
     samples, 72 flipped; the default recipe, and 8 epochs), kept in tests/data: the issues found hold at least 80 % of
     the flips, and at least 90 % of them are flips (cleanlab's default filter found 74-78 % at 3 folds)."""
-    from utils.tuning.label_issues import find_issues
+    from utils.drivers.label_issues import find_issues
 
     kept = np.load(ROOT / "tests" / "data" / f"{kept}.npz")
     classes = [str(k) for k in range(10)]

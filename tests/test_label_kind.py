@@ -23,7 +23,7 @@ def recorded(tmp_path, multi_label):
 @pytest.mark.parametrize("multi_label, name", [(False, "single_label"), (True, "multi_label")])
 def test_run_json_names_the_kind_and_reads_it_back_as_old_records_said_it(tmp_path, multi_label, name):
     from utils.run.trained import read_run
-    from utils.tuning.trial_run import objective_key
+    from utils.drivers.trial_run import objective_key
 
     record = recorded(tmp_path, multi_label)
     assert record["label_kind"] == name and "multi_label" not in record  # by name, the bool gone

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 UTILS = Path(__file__).resolve().parent.parent / "utils"
-ORDER = ["core", "models", "data", "evaluation", "training", "reporting", "config", "run", "tuning"]  # bottom to top
+ORDER = ["core", "models", "data", "evaluation", "training", "reporting", "config", "run", "drivers"]  # bottom to top
 
 
 def our_imports(path):

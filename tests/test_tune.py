@@ -123,7 +123,7 @@ def test_on_long_tailed_data_the_default_space_searches_how_to_balance_the_class
 @pytest.mark.parametrize("pruner, kind", [("median", "MedianPruner"), ("successive_halving", "SuccessiveHalvingPruner"),
                                           ("hyperband", "HyperbandPruner"), ("none", "NopPruner")])
 def test_each_pruner_is_optunas_own(pruner, kind, tmp_path):
-    from utils.tuning.study import StudyOptions, _pruner
+    from utils.drivers.study import StudyOptions, _pruner
 
     options = StudyOptions(tmp_path, "s", None, "tpe", 0, pruner, 5, False, "tracked", 4, ())
     assert type(_pruner(options)).__name__ == kind
@@ -134,7 +134,7 @@ def test_each_pruner_is_optunas_own(pruner, kind, tmp_path):
                                    for name in ("tune_space.yaml", "long_tail.yaml")],
                          ids=lambda p: p.name)
 def test_the_shipped_spaces_load_and_the_digits_keep_most_of_them(space, capsys):
-    from utils.tuning.space import load_space
+    from utils.drivers.space import load_space
 
     params = load_space(space)
     args = tune.get_parser().parse_args(["--study", "unused", "--trials", "1", "--space", str(space)])
@@ -219,7 +219,7 @@ def test_the_wandb_sweep_config_launches_through_accelerate_and_its_parameters_p
 
 
 def test_a_trials_command_and_environment(tmp_path):
-    from utils.tuning.study import Claim
+    from utils.drivers.study import Claim
 
     claim = Claim(trial=None, values={"lr": 0.05, "model_ema": False, "mean": [0.5, 0.4, 0.3], "class_weights": None},
                   folder=tmp_path / "trials" / "0003", resumed=True, owner=None, reported=set())
@@ -241,7 +241,7 @@ def test_a_study_continued_with_another_space_or_base_options_is_refused(tmp_pat
     space = write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 0.1}\n")
     other = write_space(tmp_path / "other.yaml", "lr: {low: 0.01, high: 0.2}\n")
     args = tune.get_parser().parse_args(["--study", str(tmp_path / "s"), "--trials", "1", "--space", space])
-    from utils.tuning.study import StudyOptions, open_study
+    from utils.drivers.study import StudyOptions, open_study
 
     options = StudyOptions(tmp_path / "s", "s", None, "tpe", 0, "median", 5, False, "tracked", 1, ("--epochs", "1"))
     open_study(options, tune.preflight(args, ["--epochs", "1"]))
@@ -258,7 +258,7 @@ def test_a_study_continued_with_another_space_or_base_options_is_refused(tmp_pat
 def test_each_option_is_searched_over_the_distribution_its_space_says(tmp_path):
     import optuna
 
-    from utils.tuning.space import load_space
+    from utils.drivers.space import load_space
 
     params = load_space(write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 1.0, log: true}\n"
                                     "label_smoothing: {low: 0.0, high: 0.2, step: 0.05}\nepochs: {low: 2, high: 8}\n"
@@ -283,7 +283,7 @@ def test_each_option_is_searched_over_the_distribution_its_space_says(tmp_path):
 def test_a_trials_objective_is_the_figure_its_run_tracks(tmp_path, options, record, key):
     import json
 
-    from utils.tuning.trial_run import objective_key
+    from utils.drivers.trial_run import objective_key
 
     assert objective_key(tmp_path, "tracked") is None  # the run has not written its files yet
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"track_metric": None, "model_ema": False, **options}))
@@ -296,8 +296,8 @@ def test_the_same_seed_proposes_the_same_trials_whichever_process_asks(tmp_path)
     # propose the same first trials, and trial 1 is the same whether the process that ran trial 0 asks for it or not.
     from optuna.trial import TrialState
 
-    from utils.tuning.space import load_space
-    from utils.tuning.study import StudyOptions, claim_next, open_study
+    from utils.drivers.space import load_space
+    from utils.drivers.study import StudyOptions, claim_next, open_study
 
     params = load_space(write_space(tmp_path / "space.yaml", "lr: {low: 0.01, high: 1.0, log: true}\n"
                                     "mixup_alpha: {choices: [0.0, 0.2, 0.8]}\n"))
@@ -388,7 +388,7 @@ def study_page(tmp_path):
     """study.html of a study of 3 trials in a folder of a long name, each with a long last line: its text."""
     import optuna
 
-    from utils.tuning.study_records import write_study_html
+    from utils.drivers.study_records import write_study_html
 
     folder = tmp_path / "a_study_folder_of_a_long_name" / "study"
     study = optuna.create_study(study_name="study")
@@ -408,7 +408,7 @@ TABLE_ON_A_FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
 import optuna
-from utils.tuning.study_records import write_trials_csv
+from utils.drivers.study_records import write_trials_csv
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 folder, study = Path(sys.argv[1]), optuna.create_study()
@@ -459,7 +459,7 @@ def test_a_stopped_driver_says_what_the_same_command_continues_from(tmp_path):
     """tune.py's and crossval.py's last line when stopped, from what the run's folder holds: nothing running, a run
     stopped before its first checkpoint (it starts again), one that saved nothing since it started (it continues from
     an older checkpoint), one that saved."""
-    from utils.tuning.trial_run import Stop, TrialRun
+    from utils.drivers.trial_run import Stop, TrialRun
 
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -595,7 +595,7 @@ def test_the_default_space_balances_the_classes_from_a_head_ten_times_its_tail(c
     import numpy as np
 
     from utils.config import settings
-    from utils.tuning.space import default_space
+    from utils.drivers.space import default_space
 
     monkeypatch.setattr(settings, "class_counts", lambda args: np.array(counts))
     names = [p.name for p in default_space(["--dataset", "digits"], lambda line: None)]

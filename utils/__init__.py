@@ -6,7 +6,8 @@
     evaluation  the one scoring loop, per-sample results gathered into figures, calibration, multi-view test, TTA
     training    optimizer and schedule, the loss, early stopping, checkpoints, the run folder
     reporting   progress lines, results.json and plots, where the model fails, report.html, trackers, model folder
-    config      the options, YAML recipes and their checks, the Settings derived from them once
-    run         a run's Job built from the options, its records, a teacher, a trained run read back
+    config      the options, YAML recipes and their checks, the run's configuration (Settings) typed from them once
+    run         a run's Job built from its configuration, its records, a teacher, a trained run read back
+    drivers     tune.py's search and crossval.py's folds: runs launched as a user launches them, their files read
 and above them all, `utils/inference.py`, `train_classification.py` and `predict.py`.
 """

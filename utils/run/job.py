@@ -30,7 +30,7 @@ from utils.models.protocol import ImageSize
 from utils.models.device import for_device
 from utils.models.lora import leave_frozen_out, merged
 from utils.reporting.progress import StepLogger, start_line
-from utils.run.batch_probe import given_batch, random_state_kept, take_batch, trial_steps
+from utils.run.batch_size import given_batch, random_state_kept, take_batch, trial_steps
 from utils.run.teacher import build_teacher
 from utils.training import checkpoints
 from utils.training.checkpoints import TrainTime, resume_position
@@ -162,7 +162,7 @@ def build_job(settings, accelerator, out, lr_found=None):
     balance = read_balance(settings.balance, source, train_ds, class_names, task, accelerator.print)  # class counts
     teacher = build_teacher(settings, class_names, accelerator, task)
     if settings.plan is None:  # --batch_size auto: the largest micro-batch that fits, tried on the model (its classes)
-        settings = probed_batch(settings, class_names, accelerator, teacher)
+        settings = tried_batch(settings, class_names, accelerator, teacher)
     micro = settings.plan.micro
     decode = DeviceDecoder(inp.interpolation, accelerator.device) if data.decode_on_device else None
     draws = epoch_draws(settings.data, accelerator)  # --sampler balanced's epoch with --steps_per_epoch
@@ -202,9 +202,9 @@ def build_job(settings, accelerator, out, lr_found=None):
     return job, source.sample_count(train_ds), num_workers
 
 
-def probed_batch(settings, class_names, accelerator, teacher):
+def tried_batch(settings, class_names, accelerator, teacher):
     """--batch_size auto: the Settings with the largest micro-batch of the global batch that a training step of the
-    run's model fits on every process (utils/run/batch_probe.py) in force (take_batch), the random streams left as
+    run's model fits on every process (utils/run/batch_size.py) in force (take_batch), the random streams left as
     they were."""
     def build():
         model, optimizer = build_model_and_optimizer(settings, class_names, accelerator, say=lambda *_: None)

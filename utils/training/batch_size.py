@@ -6,7 +6,7 @@ schedule of a recipe hold on 1, 2 or 8 processes. A share or a micro-batch that 
 rounded (a global batch silently smaller would change the recipe).
 
 --batch_size auto: the divisors of the share, largest first, each tried before training with a forward, backward and
-optimizer step of the run's model (utils/run/batch_probe.py). A try ends with one gather of every process's outcome,
+optimizer step of the run's model (utils/run/batch_size.py). A try ends with one gather of every process's outcome,
 so a process that fits less pulls the others down with it and no process waits on a collective that another skipped:
 Accelerate's find_executable_batch_size retries on each process alone (they disagree, and the global batch changes),
 Lightning's BatchSizeFinder does not run under DDP. An out-of-memory error (the device's own; on a CPU nothing raises

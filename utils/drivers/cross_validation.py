@@ -1,5 +1,5 @@
 """The K fold runs behind crossval.py: each one `<launch> train_classification.py <base> --folds K --fold I
---fold_seed S --output_dir DIR/fold_I --resume latest`, run as tune.py runs a trial (utils/tuning/trial_run.py): in its
+--fold_seed S --output_dir DIR/fold_I --resume latest`, run as tune.py runs a trial (utils/drivers/trial_run.py): in its
 own process group, owned through its folder's owner lock. A fold whose run wrote results.json is done; one whose owner
 died (a SIGKILLed crossval.py) is continued from its checkpoint by the next crossval.py, bitwise; several crossval.py
 processes given the same folder share the folds."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from utils.config.checks import ConfigError
 from utils.core.io import write_json_atomic
-from utils.tuning.trial_run import SCRIPT, Progress, TrialRun, launcher, own, run_unlocked
+from utils.drivers.trial_run import SCRIPT, Progress, TrialRun, launcher, own, run_unlocked
 
 RECORD = "crossval.json"  # in the cross-validation's folder: what it is (folds, fold seed, base options)
 SET_BY_CROSSVAL = ("--output_dir", "--resume", "--folds", "--fold", "--fold_seed", "--lr_find", "--eval_only")

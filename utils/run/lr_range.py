@@ -7,7 +7,7 @@ from dataclasses import replace
 from accelerate.utils import set_seed
 
 from utils.core.errors import ConfigError
-from utils.reporting.lr_find import SweepLogger, write_lr_find
+from utils.reporting.lr_range import SweepLogger, write_lr_find
 from utils.run.job import build_job
 from utils.training import checkpoints
 from utils.training.lr_range import LossDiverged, sweep_schedule

@@ -14,8 +14,8 @@ import optuna
 from optuna.trial import TrialState
 
 from utils.config.checks import ConfigError
-from utils.tuning.space import grid_size
-from utils.tuning.trial_run import Outcome, objective_key, own, run_unlocked
+from utils.drivers.space import grid_size
+from utils.drivers.trial_run import Outcome, objective_key, own, run_unlocked
 
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")

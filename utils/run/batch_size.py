@@ -1,15 +1,15 @@
 """The batch plan a run takes (utils/training/batch_size.py): the options' (given_batch), put in force everywhere it is
 read (take_batch); and --batch_size auto's tries, one training step of a micro-batch on the run's own model, optimizer
-and input, built for the probe and thrown away after it.
+and input, built for the tries and thrown away after them.
 
 What a step holds on the device is what the run will: the model as the options build it (its library, dtype under
 --mixed_precision, channels-last, gradient checkpointing, frozen layers), its optimizer's state after a step, the
 EMA's copy of the weights and the teacher's forward pass, at the run's largest train input (the last size of a
-progressive-resize schedule, a clip's frames for video). The step runs eager: --compile's graphs are not probed.
-The probe's objects are the run's twins, not the run's: its weights, optimizer, BatchNorm statistics and loaders are
+progressive-resize schedule, a clip's frames for video). The step runs eager: --compile's graphs are not tried.
+The tries' objects are the run's twins, not the run's: its weights, optimizer, BatchNorm statistics and loaders are
 built afterwards as they would have been, and the random streams are put back as they were, so a run with
 --batch_size auto trains bitwise as the same run with the numbers found typed by hand. DDP's gradient buckets (one
-more copy of the gradients) are not in the probe: MEMORY_MARGIN leaves room for them.
+more copy of the gradients) are not in the tries: MEMORY_MARGIN leaves room for them.
 """
 
 import contextlib
