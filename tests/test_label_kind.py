@@ -14,8 +14,8 @@ def recorded(tmp_path, multi_label):
     from utils.config.options import parse
     from utils.run.trained import trained_run, write_record
 
-    args, settings = parse(TINY)
-    write_record(tmp_path, trained_run(args, settings, ["a", "b", "c"], task_for(multi_label, 3).multi_label))
+    settings = parse(TINY)
+    write_record(tmp_path, trained_run(settings, ["a", "b", "c"], task_for(multi_label, 3).multi_label))
     (tmp_path / "labels.json").write_text(json.dumps({"0": "a", "1": "b", "2": "c"}))
     return read_json(tmp_path / "run.json")
 
