@@ -1,6 +1,7 @@
 """Gradient accumulation: every optimizer step uses the mean gradient of its own samples, short last group too."""
 
 import conftest  # noqa: F401  (puts the repo root on sys.path)
+import pytest
 import torch
 from torch.utils.data import Dataset
 
@@ -66,3 +67,21 @@ def test_short_last_group_gets_its_full_weight(tmp_path, fresh_accelerate_state)
                 p -= 0.5 * p.grad
     for ours, theirs in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_grad_norm_bounds_the_step_of_the_loop(tmp_path, fresh_accelerate_state):
+    """--clip_grad_norm C, read by the loop from its typed options: one SGD step at LR 0.5 over the whole set (one
+    batch) moves the weights by exactly 0.5 x C when the gradient's norm is above C, and by more without it."""
+    from loop_harness import Points, make_job, run_epoch
+
+    def moved(*extra):
+        settings = run_settings(["--batch_size", "64", "--lr", "0.5", "--min_lr", "0.5", "--warmup_epochs", "0",
+                                 "--momentum", "0", "--weight_decay", "0", "--label_smoothing", "0", "--epochs", "1",
+                                 "--num_workers", "0", *extra])
+        job = make_job(settings, build_accelerator(settings), tmp_path / "_".join(extra or ("plain",)), Points())
+        before = [p.detach().clone() for p in job.model.parameters()]
+        assert run_epoch(job, 0, 0) == (1, True)
+        return torch.cat([(p.detach() - b).flatten() for p, b in zip(job.model.parameters(), before)]).norm().item()
+
+    assert moved("--clip_grad_norm", "0.001") == pytest.approx(0.5 * 0.001, rel=1e-4)
+    assert moved() > 10 * 0.5 * 0.001  # the gradient's own norm is far above the ceiling

@@ -181,3 +181,31 @@ def test_timm_is_imported_only_through_import_timm():
              if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "timm" for a in node.names)
              or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "timm"]
     assert not found, found
+
+
+def test_below_the_parser_a_run_reads_its_typed_configuration_only():
+    """The parse's namespace goes no further than utils/config/: no `args` read, passed or taken by the script or any
+    other package of utils/ (a wrapper's own `*args` excepted), and no argparse.Namespace built outside utils/config/
+    in the product's code (a faked namespace hid what a run was built from)."""
+    readers, faked = [], []
+    for path in [ROOT / "train_classification.py", ROOT / "predict.py", ROOT / "tune.py", ROOT / "crossval.py",
+                 *sorted(UTILS.rglob("*.py"))]:
+        name = str(path.relative_to(ROOT))
+        if name.startswith("utils/config/"):
+            continue
+        tree = ast.parse(path.read_text())
+        wrappers = {id(inner) for f in ast.walk(tree)  # a function's own `*args`, passed on as they came
+                    if isinstance(f, (ast.FunctionDef, ast.Lambda)) and f.args.vararg and f.args.vararg.arg == "args"
+                    for inner in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Namespace":
+                faked.append(f"{name}:{node.lineno}")
+            if name in ("predict.py", "tune.py", "crossval.py"):  # their own parsers' namespaces: the drivers'
+                continue
+            named = (isinstance(node, ast.Name) and node.id == "args"
+                     or isinstance(node, ast.Attribute) and node.attr == "args"
+                     or isinstance(node, ast.arg) and node.arg == "args")
+            if named and id(node) not in wrappers:
+                readers.append(f"{name}:{node.lineno}")
+    assert not readers, "the options' namespace below the parser: " + ", ".join(sorted(set(readers)))
+    assert not faked, "argparse.Namespace outside utils/config/: " + ", ".join(faked)

@@ -29,10 +29,10 @@ def requirement(options):
     return need
 
 
-def at_least(args, need, keys, low, optional=False):
-    """need() each option of `keys` >= low (or None, when optional)."""
+def at_least(options, need, keys, low, optional=False):
+    """need() each option of `keys` >= low (or None, when optional), each a field of `options` (a typed section)."""
     for key in keys:
-        value = getattr(args, key)
+        value = getattr(options, key)
         need((optional and value is None) or value >= low, key, f"must be >= {low}")
 
 

@@ -258,8 +258,8 @@ def _interpolates(config):
     return "interpolate_pos_encoding" in inspect.signature(forward).parameters
 
 
-def _interpolated(module, args, kwargs):
-    return args, {**kwargs, "interpolate_pos_encoding": True}
+def _interpolated(module, positional, kwargs):
+    return positional, {**kwargs, "interpolate_pos_encoding": True}
 
 
 def _frames_first(module, inputs):
