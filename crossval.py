@@ -80,7 +80,7 @@ def main(argv=None):
     at = argv.index("--") if "--" in argv else len(argv)
     args = get_parser().parse_args(argv[:at])
     base = argv[at + 1:]
-    from utils.config.checks import ConfigError
+    from utils.core.errors import ConfigError
     from utils.core.errors import UserError
     from utils.drivers.cross_validation import CrossValidation, check_base, open_folder, run_folds, say
     from utils.drivers.trial_run import Stop

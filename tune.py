@@ -75,7 +75,7 @@ def split_argv(argv):
 
 def preflight(args, base):
     """The space's Params, checked against the script's parser and the run's own options before any trial."""
-    from utils.config.checks import ConfigError
+    from utils.core.errors import ConfigError
     from utils.config.options import check_argv
     from utils.drivers.space import default_space, load_space, refused
 
@@ -200,7 +200,7 @@ def main(argv=None):
         parser.error("--prune_startup: the median pruner's count of trials before it prunes, >= 0 (--pruner median)")
     if args.baseline and args.sampler == "grid":
         parser.error("--baseline: a grid's trials are its points; add the base values to the grid instead")
-    from utils.config.checks import ConfigError
+    from utils.core.errors import ConfigError
     from utils.drivers.trial_run import Stop
 
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from utils.config.checks import ConfigError
+from utils.core.errors import ConfigError
 from utils.core.errors import UserError, report
 from utils.data.errors import DataError
 from utils.evaluation.metrics import MetricError

@@ -10,8 +10,6 @@ from utils.evaluation.metrics import MetricError, parse_metric_spec
 from utils.models import libraries
 from utils.training import balance, objective, probes, schedule
 
-__all__ = ["ConfigError", "check_args"]  # ConfigError lives in utils/core/errors.py, beside UserError
-
 
 def check_args(args, source, defaults, typed):
     """Reject impossible combinations before anything is built: an option the run's data `source` does not read

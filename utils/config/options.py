@@ -11,7 +11,8 @@ import sys
 
 import yaml
 
-from utils.config.checks import ConfigError, check_args
+from utils.config.checks import check_args
+from utils.core.errors import ConfigError
 from utils.core.cli import OneLineParser
 from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe

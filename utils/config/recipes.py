@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from utils.config.checks import ConfigError
+from utils.core.errors import ConfigError
 from utils.config.data_options import stat_value
 from utils.config.training_options import learning_rate, micro_batch
 from utils.core.io import write_text_atomic

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils.config.checks import ConfigError
+from utils.core.errors import ConfigError
 from utils.core.io import write_json_atomic
 from utils.drivers.trial_run import SCRIPT, Progress, TrialRun, launcher, own, run_unlocked
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from utils.config.checks import ConfigError
+from utils.core.errors import ConfigError
 from utils.config.options import argv_for, check_argv, get_args_parser
 from utils.config.recipes import check_yaml_value
 from utils.config.training_options import learning_rate, micro_batch

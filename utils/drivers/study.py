@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from utils.config.checks import ConfigError
+from utils.core.errors import ConfigError
 from utils.drivers.space import grid_size
 from utils.drivers.trial_run import Outcome, objective_key, own, run_unlocked
 
