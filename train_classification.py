@@ -72,8 +72,8 @@ from utils.run.accelerator import build_accelerator, cannot_go_on, check_fsdp
 from utils.run.job import build_job, resume
 from utils.run.probe import probe
 from utils.run.lr_range import find_lr, resumed_choices, with_found
-from utils.run.records import (command_line, export_weights, log_validation_media, report_results, start_pictures,
-                               start_records)
+from utils.run.records import (command_line, export_weights, log_validation_media, report_results, run_summary,
+                               start_pictures, start_records)
 from utils.training import checkpoints
 from utils.training.objective import NonFiniteLoss
 from utils.training.run_folder import output_dir_for, resume_folder
@@ -184,9 +184,8 @@ def train(job, start):
     if global_step > first_step or owed_epoch is not None:  # else: the checkpoint it came from is the last
         save_checkpoint(job, epochs_completed - 1 if epoch_end else epochs_completed, global_step, epoch_end,
                         val_score=tracked_figure(job, figures))
-    return {"epochs_completed": epochs_completed, "global_step": global_step,
-            "world_size": accelerator.num_processes, "train_time_s": round(job.train_time.seconds(), 3),
-            "model": settings.model.name, "dataset": settings.source_name, **job.patience.results()}, figures
+    train_time = round(job.train_time.seconds(), 3)
+    return run_summary(job, epochs_completed, global_step, train_time, **job.patience.results()), figures
 
 
 def after_epoch(job, epoch, global_step, finished):
@@ -360,9 +359,7 @@ def evaluate_only(job, position):
     """--eval_only: score the loaded weights; the same figures on any number of processes."""
     figures = validate(job, position.epoch - 1, position.global_step)
     start_pictures(job, figures)
-    return {"epochs_completed": position.epoch, "global_step": position.global_step,
-            "world_size": job.accelerator.num_processes, "train_time_s": 0.0, "model": job.settings.model.name,
-            "dataset": job.settings.source_name}, figures
+    return run_summary(job, position.epoch, position.global_step, 0.0), figures
 
 
 def validate(job, epoch, global_step, logged=False):

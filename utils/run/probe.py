@@ -27,7 +27,7 @@ from utils.evaluation.knn import KNN_FILE, knn_log_probs, normalised
 from utils.models.features import Features
 from utils.models.libraries import classifier
 from utils.models.weights import tensors_sha256
-from utils.run.records import start_pictures
+from utils.run.records import run_summary, start_pictures
 from utils.training.probes import fit_linear, head_logits
 from utils.training.run_folder import FolderError
 
@@ -77,9 +77,8 @@ def probe(job, num_workers):
     job.logger.write(row, f"{options.probe} probe val: {task.line(figures)} ({figures['val_samples']} "
                           f"{job.settings.sample_unit})")
     start_pictures(job, figures)
-    return {"epochs_completed": job.settings.schedule.epochs if steps else 0, "global_step": steps,
-            "world_size": accelerator.num_processes, "train_time_s": round(time.perf_counter() - t0, 3),
-            "model": job.settings.model.name, "dataset": job.settings.source_name, "probe": record}, figures
+    epochs = job.settings.schedule.epochs if steps else 0
+    return run_summary(job, epochs, steps, round(time.perf_counter() - t0, 3), probe=record), figures
 
 
 def knn_scores(accelerator, queries, bank, labels, classes, options):

@@ -25,6 +25,13 @@ from utils.run.split_records import write_flipped, write_fold_predictions
 from utils.run.trained import trained_run, write_record
 
 
+def run_summary(job, epochs_completed, global_step, train_time_s, **more):
+    """What results.json says of the run's work, whichever it was (training, --eval_only, --probe): `more` after it."""
+    return {"epochs_completed": epochs_completed, "global_step": global_step,
+            "world_size": job.accelerator.num_processes, "train_time_s": train_time_s, "model": job.settings.model.name,
+            "dataset": job.settings.source_name, **more}
+
+
 def start_records(job, num_workers, previous_run=None):
     """config.yaml (a resumed run keeps the one it started with), labels.json and run.json (what a user of its
     weights needs: utils/run/trained.py), then the dashboards' run (the checkpoint's, continued, when resuming)."""
