@@ -149,8 +149,9 @@ def run_study(args, base, params, stop):
         run = TrialRun(command_for(args, claim, base), claim.folder, trial_env(args, options.name))
         ended = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         label = f"trial {claim.trial.number} ({ended + 1} of {args.trials})"
-        outcome = run_trial(claim, run, args.objective, stop, lambda epoch, key, value: following.validated(
-            run, label, epoch, key, value, max(0, args.trials - ended - 1)))
+        outcome = run_trial(claim, run, args.objective, stop,
+                            lambda epoch, key, value, run=run, label=label, ended=ended: following.validated(
+                                run, label, epoch, key, value, max(0, args.trials - ended - 1)))
         finish(study, claim, outcome)
         if outcome.state == "interrupted":
             break

@@ -254,7 +254,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
         from timm.models import _registry, get_pretrained_cfg
 
         file = tmp_path / "timm.pth"
-        state = fake_pretrained(rgb, file)
+        fake_pretrained(rgb, file)
         local = dataclasses.replace(get_pretrained_cfg(name[5:]), file=str(file), source="", hf_hub_id=None, url="")
         monkeypatch.setitem(_registry._model_pretrained_cfgs, name[5:], local)  # a file of its own, not the Hub
     else:

@@ -130,7 +130,6 @@ def export_onnx(model, inp, path, overwrite=False, task=None):
         raise RunError("export_onnx: a --probe knn run votes over its memory bank, not a graph ONNX holds; export a "
                        "--probe linear run")
     graph = EvalGraph(model, inp, task).eval()
-    shape = input_shape(inp)
     example = example_pixels(inp, 2, seed=0)
     batch = torch.export.Dim("batch", min=1)
     try:
