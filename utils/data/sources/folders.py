@@ -22,7 +22,7 @@ def first_media_file(folder):
     return None
 
 
-@functools.lru_cache(maxsize=None)  # asked by every option default that depends on the modality
+@functools.cache  # asked by every option default that depends on the modality
 def folder_holds_videos(folder):
     """Whether a <class>/<file> folder holds video files (its first media file, in walk order, says)."""
     first = first_media_file(folder)

@@ -139,7 +139,7 @@ def build_stream(data, rank, world, inp):
     names = class_labels(val.features["label"]).names
     rows, files = split_rows(builder, data.train_split)
     notes = [f"streaming {data.train_split!r} ({stream.num_shards} shards, "
-             f"{'%d rows' % rows if rows is not None else 'size unknown'}); validation split {val_split!r} read "
+             f"{f'{rows:d} rows' if rows is not None else 'size unknown'}); validation split {val_split!r} read "
              f"whole"]
     if world > 1:
         per_rank = stream.num_shards % world == 0
