@@ -279,7 +279,8 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--auto_augment", "imagenet"], "auto_augment: its colour operations are defined on RGB; this data has 6 channels"),
+    (["--auto_augment", "imagenet"],
+     "auto_augment: its colour operations are defined on RGB; this data has 6 channels"),
     (["--bands", "0", "6"], "bands: picks channels 0..5 of files holding 6 channels of uint16; got 0 6"),
     (["--mean", "0.5", "0.5", "0.5"], "mean: give 6 values, one for each channel the model sees"),
     (["--mean", "auto", "0.5"], "mean: give numbers, one a channel, or auto"),

@@ -92,9 +92,10 @@ def input_shape(inp):
 
 class EvalGraph(torch.nn.Module):
     """uint8 (N, C, H, W) pixels, or (N, C, T, H, W) clips -> what the run's `task` exports (a single-label run's
-    logits, a multi-label run's probabilities, each class's own; default: logits): the run's normalisation (the arithmetic of utils/data/transforms/batch.py) and the model,
-    as one graph to export. A run on files of their own channels and bits takes their raw values, the run's bands, as
-    float32 (what utils/data/decoding/bands.py reads), divided by its pixel_max in the graph."""
+    logits, a multi-label run's probabilities, each class's own; default: logits): the run's normalisation (the
+    arithmetic of utils/data/transforms/batch.py) and the model, as one graph to export. A run on files of their own
+    channels and bits takes their raw values, the run's bands, as float32 (what utils/data/decoding/bands.py reads),
+    divided by its pixel_max in the graph."""
 
     def __init__(self, model, inp, task=None):
         super().__init__()

@@ -1,4 +1,5 @@
-"""Folders of files, one sub-folder per class (<class>/<image> or <class>/<video>), walked once, hidden entries skipped."""
+"""Folders of files, one sub-folder per class (<class>/<image> or <class>/<video>), walked once, hidden entries
+skipped."""
 
 import functools
 import os

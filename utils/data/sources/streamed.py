@@ -86,7 +86,8 @@ def _count_rows(path):
     if suffix == ".tar":
         with tarfile.open(path) as tar:
             # webdataset's key: the member's path up to the first dot of its file name
-            keys = {(folder, name.split(".")[0]) for folder, _, name in (m.name.rpartition("/") for m in tar if m.isfile())}
+            keys = {(folder, name.split(".")[0])
+                    for folder, _, name in (m.name.rpartition("/") for m in tar if m.isfile())}
             return len(keys)
     return None
 
