@@ -16,8 +16,8 @@ are used, never its training data (a copied run folder works anywhere): the same
 and decoding as its validation, so a run's val files give its val figures.
 A video run reads video files and frame folders (a folder of frame images is one video) and scores
 the run's val clip of each (its val_top1), or with --multi_view the softmax averaged over its test
-views (its video_top1). Folders are walked in sorted order. Under `accelerate launch` each file is predicted once, by one
-process, and the rows come back in input order. When every file lies in a folder named after one of
+views (its video_top1). Folders are walked in sorted order. Under `accelerate launch` each file is predicted once, by
+one process, and the rows come back in input order. When every file lies in a folder named after one of
 the run's classes (a <class>/<file> layout), the top-1 accuracy against those names is printed too.
 A multi-label run (several labels a sample) lists every label whose sigmoid probability is at least the threshold
 (the run's --threshold, another, or `tuned`: each class's F1-best on the run's validation, model/thresholds.json),
@@ -58,8 +58,8 @@ def get_args(argv=None):
     p.add_argument("--skip_bad", action="store_true",
                    help="list files that cannot be decoded (their row says so) instead of stopping at the first")
     p.add_argument("--export_onnx", type=str, default=None, metavar="FILE",
-                   help="write the eval graph (uint8 pixels or clips in, or a multispectral run's raw band values as float32; "
-                        "logits out, dynamic batch) as ONNX")
+                   help="write the eval graph (uint8 pixels or clips in, or a multispectral run's raw band values as "
+                        "float32; logits out, dynamic batch) as ONNX")
     p.add_argument("--embeddings", type=str, default=None, metavar="FILE",
                    help="also write each file's feature vector, in input order, to FILE: .npy (float32, one row a "
                         "file, NaN for a file that cannot be decoded) or .parquet (columns path and embedding)")
@@ -191,7 +191,8 @@ def predict(accelerator, run, task, model, files, opts, thresholds=None):
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, the padding dropped when gathered
     model = model.to(accelerator.device).eval()
-    inputs = BatchInput(run.input.mean_std, pixel_max=run.input.pixel_max)  # normalisation alone, as validation feeds it
+    inputs = BatchInput(run.input.mean_std,
+                        pixel_max=run.input.pixel_max)  # normalisation alone, as validation feeds it
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
     features = Features(unwrapped(model), run.model, opts.embedding_layer) if opts.embeddings else None
 

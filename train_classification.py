@@ -38,8 +38,8 @@ Every option: `python train_classification.py --help`. A YAML recipe (`--config`
 wins. What a run folder holds: docs/outputs.md. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline).
 
 Read top to bottom, a run in order: main (parse -> settings -> [the LR range test, find_lr] -> build the job ->
-train, evaluate or probe (work) -> export -> report), the epoch loop (train, after_epoch, checkpoint_due), one epoch (train_one_epoch, update,
-training_loss, agree_on_step), validation (evaluate_only, validate, evaluate), and the
+train, evaluate or probe (work) -> export -> report), the epoch loop (train, after_epoch, checkpoint_due), one epoch
+(train_one_epoch, update, training_loss, agree_on_step), validation (evaluate_only, validate, evaluate), and the
 checkpoint. What a run is made of and how it is built: utils/run/job.py.
 """
 

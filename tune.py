@@ -8,8 +8,10 @@
         --launch "accelerate launch --config_file accel_configs/multi_gpu.yaml" -- --data_dir data/ --epochs 20
     # killed? the same command again: the trial that was running continues (--resume latest), then the rest
     # several tune.py processes (GPUs split with --devices, or one per node) given the same --study share its trials
-    python tune.py --study runs/s3 --trials 32 --devices 0,1 -- ... &  python tune.py --study runs/s3 --trials 32 --devices 2,3 -- ...
-    accelerate launch train_classification.py --config runs/study_digits/best.yaml --output_dir runs/best  # the best, again
+    python tune.py --study runs/s3 --trials 32 --devices 0,1 -- ... &
+    python tune.py --study runs/s3 --trials 32 --devices 2,3 -- ...
+    accelerate launch train_classification.py --config runs/study_digits/best.yaml \
+        --output_dir runs/best  # the best, again
 
 Every trial runs in its own processes (`--launch` + train_classification.py + the options after `--` + the trial's
 options, its run folder <study>/trials/NNNN), so all its ranks read the same options from argv and nothing of Optuna
@@ -149,8 +151,9 @@ def run_study(args, base, params, stop):
         run = TrialRun(command_for(args, claim, base), claim.folder, trial_env(args, options.name))
         ended = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         label = f"trial {claim.trial.number} ({ended + 1} of {args.trials})"
-        outcome = run_trial(claim, run, args.objective, stop, lambda epoch, key, value: following.validated(
-            run, label, epoch, key, value, max(0, args.trials - ended - 1)))
+        outcome = run_trial(claim, run, args.objective, stop,
+                            lambda epoch, key, value, run=run, label=label, ended=ended: following.validated(
+                                run, label, epoch, key, value, max(0, args.trials - ended - 1)))
         finish(study, claim, outcome)
         if outcome.state == "interrupted":
             break

@@ -14,8 +14,8 @@ those. The project is timed twice: "float" converts and normalises in the worker
 host-to-device copy) and normalises each batch in the main process, as training does on its device
 (here the CPU: that cost is inside the figure).
 
---streaming adds the --streaming path (utils/data/streaming/, utils/data/sources/streamed.py): the same JPEG bytes written into 8 parquet
-shards, read as a stream by the training loader (shards split among workers, blocks shuffled, the
+--streaming adds the --streaming path (utils/data/streaming/, utils/data/sources/streamed.py): the same JPEG bytes
+written into 8 parquet shards, read as a stream by the training loader (shards split among workers, blocks shuffled, the
 same transforms and uint8 hand-over), against the map-style folder path on the same files.
 
 Every figure is the median of whole epochs after an untimed first one (images_per_second says why).
@@ -181,8 +181,8 @@ def stream_read_rate(shards, repeats=3):
 
 def decoder_rates(folder, files=100, repeats=5):
     """Images/s of each decoder alone on the folder's first files, one thread, best of `repeats`: the project's
-    (utils/data/decoding/images.decode_rgb: torchcodec), torchcodec's and torchvision's own (while torchvision has them),
-    PIL's."""
+    (utils/data/decoding/images.decode_rgb: torchcodec), torchcodec's and torchvision's own (while torchvision has
+    them), PIL's."""
     import io
     import warnings
 
@@ -240,7 +240,8 @@ def main(argv=None):
               f"{torch.get_num_threads()} threads in the main process")
         if args.decoders:
             rates = decoder_rates(folder)
-            print("decoders alone, one thread: " + " | ".join(f"{name} {rate:.1f} img/s" for name, rate in rates.items()))
+            print("decoders alone, one thread: "
+                  + " | ".join(f"{name} {rate:.1f} img/s" for name, rate in rates.items()))
         if args.streaming:
             shards = write_shards(folder, Path(tmp) / "shards")
             rate = stream_read_rate(shards)

@@ -254,7 +254,7 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
         from timm.models import _registry, get_pretrained_cfg
 
         file = tmp_path / "timm.pth"
-        state = fake_pretrained(rgb, file)
+        fake_pretrained(rgb, file)
         local = dataclasses.replace(get_pretrained_cfg(name[5:]), file=str(file), source="", hf_hub_id=None, url="")
         monkeypatch.setitem(_registry._model_pretrained_cfgs, name[5:], local)  # a file of its own, not the Hub
     else:
@@ -279,7 +279,8 @@ def test_a_pretrained_stem_is_adapted_so_a_gray_image_scores_as_its_rgb_copy(nam
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--auto_augment", "imagenet"], "auto_augment: its colour operations are defined on RGB; this data has 6 channels"),
+    (["--auto_augment", "imagenet"],
+     "auto_augment: its colour operations are defined on RGB; this data has 6 channels"),
     (["--bands", "0", "6"], "bands: picks channels 0..5 of files holding 6 channels of uint16; got 0 6"),
     (["--mean", "0.5", "0.5", "0.5"], "mean: give 6 values, one for each channel the model sees"),
     (["--mean", "auto", "0.5"], "mean: give numbers, one a channel, or auto"),

@@ -92,9 +92,10 @@ def input_shape(inp):
 
 class EvalGraph(torch.nn.Module):
     """uint8 (N, C, H, W) pixels, or (N, C, T, H, W) clips -> what the run's `task` exports (a single-label run's
-    logits, a multi-label run's probabilities, each class's own; default: logits): the run's normalisation (the arithmetic of utils/data/transforms/batch.py) and the model,
-    as one graph to export. A run on files of their own channels and bits takes their raw values, the run's bands, as
-    float32 (what utils/data/decoding/bands.py reads), divided by its pixel_max in the graph."""
+    logits, a multi-label run's probabilities, each class's own; default: logits): the run's normalisation (the
+    arithmetic of utils/data/transforms/batch.py) and the model, as one graph to export. A run on files of their own
+    channels and bits takes their raw values, the run's bands, as float32 (what utils/data/decoding/bands.py reads),
+    divided by its pixel_max in the graph."""
 
     def __init__(self, model, inp, task=None):
         super().__init__()
@@ -130,7 +131,6 @@ def export_onnx(model, inp, path, overwrite=False, task=None):
         raise RunError("export_onnx: a --probe knn run votes over its memory bank, not a graph ONNX holds; export a "
                        "--probe linear run")
     graph = EvalGraph(model, inp, task).eval()
-    shape = input_shape(inp)
     example = example_pixels(inp, 2, seed=0)
     batch = torch.export.Dim("batch", min=1)
     try:

@@ -60,7 +60,8 @@ def main(argv=None):
         weights = sample_weights(task_for(False, len(np.bincount(labels))), labels, np.bincount(labels),
                                  float(options["balanced"]))
     train_loader, _ = build_dataloaders(accelerator, IndexDataset(int(n)), IndexDataset(3), int(batch), 0,
-                                        ra_reps=int(options.get("ra", 1)), seed=spread(settings.data.seed), weights=weights)
+                                        ra_reps=int(options.get("ra", 1)), seed=spread(settings.data.seed),
+                                        weights=weights)
     orders = {}
     for epoch in epochs:
         orders[epoch] = [i for b in train_loader.batches(epoch) for i in b["labels"].tolist()]  # as training reads

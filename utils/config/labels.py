@@ -26,9 +26,10 @@ def check_labels(settings, multi_label):
     for key, why in kind.REFUSED.items():
         need(options[key] == defaults[key], key, why)
     evaluation, losses = settings.evaluation, settings.losses
-    need(evaluation.track_metric in (None, *kind.TRACKED), "track_metric", kind.UNTRACKED.format(evaluation.track_metric))
+    need(evaluation.track_metric in (None, *kind.TRACKED), "track_metric",
+         kind.UNTRACKED.format(evaluation.track_metric))
     need(0 < evaluation.threshold < 1, "threshold", "must be in (0, 1)")
-    need(settings.balance.pos_weight is None or losses.multi_label_loss == "bce", "pos_weight", "weighs the positives of the "
-         "BCE; --multi_label_loss asl has its own asymmetry and no weights: drop one of the two")
+    need(settings.balance.pos_weight is None or losses.multi_label_loss == "bce", "pos_weight", "weighs the positives "
+         "of the BCE; --multi_label_loss asl has its own asymmetry and no weights: drop one of the two")
     need(losses.focal_gamma is None or losses.multi_label_loss == "bce", "focal_gamma", "focuses the BCE; "
          "--multi_label_loss asl is focal already (gamma_neg 4, gamma_pos 1): drop one of the two")

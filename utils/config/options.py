@@ -16,8 +16,8 @@ from utils.core.errors import ConfigError
 from utils.core.cli import OneLineParser
 from utils.config.data_options import add_data_options
 from utils.config.recipes import DATA_RECIPES, load_recipe
-from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options, add_probe_options,
-                                           add_run_options, add_schedule_options)
+from utils.config.training_options import (add_balance_options, add_distillation_options, add_model_options,
+                                           add_probe_options, add_run_options, add_schedule_options)
 from utils.config.settings import TYPED, option_name, read_options, settle, typed_options
 from utils.data.sources.catalog import source_for
 from utils.data.sources.protocol import DataOptions

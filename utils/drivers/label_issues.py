@@ -154,7 +154,8 @@ def write_report(cv, summary, issues, picture):
     folds = "".join(f'<li><a href="fold_{f}/report.html">fold {f}</a> ({n} held-out samples)</li>'
                     for f, n in enumerate(summary["samples"]))
     found = "".join(f"<tr><td>{r}</td><td>{html.escape(row[1])}</td><td>{row[2]}</td><td>{html.escape(row[3])}</td>"
-                    f"<td>{html.escape(s)}</td><td>{q:.3g}</td></tr>" for r, (row, s, q) in enumerate(issues[:SHOWN], 1))
+                    f"<td>{html.escape(s)}</td><td>{q:.3g}</td></tr>"
+                    for r, (row, s, q) in enumerate(issues[:SHOWN], 1))
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{cv.folds}-fold cross-validation'
              f"</title><style>{STYLE}</style></head><body><h1>{cv.folds}-fold cross-validation</h1>",
              f"<pre>{html.escape(' '.join(cv.base))}</pre>",

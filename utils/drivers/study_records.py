@@ -20,11 +20,13 @@ from utils.core.io import write_text_atomic  # noqa: E402
 from utils.reporting.html_report import STYLE, embedded  # noqa: E402
 
 FIELDS = ("number", "state", "objective", "epochs", "wall_s", "run_folder")
-STATES = {TrialState.FAIL: "failed"}  # as tune.py's lines say it; the others by Optuna's name (complete, pruned, running)
+# as tune.py's lines say it; the others by Optuna's name (complete, pruned, running)
+STATES = {TrialState.FAIL: "failed"}
 
 
 def wall_s(frozen):
-    """A finished trial's wall time, from its first start to its end (a resumed trial's attempts and the gap between)."""
+    """A finished trial's wall time, from its first start to its end (a resumed trial's attempts and the gap
+    between)."""
     if frozen.datetime_start is None or frozen.datetime_complete is None:
         return None
     return round((frozen.datetime_complete - frozen.datetime_start).total_seconds(), 1)

@@ -117,8 +117,8 @@ def figure_name(key, scope=None, ema=False):
     return f"{scope or own}_{'ema_' * ema}{what}"
 
 
-# What a figure can be, by its name without scope and EMA (figure_name): a share of samples or of classes, or a loss or a
-# count. --metrics' own figures have no range known here.
+# What a figure can be, by its name without scope and EMA (figure_name): a share of samples or of classes, or a loss or
+# a count. --metrics' own figures have no range known here.
 SHARES = ("top1", "topk", "ece", "balanced_accuracy", "worst_recall", "macro_f1", "macro_precision", "macro_recall",
           "map", "f1_macro", "f1_micro", "precision_macro", "precision_micro", "recall_macro", "recall_micro",
           "exact_match")

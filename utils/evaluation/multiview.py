@@ -65,7 +65,8 @@ def test_row(figures, views, task):
     videos (video_top1 ..., or multi-label video_map ...), and the clip-level top-1 (multi-label: exact match);
     `views`: (clips, crops) of every video."""
     return {"test_clips": views[0], "test_crops": views[1],
-            **{figure_name(key, "video"): figures[key] for key in task.video_keys}, "test_videos": figures["val_samples"],
+            **{figure_name(key, "video"): figures[key] for key in task.video_keys},
+            "test_videos": figures["val_samples"],
             "clip_top1": figures["clip_top1"], "test_clips_scored": figures["test_clips_scored"]}
 
 

@@ -161,7 +161,8 @@ class SingleLabel(ClassIndex):
         return validation_row(figures, class_names)
 
     def results(self, figures, class_names):
-        calibrated = {key: figures[key] for key in ("temperature", "temperature_halves") if key in figures}  # --calibrate
+        calibrated = {key: figures[key] for key in ("temperature", "temperature_halves")
+                      if key in figures}  # --calibrate
         return {**result_figures(figures, class_names), "calibration_bins": figures["calibration_bins"], **calibrated}
 
     @staticmethod

@@ -29,7 +29,7 @@ def quiet_transformers():
     return transformers
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _config(ref):
     return quiet_transformers().AutoConfig.from_pretrained(ref)
 

@@ -33,9 +33,10 @@ class SweepLogger(StepLogger):
         swept = sweep_lr(self.low, self.high, self.sweep_steps, global_step - 1)
         self.curve.add(swept, train_loss)
         if global_step % max(1, self.sweep_steps // self.LINES) == 0 and global_step < self.sweep_steps:
-            self.accelerator.print(f"lr_find: step {global_step} of {self.sweep_steps} at lr {swept:.3g}: loss "
-                                   f"{train_loss:.4f} (smoothed {self.curve.smoothed[-1]:.4f}); "
-                                   f"{elapsed_and_left(time.perf_counter() - self.started, global_step, self.sweep_steps)}")
+            self.accelerator.print(
+                f"lr_find: step {global_step} of {self.sweep_steps} at lr {swept:.3g}: loss "
+                f"{train_loss:.4f} (smoothed {self.curve.smoothed[-1]:.4f}); "
+                f"{elapsed_and_left(time.perf_counter() - self.started, global_step, self.sweep_steps)}")
 
     def start_epoch(self, epoch, first_step):
         self._reset(epoch, first_step)

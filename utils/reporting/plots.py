@@ -1,5 +1,5 @@
-"""curves.png, confusion_matrix.png, calibration.png and (multi-label) per_class_ap.png, drawn with matplotlib's object API (no
-display, no global state)."""
+"""curves.png, confusion_matrix.png, calibration.png and (multi-label) per_class_ap.png, drawn with matplotlib's object
+API (no display, no global state)."""
 
 import io
 import math

@@ -168,5 +168,6 @@ def start_line(job, train_samples, val_samples, num_workers):
         work = "--eval_only: scored, not trained" if settings.folder.eval_only else f"{job.steps_per_epoch} steps/epoch"
     return (f"{settings.model.name} on {settings.source_name}: {train_samples or '?'} train / {val_samples} val "
             f"{settings.sample_unit}, {len(job.class_names)} classes{job.task.note}, {accelerator.num_processes} "
-            f"process(es) on {accelerator.device.type} ({torch.get_num_threads()} threads, {num_workers} workers each), "
+            f"process(es) on {accelerator.device.type} ({torch.get_num_threads()} threads, "
+            f"{num_workers} workers each), "
             f"{work} -> {job.out}")

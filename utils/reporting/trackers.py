@@ -107,8 +107,6 @@ def log_predictions(accelerator, step, rows):
     when there is a wandb run (it reads those images again)."""
     if "wandb" not in [tracker.name for tracker in accelerator.trackers] or not accelerator.is_main_process:
         return
-    import wandb
-
     accelerator.get_tracker("wandb").log({"val_predictions": predictions_table(rows())}, step=step)
 
 

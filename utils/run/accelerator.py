@@ -25,7 +25,8 @@ def build_accelerator(settings):
     timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=launch.dist_timeout_s))
     # --compile: Accelerate compiles the prepared model (after DDP wrapping, as it should be); without
     # it, an accelerate config's dynamo settings still apply.
-    compiling = {"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=launch.compile_mode)} if launch.compile else {}
+    compiling = ({"dynamo_plugin": TorchDynamoPlugin(backend="inductor", mode=launch.compile_mode)}
+                 if launch.compile else {})
     cpu = not torch.accelerator.is_available()
     join_restarted_group(cpu, timeout.timeout)  # torchrun --max_restarts: see utils/core/elastic.py
     return Accelerator(

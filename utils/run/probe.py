@@ -51,7 +51,8 @@ def probe(job, num_workers):
     classes = len(job.class_names)
     if options.probe == "linear":
         head, sweep, steps = fit_linear(train, labels, val[val_valid], val_labels[val_valid], classes, options,
-                                        job.settings.schedule.epochs, job.settings.plan.micro, job.settings.data.seed, accelerator.device)
+                                        job.settings.schedule.epochs, job.settings.plan.micro, job.settings.data.seed,
+                                        accelerator.device)
         weight, bias = (broadcast(t.to(accelerator.device)).cpu() for t in (head.weight, head.bias))
         layer = classifier(model, job.settings.model.name)
         with torch.no_grad():
@@ -96,7 +97,8 @@ def knn_scores(accelerator, queries, bank, labels, classes, options):
 def cache_key(job, model):
     """What the cache is made from: the model's weights, its eval input, the data and the batches."""
     inp = job.settings.input
-    return {"weights_sha256": tensors_sha256(model.state_dict().items()), "model": job.settings.model.name, "data": job.data,
+    return {"weights_sha256": tensors_sha256(model.state_dict().items()), "model": job.settings.model.name,
+            "data": job.data,
             "val_samples": len(job.val_loader.dataset), "batch_size": job.settings.plan.micro,
             "chunk_batches": CHUNK_BATCHES, "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation,
                                                       inp.mean_std, inp.channels, inp.pixel_max]}

@@ -63,8 +63,8 @@ def export_weights(job, figures):
         save_ema(job.saved_model(ema=True), job.out / "model_ema.safetensors")
     temperature = calibrate(job, figures) if evaluation.calibrate else None
     if (model := job.plain_copy()) is not None:  # the weights validation followed, on the main process
-        folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names, job.out / "model",
-                                   job.task, temperature)
+        folder = save_model_folder(model, job.settings.model.name, job.settings.input, job.class_names,
+                                   job.out / "model", job.task, temperature)
         if job.settings.probe.probe == "knn":  # the kNN's memory bank beside the weights it votes with
             shutil.copyfile(job.out / KNN_FILE, folder / KNN_FILE)
         if (tuned := tuned_thresholds(figures, evaluation.threshold, job.ema is not None)) is not None:  # multi-label
@@ -78,8 +78,10 @@ def log_validation_media(job, step, figures, examples):
     """wandb's chart and image table of a validation; and at a new best of the tracked figure, the table of predictions
     (the top losses and a spread of the rest, utils/reporting/failures.py)."""
     trackers.log_validation_media(job.accelerator, step, figures, job.class_names, examples, job.task.label_text)
-    trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)], lambda: prediction_rows(
-        figures.get("samples"), job.class_names, job.val_loader.dataset, job.settings.evaluation.top_losses, job.task))
+    trackers.log_best_predictions(job.accelerator, step, figures[tracked_key(job.task, job.ema)],
+                                  lambda: prediction_rows(figures.get("samples"), job.class_names,
+                                                          job.val_loader.dataset, job.settings.evaluation.top_losses,
+                                                          job.task))
 
 
 def command_line(argv):
@@ -124,7 +126,8 @@ def report_results(job, summary, figures, train_samples, command):
             write_record(out, trained_run(job.settings, class_names, job.task.multi_label,
                                             results["temperature"], job.batch, job.lr_found))
         report.write(out, results, figures, errors)
-        confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.settings.evaluation.top_losses, job.task)
+        confused = write_failures(out, figures, class_names, job.val_loader.dataset, job.settings.evaluation.top_losses,
+                                  job.task)
         pictures = job.pictures.collect()
         trackers.log_pictures(accelerator, results["global_step"], pictures)
         trackers.log_predictions(accelerator, results["global_step"], lambda: prediction_rows(

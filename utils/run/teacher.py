@@ -60,7 +60,8 @@ def build_teacher(settings, class_names, accelerator, task):
         renormalise = tuple(t.to(accelerator.device) for t in renormalise)
     accelerator.print(f"teacher: {name} with {origin} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f} M "
                       f"parameters, sha256 {identity['weights_sha256'][:12]}); --distill {losses.distill}, alpha "
-                      f"{losses.distill_alpha:g}" + (f", T {losses.distill_temperature:g}" if losses.distill == "soft" else "")
+                      f"{losses.distill_alpha:g}" + (f", T {losses.distill_temperature:g}"
+                                                     if losses.distill == "soft" else "")
                       + ("; its input renormalised to its own mean/std" if renormalise else ""))
     return Teacher(model, identity, renormalise, accelerator.autocast)
 

@@ -22,7 +22,8 @@ STATE_FILE = "training_state.json"  # written last: a folder holding it is a com
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """When the loop checkpoints and what it keeps (--checkpoint_every_steps, --save_every, --keep_last, --keep_best)."""
+    """When the loop checkpoints and what it keeps (--checkpoint_every_steps, --save_every, --keep_last,
+    --keep_best)."""
 
     checkpoint_every_steps: int  # also mid-epoch, every N optimizer steps (None: not by steps)
     save_every: int  # at an epoch's end, every N epochs (0: only at the end)

@@ -29,8 +29,8 @@ def source_named(kind):
 
 def source_for(data):
     """The source of the data DataOptions `data` name: list files and folders of videos are VideoFiles (the
-    modality follows from the data), other folders ImageFiles; then the embedded sources by --dataset; a Hub dataset or a
-    save_to_disk folder with a Video column is StoredVideos, one without ImageFiles, or with --streaming its
+    modality follows from the data), other folders ImageFiles; then the embedded sources by --dataset; a Hub dataset or
+    a save_to_disk folder with a Video column is StoredVideos, one without ImageFiles, or with --streaming its
     shards streamed (Streamed)."""
     if data.train_list:
         return VideoFiles()

@@ -1,4 +1,5 @@
-"""Folders of files, one sub-folder per class (<class>/<image> or <class>/<video>), walked once, hidden entries skipped."""
+"""Folders of files, one sub-folder per class (<class>/<image> or <class>/<video>), walked once, hidden entries
+skipped."""
 
 import functools
 import os
@@ -22,7 +23,7 @@ def first_media_file(folder):
     return None
 
 
-@functools.lru_cache(maxsize=None)  # asked by every option default that depends on the modality
+@functools.cache  # asked by every option default that depends on the modality
 def folder_holds_videos(folder):
     """Whether a <class>/<file> folder holds video files (its first media file, in walk order, says)."""
     first = first_media_file(folder)

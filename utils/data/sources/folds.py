@@ -178,8 +178,9 @@ def groups_of(names, data, column_groups):
 
 def remake(train, val, data):
     """(train, val, remade, notes): the training split with --flip_labels' labels (drawn over the whole split), without
-    --exclude's samples, and with --folds its fold --fold as the validation (the split's own validation, `val`, left aside). A `group` column of
-    `train` (--group_column's, carried by the source) names each sample's group, and is dropped."""
+    --exclude's samples, and with --folds its fold --fold as the validation (the split's own validation, `val`, left
+    aside). A `group` column of `train` (--group_column's, carried by the source) names each sample's group, and is
+    dropped."""
     if not (data.exclude or data.flip_labels or data.folds):
         return train, val, None, []
     names, remade, notes, column_groups = sample_names(train), Remade(), [], None

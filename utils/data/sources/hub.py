@@ -13,7 +13,7 @@ class Unreachable(ConnectionError):
     """The Hub cannot be reached now (utils/models/hub.py says why), found before asking datasets."""
 
 
-@functools.lru_cache(maxsize=None)  # one lookup a run, shared by the catalog (images or videos?) and the loader
+@functools.cache  # one lookup a run, shared by the catalog (images or videos?) and the loader
 def _hub(name, config, load):
     """`load_dataset` (load) or `load_dataset_builder` (not load) of a Hub name, read from the local cache when
     offline; the exception that stopped it, returned (and kept: an unreachable Hub is waited for once)."""

@@ -73,7 +73,8 @@ class MovingDigits(DataSource):
     its own size (the canvas) and statistics."""
 
     kind, video, own_input, eval_crop, size = "moving_digits", True, True, False, CANVAS
-    unused = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES, **EMBEDDED_SUBSETS, **no_files("moving_digits"),
+    unused = {**SYNTHETIC_ONLY, **STREAM_ONLY, **IMAGE_CROPS, **POLICIES, **EMBEDDED_SUBSETS,
+              **no_files("moving_digits"),
               **rgb_only("moving_digits"),
               **no_imbalance("moving_digits"), **no_remaking("moving_digits"),
               "crop_pct": "the moving digits are resized to --image_size, never cropped (a crop could hide the "

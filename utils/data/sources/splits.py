@@ -11,7 +11,8 @@ _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
 SPLIT_SEED = 0  # carving and subsets use a fixed seed, so every --seed is scored on the same images
 
-IMAGE_COLUMNS = ("image", "img", "images", "picture", "pixel_values", "jpg", "jpeg", "png", "webp")  # webdataset: by suffix
+IMAGE_COLUMNS = ("image", "img", "images", "picture", "pixel_values",
+                 "jpg", "jpeg", "png", "webp")  # webdataset: by suffix
 
 LABEL_COLUMNS = ("label", "labels", "fine_label", "coarse_label", "class", "target", "category", "cls",
                  "tags")  # Planet's list of names

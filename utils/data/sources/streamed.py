@@ -86,7 +86,8 @@ def _count_rows(path):
     if suffix == ".tar":
         with tarfile.open(path) as tar:
             # webdataset's key: the member's path up to the first dot of its file name
-            keys = {(folder, name.split(".")[0]) for folder, _, name in (m.name.rpartition("/") for m in tar if m.isfile())}
+            keys = {(folder, name.split(".")[0])
+                    for folder, _, name in (m.name.rpartition("/") for m in tar if m.isfile())}
             return len(keys)
     return None
 
@@ -139,7 +140,7 @@ def build_stream(data, rank, world, inp):
     names = class_labels(val.features["label"]).names
     rows, files = split_rows(builder, data.train_split)
     notes = [f"streaming {data.train_split!r} ({stream.num_shards} shards, "
-             f"{'%d rows' % rows if rows is not None else 'size unknown'}); validation split {val_split!r} read "
+             f"{f'{rows:d} rows' if rows is not None else 'size unknown'}); validation split {val_split!r} read "
              f"whole"]
     if world > 1:
         per_rank = stream.num_shards % world == 0

@@ -40,7 +40,8 @@ def parse_list(list_file, data_root=None):
         fields = line.replace(",", " ").split()
         where = f"{list_file}:{number}"
         if len(fields) not in (2, 3):
-            _fail(f"{where}: expected 'path label' or 'path num_frames label', got {len(fields)} fields: {line.strip()!r}")
+            _fail(f"{where}: expected 'path label' or 'path num_frames label', got {len(fields)} fields: "
+                  f"{line.strip()!r}")
         if columns is None:
             columns = len(fields)
         elif len(fields) != columns:
