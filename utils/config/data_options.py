@@ -12,8 +12,9 @@ def add_data_options(p):
     g = p.add_argument_group("data")
     g.add_argument("--dataset", resume_key=False, type=str, default="digits",
                    help="digits (embedded 8x8 scans, offline), multi_digits (embedded tiles of 2-4 digits, labelled "
-                        "with every digit shown: multi-label, offline), spectral_digits (embedded 6-band 16-bit images: "
-                        "the digit in bands 3-5, a decoy in 0-2; offline), moving_digits (embedded video clips labelled by "
+                        "with every digit shown: multi-label, offline), spectral_digits (embedded 6-band 16-bit "
+                        "images: the digit in bands 3-5, a decoy in 0-2; offline), moving_digits (embedded video clips "
+                        "labelled by "
                         "direction of motion, offline), synthetic (random tensors, no I/O), imagefolder "
                         "(with --data_dir), a folder written by save_to_disk, or a Hub dataset name (e.g. cifar10)")
     g.add_argument("--dataset_config", resume_key=False, type=str, default=None, help="Hub dataset configuration name")
@@ -172,7 +173,8 @@ def add_data_options(p):
                         "ImageNet's)")
     g.add_argument("--std", resume_key=False, type=stat_value, nargs="+", default=None,
                    help="normalisation std (default: as --mean)")
-    g = p.add_argument_group("channels and bit depth (multispectral, 16-bit, grayscale image files; docs/multispectral.md)")
+    g = p.add_argument_group(
+        "channels and bit depth (multispectral, 16-bit, grayscale image files; docs/multispectral.md)")
     g.add_argument("--bands", resume_key=True, type=int, nargs="+", default=None,
                    help="the files' channels the model sees, in this order, e.g. 3 2 1 7 (default: all of them)")
     g.add_argument("--pixel_max", resume_key=True, type=float, default=None,

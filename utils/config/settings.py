@@ -146,7 +146,8 @@ def as_checkpointed(settings, folder, log=print):
     if folder is None or "train_crop_scale" in settings.source.unused:
         return settings
     recorded = checkpoints.read_state(folder).get("options") or {}
-    earlier = {key: value for key, value in EARLIER_CROP.items() if key not in recorded and getattr(settings.input_options, key) is None}
+    asked = settings.input_options
+    earlier = {key: value for key, value in EARLIER_CROP.items() if key not in recorded and getattr(asked, key) is None}
     if not earlier:
         return settings
     kept = ", ".join(f"{key} {low:g}-{high:.4g}" for key, (low, high) in earlier.items())

@@ -87,7 +87,8 @@ def add_model_options(p):
     g.add_argument("--global_batch_size", resume_key=True, type=int, default=None, metavar="N",
                    help="the global batch the recipe was tuned for, whatever the hardware: each process takes N / "
                         "processes a step, in micro-batches of --batch_size (--grad_accum_steps follows)")
-    g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=DEFAULT_ACCUMULATION, help="micro-batches per optimizer step")
+    g.add_argument("--grad_accum_steps", resume_key=True, type=int, default=DEFAULT_ACCUMULATION,
+                   help="micro-batches per optimizer step")
     g.add_argument("--optimizer", resume_key=True, type=str, default="sgd",
                    help="sgd or adamw (torch's), or any optimizer of timm.optim by name: lamb, lars, lion, adan, "
                         "adopt, nadamw, rmsproptf, muon, ... (timm.optim.list_optimizers())")
@@ -228,7 +229,8 @@ def add_schedule_options(p):
 def add_run_options(p):
     """Seeds, output, checkpoints, validation cadence, dashboards."""
     g = p.add_argument_group("run")
-    g.add_argument("--seed", resume_key=True, type=int, default=0, help="seed of weights, shuffling and augmentation (0 .. 2**32 - 1)")
+    g.add_argument("--seed", resume_key=True, type=int, default=0,
+                   help="seed of weights, shuffling and augmentation (0 .. 2**32 - 1)")
     g.add_argument("--output_dir", resume_key=False, type=str, default=None,
                    help="where results go (default: runs/<time>-<dataset>-<model>); must not hold another run")
     g.add_argument("--resume", resume_key=False, type=str, default=None,
@@ -240,7 +242,8 @@ def add_run_options(p):
                    type=int, default=0, help="keep only the newest N checkpoints (0: all)")
     g.add_argument("--keep_best", resume_key=False, type=int, default=0,
                    help="also keep the K checkpoints with the best --track_metric (val top-1; multi-label: mAP; a "
-                        "checkpoint follows each validation); the best weights go to <output_dir>/best/model.safetensors")
+                        "checkpoint follows each validation); the best weights go to "
+                        "<output_dir>/best/model.safetensors")
     g.add_argument("--skip_nonfinite_steps", resume_key=False, type=int, default=0,
                    help="skip the update of up to N optimizer steps with a NaN/inf loss (0: stop at the first)")
     g.add_argument("--dist_timeout_s", resume_key=False, type=int, default=600,
@@ -258,7 +261,8 @@ def add_run_options(p):
                         "data: map, or macro_f1 at --threshold)")
     g.add_argument("--early_stop", resume_key=False, type=int, default=None, metavar="PATIENCE",
                    help="end training after PATIENCE validations in a row without a better --track_metric (val "
-                        "top-1; multi-label data: mAP; the EMA's with --model_ema): a finished run, results.json says stopped_early")
+                        "top-1; multi-label data: mAP; the EMA's with --model_ema): a finished run, results.json says "
+                        "stopped_early")
     g.add_argument("--early_stop_min_delta", resume_key=False, type=float, default=0.0,
                    help="--early_stop: a gain must exceed this to count")
     g.add_argument("--val_every", resume_key=False,

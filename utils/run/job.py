@@ -66,12 +66,14 @@ class Job:
     tracker_run_id: str = None  # the wandb run, kept in checkpoints so that a resumed run continues it
     test_loader: object = None  # video: the multi-view test (--test_clips, --test_crops)
     ema: object = None  # --model_ema: the averaged copy (utils/models/ema.py)
-    inputs: object = None  # uint8 batch -> model input, erasing and mixing on the device (utils/data/transforms/batch.py)
+    # uint8 batch -> model input, erasing and mixing on the device (utils/data/transforms/batch.py)
+    inputs: object = None
     settings: object = None  # the run's configuration (utils/config/settings.py), its batch plan and LR in force
     teacher: object = None  # --teacher (utils/run/teacher.py): what it is is kept in checkpoints
     lr_notes: tuple = ()  # where the LR in force came from (--lr_scale_batch), also at the top of config.yaml
     task: object = None  # what validation scores: one label a sample or several (utils/evaluation/tasks.py)
-    balance: object = None  # the training split's class counts and the weights drawn from them (utils/training/balance.py)
+    # the training split's class counts and the weights drawn from them (utils/training/balance.py)
+    balance: object = None
     pictures: object = None  # the end-of-run pictures, drawn while the run ends (utils/reporting/drawing.py)
     batch: BatchPlan = None  # how the global batch is taken: micro-batch, accumulation, processes
     lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "suggested")
@@ -123,7 +125,8 @@ class Job:
             return None
         # The default memory format: --channels_last tensors are not contiguous, and safetensors stores
         # contiguous ones only.
-        return copy.deepcopy(self.saved_model(ema=self.ema is not None)).to("cpu", memory_format=torch.contiguous_format)
+        plain = copy.deepcopy(self.saved_model(ema=self.ema is not None))
+        return plain.to("cpu", memory_format=torch.contiguous_format)
 
 
 def new_model(chosen, class_names, pretrained, inp):
@@ -152,7 +155,8 @@ def build_job(settings, accelerator, out, lr_found=None):
     here with --batch_size auto; `lr_found`: --lr auto's suggestions, for the records."""
     evaluation, data = settings.evaluation, settings.data
     # Every rank at once, before the data: a bad --metrics name fails alike on all of them (inside
-    metrics = load_metrics(evaluation.metrics)  # main_process_first the main would fail alone, the others at its barrier)
+    # main_process_first the main would fail alone, the others at its barrier)
+    metrics = load_metrics(evaluation.metrics)
     num_workers = data.num_workers if data.num_workers is not None else min(8, cores_per_process() // 2)
     settings = take_batch(settings, accelerator, settings.plan or given_batch(settings, accelerator.num_processes))
     train_ds, val_ds, class_names, settings, targets = load_datasets(settings, accelerator, out, num_workers)
@@ -266,8 +270,8 @@ def load_datasets(settings, accelerator, out, num_workers):
         accelerator.print(note)
     accelerator.print(f"classes: {', '.join(class_names[:20])}{' ...' if len(class_names) > 20 else ''}")
     if inp.stats_pending:
-        inp = with_statistics(accelerator, inp, train_ds, num_workers, out / "run.json" if settings.folder.resume else None,
-                              settings.data.skip_bad_images)
+        recorded = out / "run.json" if settings.folder.resume else None  # a resumed run's statistics, as recorded
+        inp = with_statistics(accelerator, inp, train_ds, num_workers, recorded, settings.data.skip_bad_images)
     targets = label_kind(settings, train_ds)  # lists of labels: multi-hot, sigmoid
     if "train_crop_scale" not in settings.source.unused:  # image files: the train crop their kind of labels needs
         accelerator.print(crop_note(settings.input_options, inp, targets))

@@ -38,8 +38,9 @@ class LossOptions:
 
 class Objective:
     """What the loop minimises for one micro-batch: the mean loss on the labels (the `task`'s), and with a teacher
-    (utils/run/teacher.py) (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token (timm's
-    deit_*_distilled, in training) answers with two heads: the first learns the labels, the second the teacher."""
+    (utils/run/teacher.py) (1 - alpha) x that + alpha x the mean distillation loss. A model with a distillation token
+    (timm's deit_*_distilled, in training) answers with two heads: the first learns the labels, the second the
+    teacher."""
 
     def __init__(self, options, task, teacher=None, balance=None):
         self.label_loss = task.loss(options, balance)
