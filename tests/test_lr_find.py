@@ -61,13 +61,19 @@ def test_the_curve_is_smoothed_stops_where_it_diverges_and_suggests_a_third_of_i
 
 
 @pytest.mark.slow
-def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_not_search_again(tmp_path, capsys):
+def test_lr_auto_trains_bitwise_as_its_suggestion_typed_and_a_resumed_run_does_not_search_again(tmp_path, capsys,
+                                                                                               monkeypatch):
+    from utils.run import job
+
+    tries, trial_steps = [], job.trial_steps  # --batch_size auto's tries: the range test's job's, taken by the run
+    monkeypatch.setattr(job, "trial_steps", lambda *args, **kwargs: tries.append(1) or trial_steps(*args, **kwargs))
     found = run_main([*BASE, "--lr", "auto", "--lr_find_steps", "30", "--save_every", "1", "--global_batch_size", "8",
                       "--batch_size", "auto", "--output_dir", tmp_path / "auto"])
     said = capsys.readouterr().out
     valley = found["lr_found"]["suggested"]
     assert read_json(tmp_path / "auto" / "run.json")["lr_found"] == found["lr_found"]
     assert found["batch"]["found"] and found["batch"]["tried"] == [[8, "fits"]]  # what the range test's job found
+    assert len(tries) == 1  # found once, by the range test's job: the run is built with its plan, not tried again
     assert "lr: " + repr(valley) in (tmp_path / "auto" / "config.yaml").read_text().splitlines()  # the run's LR
     assert said.count(" steps from ") == 1 and "(--lr auto trains with it)" in said  # the one line of its reading
     curve = rows(tmp_path / "auto" / "lr_find.csv")
@@ -97,7 +103,8 @@ def test_lr_find_writes_its_curve_and_exits_without_training(tmp_path, capsys):
     import psutil
 
     out, before = tmp_path / "run", {child.pid for child in psutil.Process().children(recursive=True)}
-    found = run_main([*BASE, "--num_workers", "1", "--lr_find", "--lr_find_steps", "30", "--output_dir", out])
+    found = run_main([*BASE, "--num_workers", "1", "--lr_find", "--lr_find_steps", "30", "--output_dir", out,
+                      "--checkpoint_every_steps", "5"])  # the sweep's job checkpoints nothing, whatever the run asks
     left = [c for c in psutil.Process().children(recursive=True) if c.pid not in before and c.status() != "zombie"]
     assert not left, left
     assert set(found["lr_find"]) == {"suggested", "lowest", "steepest"}
