@@ -99,7 +99,7 @@ def main(argv=None):
     try:
         out = output_dir_for(settings.folder, accelerator, settings.source_name)
         lock = lock_run_folder(accelerator, out)  # one live run per folder
-        resume_from = resume_folder(settings.folder, accelerator, out, resume_values(settings))
+        resume_from = resume_folder(settings.folder, accelerator, out, resume_values(settings), settings.probe.probe)
         settings = resumed_choices(settings, resume_from, accelerator.print)  # --batch_size/--lr auto: its own
         settings = as_checkpointed(settings, resume_from, accelerator.print)  # a checkpoint's own train crop
         accelerator.wait_for_everyone()  # every rank has checked the folder before any rank writes to it

@@ -330,6 +330,13 @@ def test_every_option_has_a_typed_home_and_reads_back_by_its_name():
         for field in dataclasses.fields(kind):
             homes.setdefault(RENAMED.get((name, field.name), field.name), []).append(name)
     assert set(homes) == set(markers)
+    # Options still typed in two sections, each read by a subsystem that has no other way to it yet (issue 65 goes
+    # on); the set only shrinks: a new option sits in one section.
+    shared = {option: sections for option, sections in homes.items() if len(sections) > 1}
+    assert shared == {"model": ["model", "input_options", "folder"], "batch_size": ["optimizer", "data"],
+                      "grad_accum_steps": ["optimizer", "data"], "epochs": ["schedule", "data"],
+                      "seed": ["batch", "data"], "decode_on_device": ["data", "input_options"],
+                      "eval_only": ["data", "folder"]}
 
 
 def test_the_settings_of_a_command_line_are_its_namespace_read_back():

@@ -159,9 +159,10 @@ def test_a_class_without_training_samples_has_no_weight_nor_prior_and_the_others
     for argv, option in ((["--class_weights", "balanced"], "class_weights"), (["--logit_adjust", "1"], "logit_adjust")):
         with pytest.raises(ConfigError, match=f"^{option}: class 'c' has no training samples"):
             read_balance(parse(argv).balance, source, None, ["a", "b", "c"], task_for(False, 3), log=lambda _: None)
-    balance = read_balance(parse(["--logit_adjust", "1"]).balance, source, None, ["a", "b"], task_for(False, 2),
+    balance = read_balance(parse(["--logit_adjust", "0.5"]).balance, source, None, ["a", "b"], task_for(False, 2),
                            log=lambda _: None)
     assert balance.counts == [3, 1] and balance.log_prior == pytest.approx([math.log(3 / 4), math.log(1 / 4)])
+    assert balance.logit_adjust == 0.5  # its TAU, with the prior: what the loss scales the prior by
     assert balance.class_weights is None and balance.sample_weights is None
 
 

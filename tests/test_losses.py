@@ -182,17 +182,19 @@ def test_the_options_pick_the_loss_of_one_label_a_sample():
     logits, labels = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])
     ce = F.cross_entropy(logits, labels, reduction="none")
     p_t = logits.softmax(dim=1).gather(1, labels[:, None]).squeeze(1)
-    balance = SimpleNamespace(log_prior=torch.tensor([0.4, 0.3, 0.2, 0.1]).log().tolist(), class_weights=None)
+    log_prior = torch.tensor([0.4, 0.3, 0.2, 0.1]).log().tolist()
 
-    def objective(*argv):
+    def objective(*argv, tau=None):  # --logit_adjust TAU: the prior and TAU come with the class counts (read_balance)
+        balance = SimpleNamespace(log_prior=log_prior if tau else None, logit_adjust=tau, class_weights=None)
         return Objective(losses_of(["--label_smoothing", "0", *argv]), task_for(False, 4), balance=balance)(
             logits, labels, None)
 
     assert torch.allclose(objective("--focal_gamma", "2"), ((1 - p_t) ** 2 * ce).mean())
-    prior = torch.tensor(balance.log_prior)
-    assert torch.allclose(objective("--logit_adjust", "1"), F.cross_entropy(logits + prior, labels))
+    prior = torch.tensor(log_prior)
+    assert torch.allclose(objective(tau=1.0), F.cross_entropy(logits + prior, labels))
+    assert torch.allclose(objective(tau=0.5), F.cross_entropy(logits + 0.5 * prior, labels))
     assert torch.allclose(objective(), ce.mean())
-    weights = SimpleNamespace(log_prior=None, class_weights=[0.5, 1.0, 2.0, 4.0])
+    weights = SimpleNamespace(log_prior=None, logit_adjust=None, class_weights=[0.5, 1.0, 2.0, 4.0])
     weighted = Objective(losses_of(["--label_smoothing", "0"]), task_for(False, 4), balance=weights)(logits, labels,
                                                                                                    None)
     assert torch.allclose(weighted, (ce * torch.tensor(weights.class_weights)[labels]).mean())

@@ -526,8 +526,7 @@ def test_mixup_and_cutmix_mix_multi_hot_targets_as_they_mix_the_images():
     pixels = torch.tensor(rng.integers(0, 256, (6, 3, 8, 8)), dtype=torch.uint8)
     targets = torch.tensor(rng.random((6, 4)) < 0.5, dtype=torch.float32)
     for mixup, cutmix in ((0.4, 0.0), (0.0, 1.0)):
-        options = BatchOptions(random_erase=0, mixup_alpha=mixup, cutmix_alpha=cutmix, mix_prob=1.0,
-                               channels_last=False, seed=0)
+        options = BatchOptions(random_erase=0, mixup_alpha=mixup, cutmix_alpha=cutmix, mix_prob=1.0, seed=0)
         inputs = BatchInput.for_training(options, 4, 0, ((0.5,) * 3, (0.25,) * 3))
         x = inputs(pixels)
         mixed, mixed_targets = inputs.augment(x, targets, epoch=0, batch=1)

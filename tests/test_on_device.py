@@ -14,7 +14,9 @@ CLASSES = 10
 
 def inputs(*extra, rank=0):
     args = parse_args(["--train_dir", "x", "--image_size", "16", *map(str, extra)])
-    return BatchInput.for_training(typed_options(args)["batch"], CLASSES, rank, input_for(args).mean_std)
+    typed = typed_options(args)
+    return BatchInput.for_training(typed["batch"], CLASSES, rank, input_for(args).mean_std,
+                                   channels_last=typed["model"].channels_last)
 
 
 def batch(n=8, seed=0):

@@ -40,7 +40,7 @@ def check_args(args, source, defaults, typed):
     _lr_find(args, need, defaults)
     _steps(args, need)
     objective.check_options(typed["losses"], need)
-    balance.check_options(typed["balance"], data, need)
+    balance.check_options(typed["balance"], data, need, typed["losses"].bce_loss)
     _run(args, need)
     _probe(args, need, source, defaults, typed["probe"])
     libraries.check_options(typed["model"], need, source.video)

@@ -117,11 +117,11 @@ def single_label_loss(options, balance=None):
     or timm's BCE with --bce_loss; --class_weights weighs each sample's loss by its class's. `options`: the LossOptions
     (utils/training/objective.py); `balance` (utils/training/balance.py): the weights and prior they derive from the
     class counts."""
+    tau = None if balance is None else balance.logit_adjust  # --logit_adjust: the prior and TAU come with the counts
     if options.bce_loss:
         loss = BinaryCrossEntropy(options.label_smoothing, options.bce_target_thresh)
-    elif options.logit_adjust is not None or options.focal_gamma:
-        loss = AdjustedCrossEntropy(options.label_smoothing, balance.log_prior, options.logit_adjust,
-                                    options.focal_gamma)
+    elif tau is not None or options.focal_gamma:
+        loss = AdjustedCrossEntropy(options.label_smoothing, balance.log_prior, tau, options.focal_gamma)
     else:
         loss = torch.nn.CrossEntropyLoss(label_smoothing=options.label_smoothing, reduction="none")
     return loss if balance is None or balance.class_weights is None else ClassWeighted(loss, balance.class_weights)

@@ -189,7 +189,7 @@ def build_job(settings, accelerator, out, lr_found=None):
     logger = StepLogger(accelerator, out / "metrics.jsonl", loop.log_every, steps_per_epoch, total_steps,
                         unit="clip" if inp.video else "img")
     inputs = BatchInput.for_training(settings.batch, len(class_names), accelerator.process_index, inp.mean_std,
-                                      inp.pixel_max)
+                                      inp.pixel_max, channels_last=settings.model.channels_last)
     test_loader = (build_test_loader(accelerator, test_views(settings.data, inp, val_ds), micro, num_workers)
                    if data.test_clips or data.test_crops else None)
     stopping = settings.early_stop

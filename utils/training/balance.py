@@ -31,7 +31,8 @@ class Balance:
     samples: int = None  # training samples
     sample_weights: list = None  # --sampler balanced: each sample's draw weight (unnormalised)
     class_weights: list = None  # --class_weights: each class's loss weight, mean 1 over the training samples
-    log_prior: list = None  # --logit_adjust: log(count / samples) of each class
+    log_prior: list = None  # --logit_adjust: log(count / samples) of each class,
+    logit_adjust: float = None  # and its TAU, by which the loss scales it
     pos_weight: list = None  # --pos_weight auto (multi-label): each class's negatives over positives
 
     def results(self, class_names):
@@ -72,6 +73,7 @@ def read_balance(options, source, train, class_names, task, log=print):
             f"{' ...' if len(counts) > SHOWN else ''}")
     if options.logit_adjust is not None:
         balance.log_prior = np.log(counts / counts.sum()).tolist()
+        balance.logit_adjust = options.logit_adjust
     if options.pos_weight == "auto":  # (multi-label data only: SingleLabel.REFUSED)
         balance.pos_weight = pos_weights(counts, len(rows))
         more = " ..." if len(counts) > 20 else ""
@@ -137,8 +139,9 @@ def pos_weights(positives, samples):
     return [float((samples - p) / p) if p else 1.0 for p in positives]
 
 
-def check_options(options, data, need):
-    """Sampling and weighing by class (`options`: BalanceOptions), and the data's (DataOptions) imbalance."""
+def check_options(options, data, need, bce_loss=False):
+    """Sampling, weighing and the prior by class (`options`: BalanceOptions; `bce_loss`: timm's BCE the loss), and the
+    data's (DataOptions) imbalance."""
     balanced = options.sampler == "balanced"
     need(options.sampler_power > 0, "sampler_power", "must be > 0")
     need(balanced or options.sampler_power == 1.0, "sampler_power", "applies to --sampler balanced")
@@ -151,5 +154,8 @@ def check_options(options, data, need):
             parse_class_weights(options.class_weights)
         except ValueError as e:
             raise ConfigError(f"class_weights: {e}") from None
+    need(options.logit_adjust is None or options.logit_adjust > 0, "logit_adjust", "must be > 0 (1: Menon et al.'s)")
+    need(options.logit_adjust is None or not bce_loss, "logit_adjust", "adds the log-prior to softmax cross-entropy's "
+         "logits; --bce_loss is one sigmoid per class: drop one of the two")
     need(data.imbalance is None or data.imbalance >= 1, "imbalance", "must be >= 1 (the head class's count over the "
          "tail's)")

@@ -27,7 +27,6 @@ class LossOptions:
     label_smoothing: float
     bce_loss: bool
     bce_target_thresh: float
-    logit_adjust: float
     focal_gamma: float
     multi_label_loss: str  # bce or asl
     teacher: str  # --teacher: a run folder or a model name (utils/run/teacher.py builds it), None: no distillation
@@ -67,9 +66,6 @@ def check_options(options, need):
     need(thresh is None or bce, "bce_target_thresh", "applies to --bce_loss only")
     need(not bce or importlib.util.find_spec("timm") is not None, "bce_loss", "is timm's "
          "BinaryCrossEntropy, and timm is not installed: pip install -r requirements-models.txt (or pip install timm)")
-    need(options.logit_adjust is None or options.logit_adjust > 0, "logit_adjust", "must be > 0 (1: Menon et al.'s)")
-    need(options.logit_adjust is None or not bce, "logit_adjust", "adds the log-prior to softmax cross-entropy's "
-         "logits; --bce_loss is one sigmoid per class: drop one of the two")
     need(options.focal_gamma is None or options.focal_gamma > 0, "focal_gamma", "must be > 0 (2: Lin et al.'s)")
     need(options.focal_gamma is None or not bce, "focal_gamma", "focuses cross-entropy and multi-label BCE; "
          "timm's --bce_loss has no focal term: drop one of the two")

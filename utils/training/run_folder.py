@@ -32,7 +32,6 @@ class FolderOptions:
     resume: str  # a checkpoint folder, latest, or None
     eval_only: bool  # an evaluation scores a checkpoint in a folder of its own, whatever its schedule
     model: str  # a new folder's name holds it
-    probe: str = None  # --probe: no checkpoints; --resume latest continues its feature pass (utils/run/probe.py)
 
 
 def _decided(accelerator, decide):
@@ -152,13 +151,14 @@ def abandon_newer(accelerator, options, out, resume_from):
     accelerator.wait_for_everyone()
 
 
-def _choose(options, out, world_size, kept):
-    """The main process's choice of checkpoint; moves a newer, abandoned history out of the way."""
+def _choose(options, out, world_size, kept, probe):
+    """The main process's choice of checkpoint; moves a newer, abandoned history out of the way. `probe`: --probe's
+    kind, whose run has no checkpoints (its feature pass continues from its files: utils/run/probe.py)."""
     folder = None
     checkpoints.recover(out)
     if options.resume == "latest":
         folder = checkpoints.latest(out)
-        if folder is None and options.probe:
+        if folder is None and probe:
             print(f"resume: a probe has no checkpoints; its feature pass continues from the files under "
                   f"{out / 'features'}", flush=True)
         elif folder is None:
@@ -173,14 +173,14 @@ def _choose(options, out, world_size, kept):
     return None if folder is None else str(folder)
 
 
-def resume_folder(options, accelerator, out, kept):
+def resume_folder(options, accelerator, out, kept, probe=None):
     """The checkpoint to continue from (None: a fresh start), decided once and readable on every rank; `options`:
-    FolderOptions.
+    FolderOptions; `probe`: --probe's kind (its run has no checkpoints).
 
     Refuses one that cannot continue exactly (`kept`: {option: value} of those it must share, resume_values()), and
     a folder that holds another run.
     """
-    chosen = _decided(accelerator, lambda: _choose(options, out, accelerator.num_processes, kept))
+    chosen = _decided(accelerator, lambda: _choose(options, out, accelerator.num_processes, kept, probe))
     if chosen is None:
         return None
     folder = Path(chosen)

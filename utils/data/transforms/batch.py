@@ -27,7 +27,6 @@ class BatchOptions:
     cutmix_alpha: float
     mix_prob: float
     random_erase: float
-    channels_last: bool
     seed: int  # the run's: with the epoch, batch and rank, what every draw here is seeded by
 
 
@@ -57,11 +56,11 @@ class BatchInput:
         self.pixel_max = pixel_max
 
     @classmethod
-    def for_training(cls, options, num_classes, rank, stats, pixel_max=None):
-        """The training run's (BatchOptions `options`): --channels_last, --random_erase and MixUp/CutMix, drawn per
-        (seed, epoch, batch, rank)."""
+    def for_training(cls, options, num_classes, rank, stats, pixel_max=None, channels_last=False):
+        """The training run's (BatchOptions `options`): --random_erase and MixUp/CutMix, drawn per (seed, epoch, batch,
+        rank); with `channels_last` (ModelOptions': the model's memory format), its input in that format too."""
         erase = v2.RandomErasing(p=options.random_erase) if options.random_erase else None
-        return cls(stats, options.channels_last, erase, mixing(options, num_classes), options.seed, rank, pixel_max)
+        return cls(stats, channels_last, erase, mixing(options, num_classes), options.seed, rank, pixel_max)
 
     def __call__(self, pixels):
         """uint8 (N, C, H, W) or (N, C, T, H, W) -> normalised float32 (eval, and the first step of training); so
