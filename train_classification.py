@@ -37,10 +37,11 @@ The hardware is chosen by the launcher's config, never here. Runbook:
 Every option: `python train_classification.py --help`. A YAML recipe (`--config`) sets defaults; the command line
 wins. What a run folder holds: docs/outputs.md. Dashboards: --report_to wandb|tensorboard|all (WANDB_MODE=offline).
 
-Read top to bottom, a run in order: main (parse -> settings -> [the LR range test, find_lr] -> build the job ->
-train, evaluate or probe (work) -> export -> report), the epoch loop (train, after_epoch, checkpoint_due), one epoch
-(train_one_epoch, update, training_loss, agree_on_step), validation (evaluate_only, validate, evaluate), and the
-checkpoint. What a run is made of and how it is built: utils/run/job.py.
+Read top to bottom, a run in order: main (parse -> the run's Settings -> [the LR range test, find_lr] -> build the
+job -> train, evaluate or probe (work) -> export -> report), the epoch loop (train, after_epoch; when it validates,
+checkpoints and ends: utils/training/cadence.py), one epoch (train_one_epoch, update, training_loss, agree_on_step),
+validation (evaluate_only, validate, evaluate), and the checkpoint. What a run is made of and how it is built:
+utils/run/job.py; below the parse, everything reads the Settings (utils/config/settings.py), never the options.
 """
 
 import gc
@@ -75,6 +76,7 @@ from utils.run.lr_range import find_lr, resumed_choices, with_found
 from utils.run.records import (command_line, export_weights, log_validation_media, report_results, run_summary,
                                start_pictures, start_records)
 from utils.training import checkpoints
+from utils.training.cadence import checkpoint_due, reached_end, validation_due
 from utils.training.objective import NonFiniteLoss
 from utils.training.run_folder import output_dir_for, resume_folder
 from utils.training.run_lock import lock_run_folder
@@ -162,7 +164,7 @@ def train(job, start):
     if job.patience.stopped:  # a resumed run that had stopped early stays stopped
         accelerator.print(f"resumed a run that stopped early: {job.patience.line()}; nothing to train")
     if owed_epoch is not None:
-        figures = after_epoch(job, owed_epoch, global_step, reached_end(settings, owed_epoch, global_step, True))
+        figures = after_epoch(job, owed_epoch, global_step, reached_end(loop, epochs, owed_epoch, global_step, True))
     for epoch in range(start_epoch, epochs):
         if job.patience.stopped or loop.max_train_steps is not None and global_step >= loop.max_train_steps:
             break
@@ -171,7 +173,7 @@ def train(job, start):
                                                        done_steps if epoch == start_epoch else 0)
         job.train_time.stop()
         epochs_completed = epoch + 1 if epoch_end else epoch
-        finished = reached_end(settings, epoch, global_step, epoch_end)
+        finished = reached_end(loop, epochs, epoch, global_step, epoch_end)
         if stop:  # at the epoch's end, or at the end of training, its validation is owed
             owed = (epoch_end or finished) and validation_due(loop, epoch, finished)
             save_checkpoint(job, epoch, global_step, epoch_end, validation_pending=owed)
@@ -205,29 +207,6 @@ def after_epoch(job, epoch, global_step, finished):
                       validated=figures is not None):
         save_checkpoint(job, epoch, global_step, epoch_end=True, val_score=figures and tracked_figure(job, figures))
     return figures
-
-
-def checkpoint_due(cadence, epoch, global_step, epoch_end, finished=False, validated=False):
-    """The checkpoint cadence (CheckpointOptions `cadence`): every --checkpoint_every_steps optimizer steps, and at an
-    epoch's end every --save_every epochs or after a validation that --keep_best may keep; never at training's end,
-    which saves its own (as does a stop)."""
-    every_steps = bool(cadence.checkpoint_every_steps) and global_step % cadence.checkpoint_every_steps == 0
-    if not epoch_end:
-        return every_steps
-    every_epochs = bool(cadence.save_every) and (epoch + 1) % cadence.save_every == 0
-    return (every_epochs or every_steps or bool(cadence.keep_best) and validated) and not finished
-
-
-def reached_end(settings, epoch, global_step, epoch_end):
-    """Whether training has ended at `global_step` of `epoch`: its last epoch run to its end (`epoch_end`; a stop
-    mid-way through it leaves steps to train, and no validation owed), or --max_train_steps reached."""
-    last_epoch_done = epoch_end and epoch + 1 == settings.schedule.epochs
-    limit = settings.loop.max_train_steps
-    return last_epoch_done or (limit is not None and global_step >= limit)
-
-
-def validation_due(loop, epoch, finished):
-    return (epoch + 1) % loop.val_every == 0 or finished
 
 
 class EpochOutcome(NamedTuple):

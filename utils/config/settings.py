@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from utils.config.sections import EndOptions, LaunchOptions, LoopOptions
+from utils.config.sections import EndOptions, LaunchOptions
 from utils.data.sources.catalog import source_for
 from utils.data.sources.protocol import DataOptions, DataSource
 from utils.data.transforms.batch import BatchOptions
@@ -19,6 +19,7 @@ from utils.reporting.trackers import TrackerOptions
 from utils.training import checkpoints
 from utils.training.balance import BalanceOptions
 from utils.training.batch_size import BatchPlan, BatchSizeOptions
+from utils.training.cadence import LoopOptions
 from utils.training.checkpoints import CheckpointOptions
 from utils.training.early_stop import EarlyStopOptions
 from utils.training.lr_range import RangeTestOptions
@@ -52,7 +53,7 @@ class Settings:
     range_test: RangeTestOptions  # of the LR range test (utils/training/lr_range.py),
     evaluation: EvaluationOptions  # of validation (utils/evaluation/options.py),
     launch: LaunchOptions  # of the launch (utils/run/accelerator.py),
-    loop: LoopOptions  # of the training loop (train_classification.py),
+    loop: LoopOptions  # of the training loop (utils/training/cadence.py),
     end: EndOptions  # and of the run's end (utils/run/records.py): utils/config/sections.py
     # How the global batch is taken, once taken (utils/run/batch_size.py take_batch): None before, and while
     # --batch_size auto is still to be found. The micro-batch and accumulation in force are also the optimizer's.
