@@ -150,3 +150,24 @@ def test_sigkill_with_ema_mixing_erasing_and_repeated_augmentation_resumes_bitwi
         (theirs["val_top1"], theirs["val_ema_top1"], theirs["val_loss"], theirs["val_ema_loss"])
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "val_ema_top1" in r]
     assert read_json(out / "best" / "metrics.json")["val_ema_top1"] == max(r["val_ema_top1"] for r in rows)
+
+
+@pytest.mark.parametrize("switch", [False, True])
+def test_the_job_feeds_the_model_its_input_in_the_models_memory_format(switch, tmp_path, fresh_accelerate_state):
+    """--channels_last is the model's option (ModelOptions): the job built from the Settings gives both the model's
+    weights and the batches it trains on that format, and neither without it."""
+    from conftest import TINY
+    from utils.config.options import parse
+    from utils.run.accelerator import build_accelerator
+    from utils.run.job import build_job
+
+    settings = parse([*TINY, "--output_dir", str(tmp_path / "run"), *(["--channels_last"] * switch)])
+    job, _, _ = build_job(settings, build_accelerator(settings), tmp_path / "run")
+    try:
+        batch = next(iter(job.train_loader.batches(0)))
+        pixels = job.inputs(batch["pixel_values"])
+        weight = next(p for p in job.bare_model().parameters() if p.dim() == 4)
+        assert pixels.is_contiguous(memory_format=torch.channels_last) is switch
+        assert weight.is_contiguous(memory_format=torch.channels_last) is switch
+    finally:
+        job.close()
