@@ -70,7 +70,8 @@ def test_a_run_folder_and_its_last_checkpoint_teach_with_the_same_weights(images
     digests = []
     for teacher in (teacher_run, last):
         args = parse_args([str(a) for a in resnet18_job(images, teacher_run, 0, "--teacher", teacher)])
-        model, stats, name, source, origin = _model(args, ["cat", "dog", "eel"], input_for(args), task_for(False, 3))
+        model, stats, name, source, origin = _model(args.teacher, args.epochs, ["cat", "dog", "eel"], input_for(args),
+                                                    task_for(False, 3))
         assert name == "resnet18" and source == str(teacher.resolve()) and stats == input_for(args).mean_std
         digests.append(weights_digest(model))
     assert digests[0] == digests[1] == weights_digest_of_file(teacher_run / "model.safetensors")
@@ -90,7 +91,8 @@ def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, teac
     raw = load_file(run / "model.safetensors")
     save_file({k: v * 0.5 if v.is_floating_point() else v for k, v in raw.items()}, run / "model_ema.safetensors")
     args = parse_args([str(a) for a in resnet18_job(images, teacher_run, 0, "--teacher", run)])
-    model, _, _, _, origin = _model(args, ["cat", "dog", "eel"], input_for(args), task_for(False, 3))
+    model, _, _, _, origin = _model(args.teacher, args.epochs, ["cat", "dog", "eel"], input_for(args),
+                                                    task_for(False, 3))
     assert origin == f"{run.resolve()}'s EMA weights"
     assert weights_digest(model) == weights_digest_of_file(run / "model_ema.safetensors")
     assert weights_digest(model) != weights_digest_of_file(run / "model.safetensors")

@@ -395,7 +395,8 @@ def test_a_vit_teacher_takes_every_train_crop_of_its_student(images, tmp_path, m
                           "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", "--teacher_pretrained", "--image_size",
                           "224", "--progressive_resize", "160", "224", "0", "2", "--epochs", "3"])
     inp = input_for(student)
-    model = _model(student, [str(k) for k in range(1000)], inp, SingleLabel(None, 1000))[0].eval()
+    model = _model(student.teacher, student.epochs, [str(k) for k in range(1000)], inp, SingleLabel(None, 1000))[0]
+    model = model.eval()
     with torch.no_grad():
         for side in (160, 224):
             assert model(torch.zeros(1, 3, side, side)).shape == (1, 1000)
