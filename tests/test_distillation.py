@@ -92,7 +92,7 @@ def test_a_run_folder_with_an_ema_teaches_with_its_averaged_weights(images, teac
     save_file({k: v * 0.5 if v.is_floating_point() else v for k, v in raw.items()}, run / "model_ema.safetensors")
     args = parse_args([str(a) for a in resnet18_job(images, teacher_run, 0, "--teacher", run)])
     model, _, _, _, origin = _model(args.teacher, args.epochs, ["cat", "dog", "eel"], input_for(args),
-                                                    task_for(False, 3))
+                                    task_for(False, 3))
     assert origin == f"{run.resolve()}'s EMA weights"
     assert weights_digest(model) == weights_digest_of_file(run / "model_ema.safetensors")
     assert weights_digest(model) != weights_digest_of_file(run / "model.safetensors")
