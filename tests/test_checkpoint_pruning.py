@@ -188,3 +188,21 @@ def test_best_weights_move_on_a_better_figure_only_and_a_tie_keeps_the_earlier_e
     again = SavingAccelerator()
     checkpoints.keep_if_best(again, "weights of epoch 5", tmp_path, [], {"epoch": 5, "val_top1": 0.75})
     assert again.saved == [] and json.loads((tmp_path / "best" / "metrics.json").read_text())["epoch"] == 2
+
+
+def test_the_loop_prunes_with_its_own_keep_last_and_keep_best(tmp_path, fresh_accelerate_state):
+    """save_checkpoint hands --keep_last and --keep_best to prune, each to its own: scores that do not grow with the
+    epochs (0.9, 0.1, 0.2, 0.3) with --keep_last 1 --keep_best 2 keep the newest and the two best, not the two newest
+    and the best."""
+    from loop_harness import Points, make_job, run_settings
+    from train_classification import save_checkpoint
+    from utils.run.accelerator import build_accelerator
+    from utils.training.early_stop import Patience
+
+    settings = run_settings(["--batch_size", "64", "--epochs", "4", "--num_workers", "0", "--keep_last", "1",
+                             "--keep_best", "2", "--lr", "0.1"])
+    job = make_job(settings, build_accelerator(settings), tmp_path, Points())
+    job.patience = Patience()
+    for epoch, score in enumerate((0.9, 0.1, 0.2, 0.3)):
+        save_checkpoint(job, epoch, epoch + 1, epoch_end=True, val_score=score)
+    assert names(tmp_path) == ["epoch_0", "epoch_3"]

@@ -80,3 +80,20 @@ def test_the_model_card_shows_the_figures_of_the_kind_its_run_recorded(tmp_path)
     card = model_card("me/m", chosen, results, "cmd", read_kind(tmp_path))
     assert "| val mAP | 0.6100 |" in card and "top-1" not in card
     assert "| val top-1 | 0.9000 |" in model_card("me/m", chosen, results, "cmd", SingleLabel)
+
+
+def test_the_data_side_of_each_kind_refuses_what_its_samples_cannot_take_and_stratifies_at_the_edge():
+    """Multi-label rows cannot have their one label flipped nor a class's share kept: refused in one line; one label
+    a sample takes both. Stratified folds need a sample of each class in each fold: a class with exactly as many
+    samples as folds is enough, one fewer is refused."""
+    from utils.data.datasets.label_kinds import ClassIndex, MultiHot
+    from utils.data.errors import DataError
+
+    for option in ("flip_labels", "imbalance"):
+        with pytest.raises(DataError, match=f"^{option}: "):
+            MultiHot.refuse(option)
+        ClassIndex.refuse(option)  # nothing to refuse
+    keys, how = ClassIndex.strata([0, 0, 0, 1, 1, 1], 3, ["a", "b"])
+    assert how == "by class" and keys.tolist() == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(DataError, match="^folds: class 'b' has 2 training samples, fewer than the 3 folds"):
+        ClassIndex.strata([0, 0, 0, 1, 1], 3, ["a", "b"])
