@@ -60,6 +60,9 @@ def get_args(argv=None):
     p.add_argument("--export_onnx", type=str, default=None, metavar="FILE",
                    help="write the eval graph (uint8 pixels or clips in, or a multispectral run's raw band values as "
                         "float32; logits out, dynamic batch) as ONNX")
+    p.add_argument("--backend", type=str, default=None, metavar="FILE",
+                   help="predict with this export of the run (export.py's .onnx, .xml or .pt2, run by its own runtime) "
+                        "instead of its PyTorch weights: the same rows")
     p.add_argument("--embeddings", type=str, default=None, metavar="FILE",
                    help="also write each file's feature vector, in input order, to FILE: .npy (float32, one row a "
                         "file, NaN for a file that cannot be decoded) or .parquet (columns path and embedding)")
@@ -85,6 +88,14 @@ def check_args(p, args):
         p.error("--embeddings: give the image files or folders to embed")
     if not args.inputs and not args.export_onnx:
         p.error("give image files or folders to predict, or --export_onnx FILE")
+    if args.backend:
+        taken = [name for name, on in (("--ema", args.ema), ("--checkpoint", args.checkpoint),
+                                       ("--embeddings", args.embeddings), ("--export_onnx", args.export_onnx)) if on]
+        if taken:
+            p.error(f"{taken[0]}: --backend runs an exported file, which holds the weights it was exported with and "
+                    f"outputs the classes' scores only; drop one of the two")
+        if not args.inputs:
+            p.error("--backend: give the image files or folders to predict")
     if args.threshold not in (None, "tuned"):
         try:
             args.threshold = float(args.threshold)
@@ -107,7 +118,8 @@ def main(argv=None):
 
     from utils.core.errors import UserError
     from utils.evaluation.tasks import kind_named
-    from utils.inference import RunError, export_onnx, input_shape, list_inputs, load_run, tuned_for
+    from utils.inference import RunError, exported_model, export_onnx, input_shape, list_inputs, load_run, read_run, \
+        tuned_for
 
     # On a machine without an accelerator, processes that a launcher started would not form a group
     # unless the CPU is asked for (see build_accelerator in train_classification.py).
@@ -119,15 +131,20 @@ def main(argv=None):
         if opts.ema and opts.checkpoint:
             raise RunError("--ema: the EMA weights are the run's final ones (model_ema.safetensors); --checkpoint "
                            "reads a checkpoint folder's trained weights: drop one of the two")
-        run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
-        if run.temperature != 1.0 and not tuned_for(run, opts.ema, opts.checkpoint) and accelerator.is_main_process:
+        if opts.backend:  # an export of the run: what it recorded, and the file in place of its weights
+            run = read_run(opts.run)
+            model = exported_model(opts.backend, run)
+        else:
+            run, model = load_run(opts.run, ema=opts.ema, checkpoint=opts.checkpoint)  # what the run recorded
+        if run.temperature != 1.0 and not tuned_for(run, opts.ema, opts.checkpoint) and accelerator.is_main_process \
+                and not opts.backend:
             print(f"calibration: the run's temperature {run.temperature:.4f} was fitted to {run.tuned_on} (what "
                   f"model/ holds); these weights' logits are used as they are"
                   f"{' (add --ema for the calibrated ones)' if run.tuned_on == 'model_ema.safetensors' else ''}")
         inp = run.input  # its eval input: sizes, normalisation, clips
         task = kind_named(run.label_kind).of(len(run.classes), tta_kind=opts.tta)  # softmax, or a sigmoid a class
         if opts.export_onnx and accelerator.is_main_process:
-            diff = export_onnx(model, inp, opts.export_onnx, overwrite=opts.overwrite, task=task)
+            diff = export_onnx(model, run, opts.export_onnx, overwrite=opts.overwrite, task=task)
             output = task.exported
             check = f"; onnxruntime vs PyTorch {output}: max abs diff {diff:.2e}" if diff is not None else ""
             shape = ", ".join(map(str, input_shape(inp)))
@@ -191,8 +208,8 @@ def predict(accelerator, run, task, model, files, opts, thresholds=None):
     loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=opts.num_workers, shuffle=False)
     loader = accelerator.prepare(loader)  # each process its own batches; padded, the padding dropped when gathered
     model = model.to(accelerator.device).eval()
-    inputs = BatchInput(run.input.mean_std,
-                        pixel_max=run.input.pixel_max)  # normalisation alone, as validation feeds it
+    # normalisation alone, as validation feeds it; an export normalises inside its graph, from the pixels
+    inputs = (lambda pixels: pixels) if opts.backend else BatchInput(run.input.mean_std, pixel_max=run.input.pixel_max)
     bad_files = BadImages(opts.skip_bad, hint="pass --skip_bad to list such files and go on")
     features = Features(unwrapped(model), run.model, opts.embedding_layer) if opts.embeddings else None
 

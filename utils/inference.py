@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from utils.data.datasets.clips import PathFrames, VideoClips
@@ -19,8 +20,10 @@ from utils.data.sources.catalog import source_named
 from utils.data.transforms.images import Fixed
 from utils.core.io import write_bytes_atomic, write_text_atomic
 from utils.data.transforms.video import video_eval, video_test
-from utils.evaluation.knn import KnnHead
-from utils.run.trained import RunError, load_run, tuned_for  # noqa: F401 (predict.py's, with what follows)
+from utils.evaluation.tasks import kind_named
+from utils.export.formats import FORMATS, export_metadata, format_of
+from utils.export.graph import EvalGraph, example_pixels, input_shape, refuse_knn, temperature_of  # noqa: F401
+from utils.run.trained import RunError, load_run, read_run, tuned_for  # noqa: F401 (predict.py's, with what follows)
 
 
 def list_inputs(items, video=False):
@@ -83,74 +86,55 @@ def _video_dataset(run, files, multi_view):
     return dataset, clips
 
 
-def input_shape(inp):
-    """One input of the eval graph: (C, H, W), or (C, T, H, W) for a video run's clips."""
-    if inp.video:
-        return (inp.channels, inp.frames, inp.image_size, inp.image_size)
-    return (inp.channels, inp.val_crop_size, inp.val_crop_size)
-
-
-class EvalGraph(torch.nn.Module):
-    """uint8 (N, C, H, W) pixels, or (N, C, T, H, W) clips -> what the run's `task` exports (a single-label run's
-    logits, a multi-label run's probabilities, each class's own; default: logits): the run's normalisation (the
-    arithmetic of utils/data/transforms/batch.py) and the model, as one graph to export. A run on files of their own
-    channels and bits takes their raw values, the run's bands, as float32 (what utils/data/decoding/bands.py reads),
-    divided by its pixel_max in the graph."""
-
-    def __init__(self, model, inp, task=None):
-        super().__init__()
-        self.model, self.pixel_max = model, inp.pixel_max
-        self.output = task.exported_output if task is not None else None
-        mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)
-        shape = (1, -1) + (1,) * (3 if inp.video else 2)
-        self.register_buffer("mean", torch.tensor(mean).view(shape))
-        self.register_buffer("std", torch.tensor(std).view(shape))
-
-    def forward(self, pixels):
-        scaled = pixels.float() / 255 if self.pixel_max is None else pixels / self.pixel_max
-        logits = self.model(scaled.sub(self.mean).div(self.std))
-        return logits if self.output is None else self.output(logits)
-
-
-def example_pixels(inp, count, seed):
-    """`count` random inputs of the eval graph: uint8 pixels, or raw values up to the run's pixel_max."""
-    generator = torch.Generator().manual_seed(seed)
-    if inp.pixel_max is None:
-        return torch.randint(0, 256, (count, *input_shape(inp)), dtype=torch.uint8, generator=generator)
-    return (torch.rand((count, *input_shape(inp)), generator=generator) * inp.pixel_max).round()
-
-
-def export_onnx(model, inp, path, overwrite=False, task=None):
-    """Write the eval graph with a dynamic batch to `path` (torch's dynamo exporter; onnx and onnxscript
-    needed); with onnxruntime installed, run it beside PyTorch on a batch and return the largest
-    absolute difference of the logits (else None)."""
+def export_onnx(model, run, path, overwrite=False, task=None):
+    """predict.py --export_onnx: the eval graph with a dynamic batch at `path`, carrying what export.py's files carry
+    (utils/export/formats.py Onnx, torch's dynamo exporter); with onnxruntime installed, run beside PyTorch on a batch:
+    the largest absolute difference of the outputs (else None). export.py checks every validation sample instead."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
-    if any(isinstance(module, KnnHead) for module in model.modules()):
-        raise RunError("export_onnx: a --probe knn run votes over its memory bank, not a graph ONNX holds; export a "
-                       "--probe linear run")
+    refuse_knn(model)
+    inp, onnx = run.input, FORMATS["onnx"]
     graph = EvalGraph(model, inp, task).eval()
-    example = example_pixels(inp, 2, seed=0)
-    batch = torch.export.Dim("batch", min=1)
-    try:
-        program = torch.onnx.export(graph, (example,), dynamo=True, dynamic_shapes={"pixels": {0: batch}},
-                                    input_names=["pixels"], output_names=[task.exported if task else "logits"],
-                                    verbose=False)
-    except ImportError as e:
-        raise RunError(f"export_onnx: {e} (pip install onnx onnxscript)") from None
     tmp = path.with_name(f".{path.name}.tmp")
-    program.save(str(tmp))
+    onnx.write(graph, example_pixels(inp, 2, seed=0), tmp, export_metadata(onnx, run, task, None, temperature_of(model)))
     os.replace(tmp, path)
     try:
-        import onnxruntime
-    except ImportError:
+        runner = onnx.load(path)
+    except RunError:  # no onnxruntime here: written, not checked
         return None
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     check = example_pixels(inp, 3, seed=1)
     with torch.no_grad():
         expected = graph(check).numpy()
-    return float(abs(session.run(None, {"pixels": check.numpy()})[0] - expected).max())
+    return float(abs(runner(check.numpy()) - expected).max())
+
+
+class ExportedModel(torch.nn.Module):
+    """predict.py --backend: an export of a run (export.py's file, run by its runtime) where its model stands. Given the
+    pixels (the export normalises them in its graph), what the run's `task` scores: its `exported_logits`."""
+
+    def __init__(self, runner, task):
+        super().__init__()
+        self.runner, self.task = runner, task
+
+    def forward(self, pixels):
+        output = torch.from_numpy(self.runner(np.ascontiguousarray(pixels.cpu().numpy())))
+        return self.task.exported_logits(output).to(pixels.device)
+
+
+def exported_model(path, run):
+    """The ExportedModel of the export at `path`, once its metadata says it is one of `run`'s (its classes, its
+    input); a RunError otherwise."""
+    fmt = format_of(path)
+    said = fmt.metadata(path)
+    if "classes" not in said:
+        raise RunError(f"--backend: {path} was not written by export.py (its metadata names no classes)")
+    if json.loads(said["classes"]) != run.classes or said.get("label_kind") != run.label_kind:
+        raise RunError(f"--backend: {path} is the export of another run (its classes or kind of labels differ)")
+    if json.loads(said.get("input_shape", "[]"))[1:] != list(input_shape(run.input)):
+        raise RunError(f"--backend: {path} takes inputs of shape {said.get('input_shape')}, the run's eval input is "
+                       f"{list(input_shape(run.input))}")
+    return ExportedModel(fmt.load(path), kind_named(run.label_kind).of(len(run.classes)))
 
 
 def write_rows(rows, path, predicted=False):

@@ -111,6 +111,32 @@ class MultiLabel(MultiHot):
     def activate(logits):
         return logits.sigmoid()
 
+    # An export's parity (utils/export/parity.py): what its outputs are, how two models' answers agree, the score
+    scored = "map"
+
+    @staticmethod
+    def exported_probabilities(output):
+        """The exported graph outputs each class's probability already."""
+        return output.float()
+
+    @staticmethod
+    def exported_logits(output):
+        """The log-odds of the exported probabilities, what `outputs` gives (float64: 0 and 1 stay -inf and inf)."""
+        p = output.double()
+        return p.log() - (-p).log1p()
+
+    @staticmethod
+    def agree(probs, other, thresholds):
+        """Each sample's answer the same under both models: its label set at each class's threshold."""
+        cut = torch.as_tensor(thresholds, dtype=probs.dtype)
+        return ((probs >= cut) == (other >= cut)).all(dim=1)
+
+    def score(self, probs, targets):
+        """mAP of the probabilities against the multi-hot targets (multi_label_figures')."""
+        figures = multi_label_figures(probs.double().numpy(), targets.numpy().astype(bool), np.zeros(len(targets)),
+                                      self.threshold)
+        return figures["val_map"]
+
     def clip_hits(self, probs, targets):
         """The multi-view test's clips whose own labels at the threshold are exactly right."""
         return int(((probs >= self.threshold) == targets.bool()).all(dim=1).sum())

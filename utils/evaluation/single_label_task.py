@@ -84,6 +84,29 @@ class SingleLabel(ClassIndex):
     def activate(logits):
         return logits.softmax(dim=1)
 
+    # An export's parity (utils/export/parity.py): what its outputs are, how two models' answers agree, the score
+    scored = "top1"
+
+    @staticmethod
+    def exported_probabilities(output):
+        """The probabilities of what the exported graph outputs (`exported`)."""
+        return output.float().softmax(dim=1)
+
+    @staticmethod
+    def exported_logits(output):
+        """What `outputs` gives, of the exported graph's output: predict.py's scoring of an export."""
+        return output.float()
+
+    @staticmethod
+    def agree(probs, other, thresholds=None):
+        """Each sample's answer the same under both models: its top class."""
+        return probs.argmax(dim=1) == other.argmax(dim=1)
+
+    @staticmethod
+    def score(probs, labels):
+        """Top-1 of the probabilities against the labels."""
+        return float((probs.argmax(dim=1) == labels).double().mean()) if len(labels) else 0.0
+
     def clip_hits(self, probs, labels):
         """The multi-view test's clips whose own top class is right."""
         return int((probs.argmax(dim=1) == labels).sum())
