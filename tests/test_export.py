@@ -369,3 +369,55 @@ def test_a_model_a_format_cannot_hold_is_refused_naming_what_stopped_it(tmp_path
         with pytest.raises(RunError, match=words):
             FORMATS[name].write(Branchy().eval(), example, tmp_path / f"m{FORMATS[name].suffix}", {"output": "logits"})
         assert not (tmp_path / f"m{FORMATS[name].suffix}").exists()
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    """A video run: SMALL_MODEL scoring each frame (TSN) of the moving digits' 8-frame clips, at 8 px."""
+    root = tmp_path_factory.mktemp("export_video")
+    run_main(["--dataset", "moving_digits", "--model", SMALL_MODEL, "--image_size", "8", "--epochs", "1",
+              "--num_workers", "0", "--no_plots", "--output_dir", root / "run"])
+    return root / "run"
+
+
+def test_a_video_run_exports_its_clips_and_calibrates_int8_on_training_clips(video):
+    """The clips' graph (N, C, T, H, W) checked over all 501 val clips; int8 calibrated on training clips read as
+    validation reads its own (the centre clip, no augmentation)."""
+    import onnxruntime
+
+    from utils.export.sample import calibration
+    from utils.evaluation.tasks import kind_named
+    from utils.inference import read_run
+    from utils.run.trained import read_settings
+
+    record = export_main([video, "--format", "onnx", "--num_workers", "0", "--timing_seconds", "0"])
+    assert record["samples"] == 501 and record["agreement"] == 1.0 and record["max_probability_difference"] <= 1e-4
+    said = onnxruntime.InferenceSession(str(video / "export" / "onnx.onnx")).get_modelmeta().custom_metadata_map
+    assert json.loads(said["input_shape"]) == ["N", 3, 8, 8, 8]
+    int8 = export_main([video, "--format", "onnx_int8", "--num_workers", "0", "--timing_seconds", "0",
+                        "--min_agreement", "0", "--calibration_samples", "40"])
+    assert int8["samples"] == 501 and int8["max_probability_difference"] > 1e-4
+    run = read_run(video)
+    settings = read_settings(video / "config.yaml")
+    train, val, _, _ = settings.source.datasets(settings.data, run.input)
+    batches = calibration(train, val, kind_named(run.label_kind).of(len(run.classes)), 16, seed=3).batches
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(3))[:16].tolist()
+    centre = train.dataset.evaluated_like(val)
+    expected = torch.stack([centre[i]["pixel_values"] for i in order]).numpy()
+    assert np.array_equal(np.concatenate(batches), expected)
+    val_clips = {val[i]["pixel_values"].numpy().tobytes() for i in range(len(val))}
+    assert not {clip.tobytes() for clip in expected} & val_clips  # training clips, none of validation's
+
+
+def test_a_run_of_bands_exports_their_raw_values_as_float32(tmp_path):
+    """spectral_digits: 6 bands of 16-bit values; the graph takes them raw (float32) and divides by pixel_max."""
+    import onnxruntime
+
+    run_main(["--dataset", "spectral_digits", "--model", SMALL_MODEL, "--epochs", "1", "--num_workers", "0",
+              "--no_plots", "--output_dir", tmp_path / "run"])
+    record = export_main([tmp_path / "run", "--format", "onnx", "--num_workers", "0", "--timing_seconds", "0"])
+    assert record["samples"] == 360 and record["agreement"] == 1.0 and record["max_probability_difference"] <= 1e-4
+    session = onnxruntime.InferenceSession(str(tmp_path / "run" / "export" / "onnx.onnx"))
+    said = session.get_modelmeta().custom_metadata_map
+    assert said["bands"] == "6" and said["input_dtype"] == "float32" and json.loads(said["input_shape"])[1] == 6
+    assert json.loads(said["pixel_max"]) > 255 and session.get_inputs()[0].type == "tensor(float)"

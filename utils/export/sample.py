@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from utils.data.datasets.images import evaluated
+from utils.core.seeding import EpochSeeded
 from utils.run.trained import RunError
 
 BATCH = 8  # samples per calibration batch
@@ -30,11 +30,10 @@ class HeldOut(NamedTuple):
 def drawn(train, val, count, seed, skip=0):
     """`count` batches' worth of the training split through `val`'s transform, in an order drawn by `seed`, after the
     first `skip` of that order: [(pixels as numpy, labels)], undecodable samples left out."""
-    try:
-        rows = evaluated(train, val)
-    except AttributeError:  # a clip dataset or a stream: no random access to its rows with another transform
-        raise RunError("int8 calibration reads training samples with the eval transform, which this run's data "
-                       "(video clips, or a stream) does not offer yet; export an fp32 or fp16 format") from None
+    if not isinstance(train, EpochSeeded):  # a stream: no random access to its samples
+        raise RunError("int8 calibration draws training samples by seed, which a streamed training split cannot give; "
+                       "export an fp32 or fp16 format")
+    rows = train.dataset.evaluated_like(val.dataset if isinstance(val, EpochSeeded) else val)  # images, or clips
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed))[skip:skip + count].tolist()
     items = [item for item in (rows[i] for i in order) if item["valid"]]
     if not items:

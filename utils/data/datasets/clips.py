@@ -1,6 +1,7 @@
 """Video clips: which frames make a clip, and the dataset that serves them, from videos in memory (moving digits),
 stored by `datasets`, or named by path (utils/data/decoding/video.py decodes them)."""
 
+import copy
 import io
 import os
 
@@ -111,6 +112,12 @@ class VideoClips(Dataset):
         if on_device:
             self.deferred = DeferredVideo(transform, shape[-1])
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
+
+    def evaluated_like(self, val):
+        """These videos as the VideoClips `val` reads its own: its transform, the centre clip of each segment."""
+        clips = copy.copy(self)
+        clips.transform, clips.seed, clips.clips, clips.deferred = val.transform, None, 1, val.deferred
+        return clips
 
     def __len__(self):
         return len(self.labels) * self.clips

@@ -63,6 +63,12 @@ class ImageRows(Dataset):
     def __len__(self):
         return len(self.rows)
 
+    def evaluated_like(self, val):
+        """These rows through the ImageRows `val`'s transform, without random draws."""
+        rows = copy.copy(self)
+        rows.preset, rows.seed = val.preset, None
+        return rows
+
     @property
     def labels(self):
         return self.rows["label"][:]  # [:] reads the column whole (not row by row)
@@ -110,6 +116,5 @@ def with_transform(ds, preset, decoded, seed=None, on_device=False, targets=Clas
 def evaluated(train, val):
     """The training split `train` (with_transform's) as validation sees it: `val`'s transform, no random draws (the
     features --probe caches)."""
-    rows = copy.copy(train.dataset)
-    rows.preset, rows.seed = val.dataset.preset, None
+    rows = train.dataset.evaluated_like(val.dataset)
     return EpochSeeded(rows, rows.epoch)
