@@ -1,4 +1,4 @@
-"""Predict with a trained run: top-k labels for images or videos, a CSV or JSONL of rows, ONNX export.
+"""Predict with a trained run: top-k labels for images or videos, a CSV or JSONL of rows, ONNX export, or its export.
 
     python predict.py runs/<run> photo.jpg more_photos/               # a top-k table
     python predict.py runs/<run> data/val --output preds.csv --top_k 3  # one row per file, in input order
@@ -10,6 +10,7 @@
                                                                       # (a run of --bands: their raw values, float32)
     python predict.py runs/<multi-label run> tiles/ --threshold tuned  # every label at its class's tuned threshold
     python predict.py runs/<run> photos/ --embeddings feats.parquet   # each file's feature vector too (or .npy)
+    python predict.py runs/<run> photos/ --backend runs/<run>/export/onnx_int8.onnx  # export.py's file, its runtime
 
 What the run recorded (run.json: its model and input), its class names (labels.json) and its eval transform
 are used, never its training data (a copied run folder works anywhere): the same resize, crop, normalisation

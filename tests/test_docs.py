@@ -7,7 +7,8 @@ What this file promises, in a few seconds, without starting a process or trainin
   flag, no bad value; a recipe it names in configs/ loads (known keys, right types); and where every
   value is real (no placeholder, no timm/ or hf/ model), the script's own parse_args accepts it, its
   checks across options included;
-- every `predict.py` command is accepted by predict.py's own parser and its checks;
+- every `predict.py` command is accepted by predict.py's own parser and its checks, every `export.py` one by
+  export.py's;
 - every long flag of the training parser has a row (default, meaning) in docs/configuration.md's
   tables, and every flag those rows name is one the parser has;
 - docs/resuming.md names every option the parser marks as one a resume must keep;
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+import export  # export.get_args: export.py's parser and its checks
 import predict  # predict.get_args: predict.py's parser and its checks
 from utils.config.options import get_args_parser, parse_args  # the training options
 from utils.config.recipes import load_recipe
@@ -93,7 +95,7 @@ def script_calls():
             if info not in SHELL:
                 continue
             for number, line in command_lines(lines, start):
-                if not any(script in line for script in TRAIN_SCRIPTS | {"predict.py"}):
+                if not any(script in line for script in TRAIN_SCRIPTS | {"predict.py", "export.py"}):
                     continue  # other commands, or prose in an untagged block: not split
                 where = f"{page.relative_to(ROOT)}:{number}"
                 # A placeholder is one value, spaces and all: <hub name> -> <hub_name>.
@@ -118,7 +120,7 @@ def _script_call(words):
     """(script, argv) if these words run one of our scripts through a runner, else None."""
     for i, word in enumerate(words):
         name = Path(word).name
-        if name in TRAIN_SCRIPTS | {"predict.py"} and any(Path(w).name in RUNNERS for w in words[:i]):
+        if name in TRAIN_SCRIPTS | {"predict.py", "export.py"} and any(Path(w).name in RUNNERS for w in words[:i]):
             argv = [w for w in words[i + 1:] if w != "..."]
             if name == "slurm_multi_node.sbatch":
                 argv += ["--resume", "latest"]  # what the script adds to every node's command
@@ -169,12 +171,12 @@ def concrete(argv):
     return not any("<" in w or "$" in w or w.startswith(("timm/", "hf/")) for w in argv)
 
 
-def predict_problem(argv):
-    """Why predict.py's parser refuses `argv` (None if it accepts it)."""
+def predict_problem(argv, script=predict):
+    """Why predict.py's (or export.py's) parser refuses `argv` (None if it accepts it)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            predict.get_args(argv)
+            script.get_args(argv)
         except SystemExit as e:
             return (err.getvalue().strip().splitlines() or [f"exit {e.code}"])[-1]  # argparse's own line
     return None
@@ -188,6 +190,7 @@ def test_the_docs_hold_the_commands_they_are_read_for():
     scripts = [script for _, script, _ in CALLS]
     assert scripts.count("train_classification.py") >= 40, scripts
     assert scripts.count("predict.py") >= 5, scripts
+    assert scripts.count("export.py") >= 5, scripts
 
 
 @pytest.mark.parametrize("where,argv", [(w, a) for w, s, a in CALLS if s == "train_classification.py"],
@@ -202,6 +205,13 @@ def test_every_training_command_in_the_docs_parses(where, argv):
 def test_every_predict_command_in_the_docs_parses(where, argv):
     problem = predict_problem(argv)
     assert problem is None, f"{where}: predict.py {shlex.join(argv)}: {problem}"
+
+
+@pytest.mark.parametrize("where,argv", [(w, a) for w, s, a in CALLS if s == "export.py"],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_every_export_command_in_the_docs_parses(where, argv):
+    problem = predict_problem(argv, export)
+    assert problem is None, f"{where}: export.py {shlex.join(argv)}: {problem}"
 
 
 def test_every_training_option_has_its_row_in_the_configuration_page():
