@@ -97,7 +97,7 @@ def export(accelerator, opts):
 
     from utils.core.errors import UserError
     from utils.core.io import write_json_atomic
-    from utils.export.formats import FORMATS, MIN_AGREEMENT, export_metadata, one_line
+    from utils.export.formats import FORMATS, MIN_AGREEMENT, export_metadata, one_line, thresholds_of
     from utils.export.graph import EvalGraph, example_pixels, refuse_knn, temperature_of
     from utils.export.parity import compared, figures, speeds
     from utils.export.sample import calibration
@@ -120,10 +120,10 @@ def export(accelerator, opts):
     run, model = load_run(run_dir, ema=opts.ema)
     refuse_knn(model)
     task = kind_named(run.label_kind).of(len(run.classes), threshold=run.threshold)
-    thresholds = [run.threshold] * len(run.classes) if task.thresholded else None
+    thresholds = thresholds_of(run, task)
     settings, train, val, loader, bad_files = validation_of(accelerator, run_dir, run, opts)
     graph = EvalGraph(model, run.input, task).eval()
-    metadata = export_metadata(fmt, run, task, thresholds, temperature_of(model))
+    metadata = export_metadata(fmt, run, task, temperature_of(model))
     problem = [None]
     if accelerator.is_main_process:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +140,7 @@ def export(accelerator, opts):
     if problem[0]:
         raise RunError(problem[0])
     runner = fmt.load(target)
-    (eager, exported, labels), samples = compared(accelerator, loader, graph, runner, task, thresholds, bad_files)
+    (eager, exported, labels), samples = compared(accelerator, loader, graph, runner, task, bad_files)
     if not accelerator.is_main_process:
         return None
     found = figures(task, eager, exported, labels, thresholds)

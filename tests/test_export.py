@@ -178,7 +178,8 @@ def test_a_failed_check_exits_1_with_the_figures_and_keeps_the_file_named_failed
     monkeypatch.setattr(formats.OnnxRunner, "__call__", one_wrong)
     out = tmp_path / "model.onnx"
     with pytest.raises(SystemExit) as stopped:
-        export_main([digits / "run", "--format", "onnx", "--output", out, "--num_workers", "0", "--timing_seconds", "0"])
+        export_main([digits / "run", "--format", "onnx", "--output", out, "--num_workers", "0", "--timing_seconds",
+                     "0"])
     printed = capsys.readouterr().out
     assert stopped.value.code == 1
     assert not out.exists() and (tmp_path / "model.failed.onnx").is_file()
@@ -421,3 +422,41 @@ def test_a_run_of_bands_exports_their_raw_values_as_float32(tmp_path):
     said = session.get_modelmeta().custom_metadata_map
     assert said["bands"] == "6" and said["input_dtype"] == "float32" and json.loads(said["input_shape"])[1] == 6
     assert json.loads(said["pixel_max"]) > 255 and session.get_inputs()[0].type == "tensor(float)"
+
+
+def test_accuracy_control_keeps_the_held_out_score_within_the_drop_asked(exports, digits, tmp_path):
+    """NNCF's accuracy-aware mode with a drop of 0.01 points: on the held-out training images it scored its choices
+    on (none of calibration's), the IR's top-1 is at most that below the fp32 model's, recomputed here; it keeps
+    at most as many quantized operations as the plain int8 IR."""
+    import openvino
+
+    from utils.export.graph import EvalGraph
+    from utils.export.sample import calibration
+    from utils.evaluation.tasks import kind_named
+    from utils.inference import load_run
+    from utils.run.trained import read_settings
+
+    out = tmp_path / "controlled.xml"
+    record = export_main([digits / "run", "--format", "openvino_int8", "--output", out, "--num_workers", "0",
+                          "--timing_seconds", "0", "--calibration_samples", "100", "--accuracy_control", "0.01",
+                          "--min_agreement", "0"])
+    assert record["calibration"] == {"samples": 100, "seed": 0, "accuracy_control": 0.01}
+    run, model = load_run(digits / "run")
+    task = kind_named(run.label_kind).of(len(run.classes))
+    settings = read_settings(digits / "run" / "config.yaml")
+    train, val, _, _ = settings.source.datasets(settings.data, run.input)
+    held_out = calibration(train, val, task, 100, seed=0, accuracy_control=0.01).held_out
+    pixels = torch.from_numpy(np.concatenate([p for p, _ in held_out.batches]))
+    labels = torch.cat([y for _, y in held_out.batches])
+    with torch.no_grad():
+        fp32 = task.score(EvalGraph(model, run.input, task).eval()(pixels).softmax(dim=1), labels)
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(str(out)), "CPU")
+    int8 = task.score(torch.from_numpy(compiled(pixels.numpy())[0]).softmax(dim=1), labels)
+    assert int8 >= fp32 - 0.0001
+
+    def fake_quantize(path):
+        return sum(op.get_type_name() == "FakeQuantize" for op in core.read_model(str(path)).get_ops())
+
+    plain = digits / "run" / "export" / exports["openvino_int8"]["file"]
+    assert 0 < fake_quantize(out) <= fake_quantize(plain)

@@ -97,7 +97,7 @@ def export_onnx(model, run, path, overwrite=False, task=None):
     inp, onnx = run.input, FORMATS["onnx"]
     graph = EvalGraph(model, inp, task).eval()
     tmp = path.with_name(f".{path.name}.tmp")
-    onnx.write(graph, example_pixels(inp, 2, seed=0), tmp, export_metadata(onnx, run, task, None, temperature_of(model)))
+    onnx.write(graph, example_pixels(inp, 2, seed=0), tmp, export_metadata(onnx, run, task, temperature_of(model)))
     os.replace(tmp, path)
     try:
         runner = onnx.load(path)

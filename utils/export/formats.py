@@ -49,7 +49,7 @@ class ExportFormat:
 
     def write(self, graph, example, path, metadata, calibration=None):
         """`graph` (an EvalGraph, eval mode) as this format at `path`, its metadata (str -> str) in the format's own
-        place; `example`: a batch of its input; `calibration`: utils/export/sample.py's Calibration (quantized formats)."""
+        place; `example`: a batch of its input; `calibration`: sample.py's Calibration (quantized formats)."""
         raise NotImplementedError
 
     def load(self, path):
@@ -335,15 +335,23 @@ def format_of(path):
     return FORMATS.get(family.metadata(path).get("format"), family)
 
 
-def export_metadata(fmt, run, task, thresholds, temperature):
-    """What a user of the exported file needs without this project, as strings (JSON where not a plain value)."""
+def export_metadata(fmt, run, task, temperature):
+    """What a user of the exported file needs without this project, as strings (JSON where not a plain value): the
+    run's `task` says its output and whether its classes are decided at thresholds (the run's --threshold each)."""
     inp = run.input
-    mean, std = inp.mean_std or ((0.0,) * 3, (1.0,) * 3)
-    return {"format": fmt.name, "precision": fmt.precision, "classes": json.dumps(run.classes), "label_kind": run.label_kind, "output": task.exported,
-            "input": "pixels", "input_shape": json.dumps(["N", *input_shape(inp)]),
-            "input_dtype": "uint8" if inp.pixel_max is None else "float32",
-            "bands": str(inp.channels), "resize_shorter_side": str(inp.val_resize_size),
-            "crop_size": str(inp.val_crop_size), "interpolation": inp.interpolation, "pixel_max": json.dumps(inp.pixel_max if inp.pixel_max is not None else 255),
+    mean, std = inp.mean_std or ((0.0,) * inp.channels, (1.0,) * inp.channels)  # synthetic input: not normalised
+    full_scale = inp.pixel_max if inp.pixel_max is not None else 255
+    return {"format": fmt.name, "precision": fmt.precision, "model": run.model, "classes": json.dumps(run.classes),
+            "label_kind": run.label_kind, "output": task.exported, "input": "pixels",
+            "input_shape": json.dumps(["N", *input_shape(inp)]),
+            "input_dtype": "uint8" if inp.pixel_max is None else "float32", "bands": str(inp.channels),
+            "pixel_max": json.dumps(full_scale), "resize_shorter_side": str(inp.val_resize_size),
+            "crop_size": str(inp.val_crop_size), "interpolation": inp.interpolation,
             "mean": json.dumps(list(mean)), "std": json.dumps(list(std)),
             "normalisation": "inside the graph: (pixels / pixel_max - mean) / std",
-            "temperature": json.dumps(temperature), "thresholds": json.dumps(thresholds), "model": run.model}
+            "temperature": json.dumps(temperature), "thresholds": json.dumps(thresholds_of(run, task))}
+
+
+def thresholds_of(run, task):
+    """Each class's threshold, where the run's kind of labels decides its classes at thresholds; else None."""
+    return [run.threshold] * len(run.classes) if task.thresholded else None

@@ -13,7 +13,7 @@ from utils.evaluation.scoring import kept_rows, scored_batches
 TIMED_BATCHES = (1, 32)
 
 
-def compared(accelerator, loader, graph, runner, task, thresholds, bad_files):
+def compared(accelerator, loader, graph, runner, task, bad_files):
     """(the gathered (PyTorch probabilities, export probabilities, labels) of every valid validation sample, up to 32
     of this process's own pixels to time with). `graph`: the eval graph in eager PyTorch; `runner`: the export's."""
     kept = []
