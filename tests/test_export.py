@@ -366,9 +366,13 @@ def test_a_model_a_format_cannot_hold_is_refused_naming_what_stopped_it(tmp_path
             return x.mean(dim=(2, 3)) if x.sum() > 0 else -x.mean(dim=(2, 3))
 
     example = torch.randint(0, 255, (2, 3, 8, 8), dtype=torch.uint8)
+    line = Branchy.forward.__code__.co_firstlineno + 2  # the branch on the data
     for name, words in (("onnx", "ONNX cannot hold this model"), ("pt2", "torch.export cannot hold this model")):
-        with pytest.raises(RunError, match=words):
+        with pytest.raises(RunError) as refused:
             FORMATS[name].write(Branchy().eval(), example, tmp_path / f"m{FORMATS[name].suffix}", {"output": "logits"})
+        said = str(refused.value)
+        assert said.startswith(f"{words}: Could not guard on data-dependent expression") and "\n" not in said
+        assert said.endswith(f'(at File "{__file__}", line {line}, in forward)'), said
         assert not (tmp_path / f"m{FORMATS[name].suffix}").exists()
 
 
@@ -460,3 +464,32 @@ def test_accuracy_control_keeps_the_held_out_score_within_the_drop_asked(exports
 
     plain = digits / "run" / "export" / exports["openvino_int8"]["file"]
     assert 0 < fake_quantize(out) <= fake_quantize(plain)
+
+
+def test_a_write_that_fails_on_the_main_process_stops_every_process_with_its_line(digits, tmp_path):
+    """Two processes, the main one's converter refusing the model: the other is told, not left waiting for the file;
+    both exit 2 with the line, nothing written."""
+    from ranks import run_ranks
+
+    job = run_ranks([digits / "run", "--format", "onnx", "--output", tmp_path / "m.onnx", "--num_workers", "0",
+                     "--timing_seconds", "0"], nproc=2, target="helpers.export_fails:main", timeout=120)
+    assert [r.returncode for r in job.ranks] == [2, 2] and not job.timed_out, job.report()
+    for rank in job.ranks:
+        assert "export.py: error: ONNX cannot hold this model: a layer it has no translation for" in rank.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_onnx_int8_is_qdq_with_weights_per_channel_and_uint8_activations(exports, digits):
+    import onnx
+
+    model = onnx.load(str(digits / "run" / "export" / exports["onnx_int8"]["file"]))
+    inits = {i.name: i for i in model.graph.initializer}
+    dequantized = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    weights = [n for n in dequantized if inits.get(n.input[0]) is not None
+               and inits[n.input[0]].data_type == onnx.TensorProto.INT8 and len(inits[n.input[0]].dims) == 4]
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    assert len(weights) == len(convs) > 0  # every convolution's weights int8
+    assert all(len(inits[n.input[1]].dims) == 1 and inits[n.input[1]].dims[0] == inits[n.input[0]].dims[0] > 1
+               for n in weights)  # a scale per output channel
+    activations = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert activations and all(inits[n.input[2]].data_type == onnx.TensorProto.UINT8 for n in activations)

@@ -9,6 +9,7 @@ Not torch.ao.quantization: it is deprecated (pytorch#160095); the runtimes' own 
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -86,9 +87,15 @@ def onnx_program(graph, example, output_name):
 
 
 def one_line(error):
-    """An exception's first line that says something, shortened."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:300]
+    """An exporter's refusal in one line: its root cause's first line (torch.onnx wraps torch.export's), with the place
+    in the model's code it names ("File ..., line N, in forward"), shortened."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))  # the exporter's terminal colours
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    places = [line for line in lines if re.match(r'File ".*", line [0-9]+, in ', line)]
+    first = (lines[0] if lines else type(error).__name__)[:300]
+    return f"{first} (at {places[-1]})" if places else first
 
 
 def with_onnx_metadata(model, metadata):
@@ -189,7 +196,8 @@ class OpenVinoRunner(Runner):
     def __init__(self, path, precision):
         ov = needs("openvino", "running an OpenVINO file")
         core = ov.Core()
-        # Its CPU plugin computes in bfloat16 by default where the CPU has it: an fp32 model is asked for f32
+        # Its CPU plugin computes in bfloat16 by default where the CPU has it: an fp32 model is asked for f32 (an int8
+        # one runs as the plugin chooses, its float parts in bfloat16 there: what a deployment gets by default)
         hint = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp32" else {}
         self.compiled = core.compile_model(core.read_model(str(path)), "CPU", hint)
 
@@ -200,6 +208,7 @@ class OpenVinoRunner(Runner):
 class OpenVino(ExportFormat):
     """OpenVINO IR (.xml and its .bin), converted from the PyTorch graph (openvino.convert_model), weights in fp32."""
     name, suffix, runtime = "openvino", ".xml", "openvino"
+
     def write(self, graph, example, path, metadata, calibration=None):
         ov = needs("openvino", f"--format {self.name}")
         try:
