@@ -194,6 +194,11 @@ def test_a_failed_check_exits_1_with_the_figures_and_keeps_the_file_named_failed
                           "--timing_seconds", "0", "--min_agreement", "0.99", "--overwrite"])
     assert record["passed"] and out.is_file() and record["min_agreement"] == 0.99
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.parity.json"]  # the failed one gone
+    # the floor itself passes: an agreement equal to --min_agreement
+    calls.clear()
+    record = export_main([digits / "run", "--format", "onnx", "--output", out, "--num_workers", "0",
+                          "--timing_seconds", "0", "--min_agreement", repr(359 / 360), "--overwrite"])
+    assert record["agreement"] == 359 / 360 and record["passed"]
 
 
 def test_predict_with_an_export_writes_the_rows_of_the_pytorch_path(exports, digits, tmp_path):
@@ -272,6 +277,25 @@ def multi(tmp_path_factory):
     return root / "run"
 
 
+def test_predict_with_a_multi_label_export_lists_the_labels_the_pytorch_path_lists(multi, tmp_path):
+    import predict
+    from utils.data.sources.multi_digits import load_multi_digits
+
+    export_main([multi, "--format", "onnx", "--num_workers", "0", "--timing_seconds", "0", "--output",
+                 tmp_path / "m.onnx"])
+    val = load_multi_digits()["validation"]
+    for i in range(40):
+        val[i]["image"].save(tmp_path / f"{i:03d}.png")
+    tiles = sorted(map(str, tmp_path.glob("*.png")))
+    rows = {}
+    for extra in ([], ["--backend", str(tmp_path / "m.onnx")]):
+        rows[bool(extra)] = predict.main([str(multi), *tiles, "--num_workers", "0", "--top_k", "10", *extra])
+        reset_accelerate_state()
+    assert [r["predicted"] for r in rows[True]] == [r["predicted"] for r in rows[False]]
+    assert any(r["predicted"] for r in rows[False])
+    assert max(abs(a - b) for r, s in zip(rows[True], rows[False]) for a, b in zip(r["probs"], s["probs"])) <= 1e-4
+
+
 @pytest.mark.parametrize("name", ["onnx", "openvino_int8"])
 def test_a_multi_label_run_exports_its_probabilities_and_agrees_on_label_sets_at_its_threshold(multi, name):
     record = export_main([multi, "--format", name, "--num_workers", "0", "--timing_seconds", "0", "--min_agreement",
@@ -336,6 +360,11 @@ def test_refusals_are_one_line_and_leave_what_exists(exports, digits, tmp_path, 
     code, err = export_fails([run, "--format", "onnx"], capsys)
     assert code == 2 and err.strip() == f"export.py: error: {existing} exists; pass --overwrite to replace it"
     assert existing.read_bytes() == before
+    failed = tmp_path / "m.failed.onnx"  # an earlier export that failed its check is kept too
+    failed.write_bytes(b"kept")
+    code, err = export_fails([run, "--format", "onnx", "--output", tmp_path / "m.onnx"], capsys)
+    assert code == 2 and f"{failed} exists; pass --overwrite" in err and failed.read_bytes() == b"kept"
+    assert not (tmp_path / "m.onnx").exists()
     empty = tmp_path / "no_weights"
     empty.mkdir()
     for name in ("run.json", "config.yaml", "labels.json"):
@@ -407,7 +436,11 @@ def test_a_video_run_exports_its_clips_and_calibrates_int8_on_training_clips(vid
     train, val, _, _ = settings.source.datasets(settings.data, run.input)
     batches = calibration(train, val, kind_named(run.label_kind).of(len(run.classes)), 16, seed=3).batches
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(3))[:16].tolist()
-    centre = train.dataset.evaluated_like(val)
+    from utils.data.datasets.clips import VideoClips
+
+    rows = train.dataset  # the training videos, read as validation reads its own: built here apart from the code
+    centre = VideoClips(rows.frames, rows.labels, clip_len=val.clip_len, interval=val.interval, segments=val.segments,
+                        transform=val.transform, shape=val.shape, targets=val.targets)
     expected = torch.stack([centre[i]["pixel_values"] for i in order]).numpy()
     assert np.array_equal(np.concatenate(batches), expected)
     val_clips = {val[i]["pixel_values"].numpy().tobytes() for i in range(len(val))}
@@ -493,3 +526,24 @@ def test_onnx_int8_is_qdq_with_weights_per_channel_and_uint8_activations(exports
                for n in weights)  # a scale per output channel
     activations = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
     assert activations and all(inits[n.input[2]].data_type == onnx.TensorProto.UINT8 for n in activations)
+
+
+def test_a_calibrated_runs_temperature_is_inside_the_graph_and_in_the_metadata(tmp_path):
+    """--calibrate: the exported logits are the model's divided by the fitted temperature, which the file states."""
+    import onnxruntime
+
+    from utils.export.graph import EvalGraph
+    from utils.inference import load_run, read_run
+
+    run_main(["--model", SMALL_MODEL, "--epochs", "1", "--calibrate", "--num_workers", "0", "--no_plots",
+              "--output_dir", tmp_path / "run"])
+    record = export_main([tmp_path / "run", "--format", "onnx", "--num_workers", "0", "--timing_seconds", "0"])
+    run = read_run(tmp_path / "run")
+    assert run.temperature != 1.0 and record["agreement"] == 1.0
+    session = onnxruntime.InferenceSession(str(tmp_path / "run" / "export" / "onnx.onnx"))
+    assert json.loads(session.get_modelmeta().custom_metadata_map["temperature"]) == run.temperature
+    _, model = load_run(tmp_path / "run")
+    pixels = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+    with torch.no_grad():
+        raw = EvalGraph(model.model, run.input)(pixels)  # load_run's Tempered wraps the library's model
+    assert np.abs(session.run(None, {"pixels": pixels.numpy()})[0] - raw.numpy() / run.temperature).max() <= 1e-4
