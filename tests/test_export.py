@@ -547,3 +547,25 @@ def test_a_calibrated_runs_temperature_is_inside_the_graph_and_in_the_metadata(t
     with torch.no_grad():
         raw = EvalGraph(model.model, run.input)(pixels)  # load_run's Tempered wraps the library's model
     assert np.abs(session.run(None, {"pixels": pixels.numpy()})[0] - raw.numpy() / run.temperature).max() <= 1e-4
+
+
+def test_training_clips_are_read_as_validation_reads_its_own():
+    """evaluated_like on clips (what int8 calibrates a video run on): the same videos give validation's item, the
+    centre clip through the eval transform, whatever the training epoch; training itself draws other clips."""
+    from utils.config.options import parse_args
+    from utils.config.settings import input_for
+    from utils.data.datasets.clips import ArrayFrames, VideoClips
+    from utils.data.transforms.video import video_eval, video_train
+
+    inp = input_for(parse_args(["--dataset", "moving_digits", "--image_size", "16", "--clip_len", "4",
+                                "--frame_interval", "2"]))
+    videos = ArrayFrames(np.random.default_rng(0).integers(0, 256, (3, 20, 24, 24, 3), dtype=np.uint8))
+    common = dict(clip_len=inp.clip_len, interval=inp.frame_interval, segments=inp.num_segments,
+                  shape=(3, inp.frames, inp.image_size, inp.image_size))
+    train = VideoClips(videos, [0, 1, 2], transform=video_train(inp), seed=0, **common)
+    val = VideoClips(videos, [0, 1, 2], transform=video_eval(inp), **common)
+    seen = train.evaluated_like(val)
+    train.epoch.fill_(3)
+    for i in range(3):
+        assert torch.equal(seen[i]["pixel_values"], val[i]["pixel_values"])
+    assert not torch.equal(train[0]["pixel_values"], val[0]["pixel_values"])
