@@ -322,6 +322,23 @@ def test_a_multi_label_run_exports_its_probabilities_and_agrees_on_label_sets_at
         assert record["agreement"] == 1.0 and record["max_probability_difference"] <= 1e-4
 
 
+def test_export_py_calibrates_on_the_training_split(digits, tmp_path, monkeypatch):
+    """What export.py hands the calibration: the run's training split (1,437 digits), with its validation split only
+    for the eval transform."""
+    from utils.export import sample
+
+    seen, real = [], sample.calibration
+
+    def spy(train, val, *rest, **kw):
+        seen.append((len(train), len(val)))
+        return real(train, val, *rest, **kw)
+
+    monkeypatch.setattr(sample, "calibration", spy)
+    export_main([digits / "run", "--format", "onnx_int8", "--output", tmp_path / "m.onnx", "--num_workers", "0",
+                 "--timing_seconds", "0", "--min_agreement", "0", "--calibration_samples", "16"])
+    assert seen == [(1437, 360)]
+
+
 def test_int8_calibration_draws_training_samples_by_seed_never_validation_ones(digits):
     from utils.export.sample import calibration
     from utils.inference import read_run
