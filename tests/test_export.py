@@ -513,7 +513,7 @@ def test_accuracy_control_keeps_the_held_out_score_within_the_drop_asked(exports
         return sum(op.get_type_name() == "FakeQuantize" for op in core.read_model(str(path)).get_ops())
 
     plain = digits / "run" / "export" / exports["openvino_int8"]["file"]
-    assert 0 < fake_quantize(out) <= fake_quantize(plain)
+    assert fake_quantize(out) <= fake_quantize(plain)  # none at all where every int8 layer cost a held-out image
 
 
 def test_a_write_that_fails_on_the_main_process_stops_every_process_with_its_line(digits, tmp_path):

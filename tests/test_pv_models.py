@@ -122,7 +122,7 @@ def test_a_model_trains_on_two_processes_resumes_bitwise_tests_alike_on_one_and_
     from utils.inference import export_onnx, load_run
 
     run, model = load_run(whole)
-    diff = export_onnx(model, run.input, tmp_path / f"{name}.onnx")
+    diff = export_onnx(model, run, tmp_path / f"{name}.onnx")
     assert diff is not None and diff < 1e-4, diff
     # predict.py on the run: each file's val clip scored as validation scored it
     rows = tmp_path / "rows.jsonl"

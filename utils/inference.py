@@ -94,6 +94,7 @@ def export_onnx(model, run, path, overwrite=False, task=None):
     if path.exists() and not overwrite:
         raise RunError(f"{path} exists; pass --overwrite to replace it")
     refuse_knn(model)
+    task = task if task is not None else kind_named(run.label_kind).of(len(run.classes))  # the run's own outputs
     inp, onnx = run.input, FORMATS["onnx"]
     graph = EvalGraph(model, inp, task).eval()
     tmp = path.with_name(f".{path.name}.tmp")
