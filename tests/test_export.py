@@ -481,7 +481,8 @@ def test_a_run_of_bands_exports_their_raw_values_as_float32(tmp_path):
 def test_accuracy_control_keeps_the_held_out_score_within_the_drop_asked(exports, digits, tmp_path):
     """NNCF's accuracy-aware mode with a drop of 0.01 points: on the held-out training images it scored its choices
     on (none of calibration's), the IR's top-1 is at most that below the fp32 model's, recomputed here; it keeps
-    at most as many quantized operations as the plain int8 IR."""
+    at most as many quantized operations as the plain int8 IR (how many depends on the run: a model trained on one
+    thread or two differs, and NNCF may keep none)."""
     import openvino
 
     from utils.export.graph import EvalGraph
