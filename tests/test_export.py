@@ -147,16 +147,19 @@ def test_the_file_carries_what_a_user_needs_in_its_formats_own_metadata(exports,
     assert json.loads(said["temperature"]) == 1.0 and json.loads(said["thresholds"]) is None
 
 
-def test_two_processes_give_the_same_figures_as_one(exports, digits, tmp_path):
-    """The check sharded over two processes (odd shards: 180 each at batch 7, padded), gathered exactly."""
-    out = tmp_path / "two.onnx"
-    ranks_ok([digits / "run", "--format", "onnx_int8", "--output", out, "--num_workers", "1", "--batch_size", "7",
-              "--timing_seconds", "0"], nproc=2, target="export:main")
-    two, one = json.loads((tmp_path / "two.parity.json").read_text()), exports["onnx_int8"]
-    same = ("samples", "pytorch", "export", "agreement", "disagreeing", "first_disagreeing", "bytes")
-    assert {k: two[k] for k in same} == {k: one[k] for k in same}
-    # batches of 7 against 32: the kernels' float rounding differs in the last digits, never an answer
-    assert two["max_probability_difference"] == pytest.approx(one["max_probability_difference"], rel=1e-3)
+def test_two_processes_give_the_same_figures_as_one(digits, tmp_path):
+    """The check sharded over two processes (odd shards: 180 each at batch 7, padded), gathered exactly: the figures of
+    one process, launched alike (the same threads a process, the same batches of 7)."""
+    records = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"on_{nproc}.onnx"
+        ranks_ok([digits / "run", "--format", "onnx_int8", "--output", out, "--num_workers", "1", "--batch_size", "7",
+                  "--timing_seconds", "0", "--min_agreement", "0"], nproc=nproc, target="export:main")
+        records[nproc] = json.loads((tmp_path / f"on_{nproc}.parity.json").read_text())
+    same = ("samples", "pytorch", "export", "agreement", "disagreeing", "first_disagreeing", "bytes",
+            "max_probability_difference")
+    assert records[1]["samples"] == 360
+    assert {k: records[2][k] for k in same} == {k: records[1][k] for k in same}
 
 
 def test_a_failed_check_exits_1_with_the_figures_and_keeps_the_file_named_failed(digits, tmp_path, monkeypatch,
@@ -503,12 +506,17 @@ def test_accuracy_control_keeps_the_held_out_score_within_the_drop_asked(exports
     held_out = calibration(train, val, task, 100, seed=0, accuracy_control=0.01).held_out
     pixels = torch.from_numpy(np.concatenate([p for p, _ in held_out.batches]))
     labels = torch.cat([y for _, y in held_out.batches])
-    with torch.no_grad():
-        fp32 = task.score(EvalGraph(model, run.input, task).eval()(pixels).softmax(dim=1), labels)
     core = openvino.Core()
-    compiled = core.compile_model(core.read_model(str(out)), "CPU")
-    int8 = task.score(torch.from_numpy(compiled(pixels.numpy())[0]).softmax(dim=1), labels)
-    assert int8 >= fp32 - 0.0001
+
+    def score(path):  # compiled as NNCF measures both: the plugin's defaults (bfloat16 float parts on such CPUs)
+        compiled = core.compile_model(core.read_model(str(path)), "CPU")
+        return task.score(torch.from_numpy(compiled(pixels.numpy())[0]).softmax(dim=1), labels)
+
+    reference = score(digits / "run" / "export" / exports["openvino"]["file"])  # the fp32 IR NNCF started from
+    with torch.no_grad():
+        eager = task.score(EvalGraph(model, run.input, task).eval()(pixels).softmax(dim=1), labels)
+    assert abs(reference - eager) <= 0.02  # the same model
+    assert score(out) >= reference - 0.0001
 
     def fake_quantize(path):
         return sum(op.get_type_name() == "FakeQuantize" for op in core.read_model(str(path)).get_ops())
