@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from conftest import drawn, read_json, resume_job, run_main
 from ranks import ranks_ok
 
-from helpers.browser import chromium
+from helpers.browser import ISOLATED, chromium
 
 
 def test_the_ece_is_the_usual_weighted_gap_of_equal_width_bins():
@@ -212,12 +212,11 @@ def test_the_html_report_renders_in_a_headless_browser_with_every_image(tmp_path
                                   "document.images.length + ' broken ' + [...document.images].filter(i => !(i.complete "
                                   "&& i.naturalWidth > 0)).length})</script></body>"))
     dom = subprocess.run([browser, *flags, "--dump-dom", "--virtual-time-budget=10000", probe.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+                         **ISOLATED).stdout
     assert re.search(r"<title>images 4 broken 0</title>", dom), dom[:300]
     shot = tmp_path / "report.png"
     rendered = subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1200,2400",
-                               "--enable-logging=stderr", "--v=0", (out / "report.html").as_uri()],
-                              capture_output=True, text=True, timeout=120)
+                               "--enable-logging=stderr", "--v=0", (out / "report.html").as_uri()], **ISOLATED)
     assert shot.is_file(), rendered.stderr[-2000:]
     assert not [line for line in rendered.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
     with Image.open(shot) as picture:

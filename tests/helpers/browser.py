@@ -10,6 +10,10 @@ import pytest
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
+# How the browser is started: in a session of its own, reading nothing from ours (a pytest-xdist worker's process
+# group holds the controller and the other workers, and nothing the browser does to its group may reach them).
+ISOLATED = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+            "stdin": subprocess.DEVNULL, "start_new_session": True, "text": True, "timeout": 120}
 
 
 def chromium():
@@ -40,7 +44,6 @@ def measured(browser, page, script, tmp_path, width=1200):
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", f"<script>addEventListener('load', () => {{{script}}})</script></body>"))
     dom = subprocess.run([browser, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900",
-                          "--dump-dom", "--virtual-time-budget=10000", probe.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+                          "--dump-dom", "--virtual-time-budget=10000", probe.as_uri()], **ISOLATED).stdout
     found = re.search(r"<title>(.*?)</title>", dom)
     return found.group(1) if found else dom[:300]
