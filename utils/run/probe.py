@@ -3,11 +3,11 @@ training and validation splits with the validation's transform, cached in the ru
 linear heads (utils/training/probes.py) or the kNN vote (utils/evaluation/knn.py). The run folder is an ordinary one:
 the linear probe's chosen head is the model's classifier; the kNN's memory bank is knn_bank.safetensors beside it.
 
-The cache, <run>/features/{train,val}/chunk_<C>.safetensors: chunk C holds samples [C * size, (C + 1) * size) of its
-split in batches of --batch_size, each chunk computed by process C % world and written whole. The same chunks and
-batches on any number of processes make the same bytes; a run killed during the pass and started again with
---resume latest computes only the chunks that are missing. features/key.json says what the cache was made from
-(weights, input, data, batches): another run's cache is refused, not mixed in."""
+The cache, <run>/features/{train,val}/chunk_<C>.safetensors (utils/run/chunks.py): chunk C holds samples [C * size,
+(C + 1) * size) of its split in batches of --batch_size, each chunk computed by process C % world and written whole.
+The same chunks and batches on any number of processes make the same bytes; a run killed during the pass and started
+again with --resume latest computes only the chunks that are missing. features/key.json says what the cache was made
+from (weights, input, data, batches): another run's cache is refused, not mixed in."""
 
 import json
 import math
@@ -15,24 +15,21 @@ import time
 
 import torch
 from accelerate.utils import broadcast, gather_object
-from safetensors import safe_open
-from safetensors.torch import load, save
-from torch.utils.data import DataLoader
+from safetensors.torch import save
 
 from utils.core.io import write_bytes_atomic, write_json_atomic
-from utils.core.preemption import Interrupted, worker_init_fn
 from utils.data.datasets.images import evaluated
 from utils.data.errors import DataError
 from utils.evaluation.knn import KNN_FILE, knn_log_probs, normalised
 from utils.models.features import Features
 from utils.models.libraries import classifier
 from utils.models.weights import tensors_sha256
+from utils.run import chunks
 from utils.run.records import run_summary, start_pictures
 from utils.training.probes import fit_linear, head_logits
 from utils.training.run_folder import FolderError
 
 CACHE = "features"
-CHUNK_BATCHES = 8  # batches a cache file holds: what a killed pass recomputes at most, per process
 VAL_BLOCK = 256  # queries the kNN compares at once: blocks of the validation split, whatever the world size
 
 
@@ -100,7 +97,7 @@ def cache_key(job, model):
     return {"weights_sha256": tensors_sha256(model.state_dict().items()), "model": job.settings.model.name,
             "data": job.data,
             "val_samples": len(job.val_loader.dataset), "batch_size": job.settings.plan.micro,
-            "chunk_batches": CHUNK_BATCHES, "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation,
+            "chunk_batches": chunks.CHUNK_BATCHES, "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation,
                                                       inp.mean_std, inp.channels, inp.pixel_max]}
 
 
@@ -119,59 +116,21 @@ def check_key(job, key):
 
 
 def cached(job, model, split, dataset, num_workers):
-    """(features (n, dim) float32, valid (n,) bool) of every sample of `split`: this process computes its missing
-    chunks, then every process reads them all. A file that could not be decoded is one line (--skip_bad_images: left
-    out)."""
-    accelerator, size = job.accelerator, job.settings.plan.micro * CHUNK_BATCHES
-    folder = job.out / CACHE / split
-    chunks = range(math.ceil(len(dataset) / size))
-    missing = [c for c in chunks if not (folder / f"chunk_{c:05d}.safetensors").is_file()]
-    if len(missing) < len(chunks):  # a pass that was stopped: what it computed is kept
-        accelerator.print(f"features: {len(chunks) - len(missing)} of {len(chunks)} {split} files cached")
-    todo = [c for c in missing if c % accelerator.num_processes == accelerator.process_index]
-    batches = [list(range(start, min(start + job.settings.plan.micro, (c + 1) * size, len(dataset))))
-               for c in todo for start in range(c * size, min((c + 1) * size, len(dataset)), job.settings.plan.micro)]
-    if todo:
-        loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, worker_init_fn=worker_init_fn())
-        compute(job, model, loader, todo, size, folder, split)
-    accelerator.wait_for_everyone()
-    files = [folder / f"chunk_{c:05d}.safetensors" for c in chunks]
-    parts = [load(f.read_bytes()) for f in files]
-    features, valid = torch.cat([p["features"] for p in parts]), torch.cat([p["valid"] for p in parts])
-    if not valid.all():  # every process reads every file's list: the same line everywhere, or the same skipped files
-        bad = dict(pair for f in files for pair in undecodable(f))
+    """(features (n, dim) float32, valid (n,) bool) of every sample of `split` (utils/run/chunks.py: this process
+    computes its missing chunks, then every process reads them all). A file that could not be decoded is one line
+    (--skip_bad_images: left out)."""
+    with Features(model, job.settings.model.name) as reader:
+        def measure(batch):
+            model(job.inputs(batch["pixel_values"].to(job.accelerator.device)))
+            return {"features": reader.take(len(batch["valid"])).cpu()}
+
+        found, bad = chunks.cached(job.accelerator, job.out / CACHE / split, dataset, job.settings.plan.micro,
+                                   num_workers, measure, job.stop, ("features", split),
+                                   "rerun the same command with --resume latest")
+    if bad:  # every process reads every file's list: the same line everywhere, or the same skipped files
         if not job.bad_images.skip:
             first, error = next(iter(bad.items()))
             raise DataError(f"probe: {len(bad)} {split} file(s) could not be decoded, the first {first} ({error}); "
                             f"--skip_bad_images leaves them out")
         job.bad_images.found.update(bad)  # results.json's skipped_images, bad_images.txt
-    return features, valid
-
-
-def undecodable(path):
-    """[(file, error)] of the samples of cache file `path` that could not be decoded."""
-    with safe_open(path, "pt") as f:
-        return json.loads(f.metadata()["bad"])
-
-
-def compute(job, model, loader, todo, size, folder, split):
-    """This process's chunks `todo` of the split, each written whole once its batches are done."""
-    features, valid, bad, chunk = [], [], [], iter(todo)
-    current, filled = next(chunk), 0
-    with Features(model, job.settings.model.name) as reader, torch.no_grad():
-        for batch in loader:
-            model(job.inputs(batch["pixel_values"].to(job.accelerator.device)))
-            features.append(reader.take(len(batch["valid"])).cpu())
-            valid.append(batch["valid"].bool())
-            bad += [(source, error) for source, error, ok in zip(batch["source"], batch["error"], batch["valid"])
-                    if not ok]
-            filled += len(batch["valid"])
-            if filled == min(size, len(loader.dataset) - current * size):
-                write_bytes_atomic(folder / f"chunk_{current:05d}.safetensors",
-                                   save({"features": torch.cat(features).contiguous(), "valid": torch.cat(valid)},
-                                        {"bad": json.dumps(bad)}))  # the files that could not be decoded
-                features, valid, bad, filled = [], [], [], 0
-                if job.stop.requested:
-                    raise Interrupted(f"interrupted by {job.stop.signal_name} during the {split} features: cached "
-                                      f"up to here; rerun the same command with --resume latest")
-                current = next(chunk, None)
+    return found["features"], found["valid"]
