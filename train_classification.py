@@ -63,7 +63,7 @@ from utils.core.errors import UserError, report as report_error
 from utils.core.preemption import EXIT_INTERRUPTED, Interrupted, follow_launcher
 from utils.core.threads import use_all_cores
 from utils.evaluation.metrics import dump_rank_sums, figure_name
-from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches
+from utils.evaluation.scoring import kept_positions, kept_rows, scored_batches, without
 from utils.evaluation.tasks import tracked_key
 from utils.models.ema import update_ema
 from utils.models.lora import FROZEN_FILE, write_frozen
@@ -386,7 +386,10 @@ def evaluate(job, model=None):
     batches = list(scored_batches(job.accelerator, job.val_loader, score, job.bad_images))
     *fields, owners = kept_rows(batches)
     figures = task.figures(fields)
-    figures["samples"] = task.samples(fields, kept_positions(batches))  # top_losses (utils/reporting/failures.py)
+    positions = kept_positions(batches)
+    figures["samples"] = task.samples(fields, positions)  # top_losses (utils/reporting/failures.py)
+    if job.leaked is not None:  # --audit: the figures without its leaked validation samples too
+        figures["leak_free"] = without(task, fields, positions, job.leaked, job.class_names)
     own = task.own(fields, owners, job.accelerator.process_index)
     return figures, own, examples[0] if examples else None
 

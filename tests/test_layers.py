@@ -10,7 +10,7 @@ import pytest
 
 UTILS = Path(__file__).resolve().parent.parent / "utils"
 # bottom to top
-ORDER = ["core", "models", "data", "evaluation", "training", "reporting", "config", "run", "export", "drivers"]
+ORDER = ["core", "models", "data", "evaluation", "training", "reporting", "config", "run", "export", "audit", "drivers"]
 
 
 def our_imports(path):

@@ -5,8 +5,8 @@
 
 WHEN: step:N (right after optimizer step N is counted, before its checkpoint) or save:NAME (while
 checkpoint NAME is being written: its files are in .partial-NAME, its state file not yet) or chunk:SPLIT/C (right
-after --probe's feature cache file C of SPLIT is written) or features:N (right after this process's N-th batch of
---probe's features is computed).
+after --probe's (or audit.py's) cache file C of SPLIT is written) or features:N (right after this process's N-th
+batch of --probe's features is computed). Options that start with audit.py run audit.py with the rest.
 SIGNAL: TERM, INT or KILL. TARGET: self; alone (this process only, as a crash or the OOM killer ends it, its
 DataLoader workers stopped first so that they outlive it, as workers do that have not yet noticed); group (this
 process's process group: its DataLoader workers too, as SLURM and torchrun deliver signals); parent (the launcher
@@ -72,15 +72,15 @@ def main(argv=None):
                 original(path, obj)
             checkpoints.write_json_atomic = write_state
         elif kind == "chunk":
-            from utils.run import probe
+            from utils.run import chunks
 
-            written = probe.write_bytes_atomic
+            written = chunks.write_bytes_atomic
 
             def write_chunk(path, data):
                 written(path, data)
                 if f"{Path(path).parent.name}/{Path(path).stem.removeprefix('chunk_')}" == value:
                     fire(signame, target)
-            probe.write_bytes_atomic = write_chunk
+            chunks.write_bytes_atomic = write_chunk
         elif kind == "features":
             from utils.models.features import Features
 
@@ -95,7 +95,12 @@ def main(argv=None):
             Features.take = take
         else:
             raise SystemExit(f"unknown WHEN {when}")
-    train_classification.main(argv)
+    if argv[:1] == ["audit.py"]:  # audit.py's options after it (its cache is written in chunks too)
+        import audit
+
+        audit.main(argv[1:])
+    else:
+        train_classification.main(argv)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,9 @@ def add_data_options(p):
     g.add_argument("--exclude", resume_key=True, type=str, default=None,
                    help="a CSV naming training samples to leave out (its 'sample' column, else its first; by path, or "
                         "by index in the training split): crossval.py's label_issues.csv, for one")
+    g.add_argument("--audit", resume_key=False, type=str, default=None, metavar="DIR",
+                   help="a folder audit.py wrote of this data: results.json also gives the validation figures without "
+                        "the validation samples it found leaked (its leaked.csv), beside the whole split's")
     g.add_argument("--flip_labels", resume_key=True, type=float, default=None,
                    help="flip this fraction of the training labels to another class at random (a fixed seed, the "
                         "same samples in every run; listed in flipped_labels.csv): an experiment's label noise")

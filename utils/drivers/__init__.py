@@ -5,5 +5,5 @@ script's parser (space.py), one trial's run as its own launched process, followe
 gets (study_records.py); crossval.py's folds: each fold's run, their figures across folds (cross_validation.py) and
 the label issues found in the held-out predictions (label_issues.py). Nothing of it runs inside a training process.
 
-May import: every package below it (core, models, data, evaluation, training, reporting, config, run).
+May import: every package below it (core, models, data, evaluation, training, reporting, config, run, export, audit).
 """

@@ -49,3 +49,11 @@ def kept_positions(batches):
     if not batches:
         return torch.zeros(0, dtype=torch.long)
     return torch.cat([batch.valid for batch in batches]).nonzero().flatten()
+
+
+def without(task, fields, positions, left_out, class_names):
+    """The validation figures (`task`'s row, as metrics.jsonl has them) of the kept rows `fields` (at `positions` of
+    the split) without the samples at the places `left_out` (--audit's leaked ones), and how many were left out."""
+    keep = torch.tensor([p not in left_out for p in positions.tolist()], dtype=torch.bool)
+    figures = task.figures(tuple(field[keep] for field in fields))
+    return {"left_out": int((~keep).sum()), **task.row(figures, class_names)}

@@ -18,6 +18,7 @@ from utils.data.loading.bad_files import BadImages
 from utils.data.loading.loaders import build_test_loader, stop_workers
 from utils.data.loading.sampling import epoch_draws
 from utils.data.loading.statistics import with_statistics
+from utils.data.sources.folds import leaked_positions
 from utils.data.transforms.batch import BatchInput
 from utils.data.transforms.crops import crop_note
 from utils.data.sources.video_files import test_views
@@ -79,6 +80,7 @@ class Job:
     lr_found: dict = None  # --lr auto: the range test's suggestions (the run trains at "suggested")
     frozen: str = None  # --lora: the SHA-256 of the frozen weights, which checkpoints leave out (utils/models/lora.py)
     train_time: TrainTime = field(default_factory=TrainTime)  # over every attempt of a resumed run
+    leaked: frozenset = None  # --audit: the validation samples (places) its leaked.csv names
 
     def bare_model(self):
         """The trained module without its DDP and torch.compile wrappers. (unwrap_model's default keeps
@@ -201,7 +203,8 @@ def build_job(settings, accelerator, out, lr_found=None):
               logger=logger, bad_images=BadImages(data.skip_bad_images), stop=StopRequest(), nonfinite_steps=[],
               best_score=[], patience=patience, data=source.signature(train_ds, len(class_names)),
               test_loader=test_loader, ema=ema, inputs=inputs, settings=settings, teacher=teacher, lr_notes=notes,
-              balance=balance, batch=settings.plan, lr_found=lr_found, frozen=frozen)
+              balance=balance, batch=settings.plan, lr_found=lr_found, frozen=frozen,
+              leaked=leaked_positions(data.audit, val_ds) if data.audit else None)
     accelerator.print(start_line(job, source.sample_count(train_ds), len(val_ds), num_workers))
     return job, source.sample_count(train_ds), num_workers
 

@@ -105,6 +105,10 @@ def report_results(job, summary, figures, train_samples, command):
     the `command`; results.json, the pictures and the per-class table (main process), and the closing line."""
     accelerator, out, class_names = job.accelerator, job.out, job.class_names
     results = {**job.task.results(figures, class_names), **summary}
+    if "leak_free" in figures:  # --audit: beside the whole split's, the figures without its leaked samples
+        results["leak_free"] = {"audit": job.settings.data.audit, **figures["leak_free"]}
+        accelerator.print(f"without the {figures['leak_free']['left_out']} validation {job.settings.sample_unit} the "
+                          f"audit found leaked: {job.task.line(figures['leak_free'])}")
     if job.test_loader is not None:
         views = (job.settings.data.test_clips or 1, job.settings.data.test_crops or 1)  # clips x crops of each video
         results.update(multiview_test(job, results["global_step"], views, job.settings.evaluation.dump_rank_metrics))

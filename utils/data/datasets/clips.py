@@ -112,11 +112,14 @@ class VideoClips(Dataset):
         if on_device:
             self.deferred = DeferredVideo(transform, shape[-1])
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
+        self.look = None  # the audit's record of each decoded clip (utils/audit/look.py)
 
-    def evaluated_like(self, val):
-        """These videos as the VideoClips `val` reads its own: its transform, the centre clip of each segment."""
+    def evaluated_like(self, val, look=None):
+        """These videos as the VideoClips `val` reads its own: its transform, the centre clip of each segment; each
+        item with what `look` makes of the clip's decoded frames (the audit's), when given."""
         clips = copy.copy(self)
         clips.transform, clips.seed, clips.clips, clips.deferred = val.transform, None, 1, val.deferred
+        clips.look = look
         return clips
 
     def __len__(self):
@@ -132,6 +135,8 @@ class VideoClips(Dataset):
         else:
             with sample_rng(self.seed, int(self.epoch), key):
                 pixels = self._load(video, torch.rand(self.segments).tolist())
+        if self.look is not None:
+            pixels, item["look"] = pixels if not isinstance(pixels, Exception) else (pixels, self.look.empty())
         if isinstance(pixels, Exception):
             item.update(valid=False, source=self.names[video] if self.names else f"video {video}",
                         error=f"{type(pixels).__name__}: {pixels}")
@@ -144,7 +149,7 @@ class VideoClips(Dataset):
 
     def _load(self, video, offsets):
         """The transformed clip (or, decoded on the device, what the device needs), or the exception that reading
-        it raised."""
+        it raised; with the audit's `look`, the clip and what it makes of the decoded frames."""
         def choose(count):
             return frame_indices(count, self.clip_len, self.interval, offsets)
 
@@ -156,4 +161,5 @@ class VideoClips(Dataset):
         except Exception as e:  # PyAV, PIL and torchvision raise many kinds; each is this video's fault
             return e
         out = self.transform(tv_tensors.Video(frames))  # (T, C, H, W), or (views, T, C, H, W)
-        return out.transpose(-4, -3).as_subclass(torch.Tensor)  # models take (C, T, H, W)
+        out = out.transpose(-4, -3).as_subclass(torch.Tensor)  # models take (C, T, H, W)
+        return out if self.look is None else (out, self.look(torch.as_tensor(frames)))

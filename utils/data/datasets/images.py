@@ -12,23 +12,30 @@ from utils.data.decoding.images import decode_rgb
 from utils.data.decoding.on_device import Deferred, blank
 
 
-def load_item(image, label, key, epoch, transform, size, seed, decode, classes=None, blank=None):
+def load_item(image, label, key, epoch, transform, size, seed, decode, classes=None, blank=None, look=None):
     """One training or validation item: the image decoded and transformed with the randomness of
     (seed, epoch, key) when seeded; one that fails (or a label outside [0, classes)) becomes a zero
-    image (`blank(size)` when given) with valid=False and its path in `source`."""
+    image (`blank(size)` when given) with valid=False and its path in `source`. With `look` (the audit's:
+    utils/audit/look.py), the item's "look" is what it makes of the decoded image, before the transform."""
+    seen = None
     try:
         if classes is not None and not 0 <= label < classes:
             raise ValueError(f"label {label} is not one of the {classes} classes (0..{classes - 1})")
         rng = sample_rng(seed, epoch, key) if seed is not None else contextlib.nullcontext()
         with rng:
-            pixels = transform(decode(image))
+            decoded = decode(image)
+            seen = look(decoded) if look is not None else None
+            pixels = transform(decoded)
         source, error = "", ""
     # PIL raises all of the first four; TypeError/KeyError: a row without an image or label (None)
     except (OSError, ValueError, RuntimeError, SyntaxError, TypeError, KeyError) as e:
         pixels, label = torch.zeros(3, size, size, dtype=torch.uint8) if blank is None else blank(size), 0
         path = image.get("path") if isinstance(image, dict) else None
         source, error = path or "<embedded image bytes>", f"{type(e).__name__}: {e}"
-    return {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
+    item = {"pixel_values": pixels, "labels": label, "valid": not source, "source": source, "error": error}
+    if look is not None:
+        item["look"] = seen if not source else look.empty()
+    return item
 
 
 class ImageRows(Dataset):
@@ -59,14 +66,16 @@ class ImageRows(Dataset):
         self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # set through EpochSeeded
         self.targets = targets  # a class index a sample, or a multi-hot row
         self.decode = decode  # a BandDecoder (utils/data/decoding/bands.py) for files of their own channels and bits
+        self.look = None  # the audit's record of each decoded image (utils/audit/look.py)
 
     def __len__(self):
         return len(self.rows)
 
-    def evaluated_like(self, val):
-        """These rows through the ImageRows `val`'s transform, without random draws."""
+    def evaluated_like(self, val, look=None):
+        """These rows through the ImageRows `val`'s transform, without random draws; each item with what `look` makes
+        of its decoded image (the audit's), when given."""
         rows = copy.copy(self)
-        rows.preset, rows.seed = val.preset, None
+        rows.preset, rows.seed, rows.look = val.preset, None, look
         return rows
 
     @property
@@ -91,7 +100,7 @@ class ImageRows(Dataset):
         else:
             decode = self.decode or ((lambda image: image.convert("RGB")) if self.decoded else decode_rgb)
             item = load_item(image, label, key, epoch, transform, size, self.seed, decode,
-                             blank=getattr(self.decode, "blank", None))
+                             blank=getattr(self.decode, "blank", None), look=self.look)
         item["labels"] = self.targets.target(label if item["valid"] else self.targets.empty)
         return item
 

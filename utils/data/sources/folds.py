@@ -24,6 +24,7 @@ from utils.data.sources.splits import class_labels
 _fail = DataError.fail  # one line, exit 2 (utils/core/errors.py)
 
 FLIP_SEED = 20261205  # the flipped samples and their new labels: the same in every run, whatever its seeds
+LEAKED = "leaked.csv"  # an audit.py folder's list of the validation samples with a copy in training
 
 
 @dataclass
@@ -63,6 +64,38 @@ def sample_names(ds):
     return [str(i) for i in range(len(ds))]
 
 
+def unwrapped_split(dataset):
+    """The dataset of a split the source built, without its EpochSeeded wrapper (a training split's): ImageRows,
+    VideoClips."""
+    from utils.core.seeding import EpochSeeded
+
+    return dataset.dataset if isinstance(dataset, EpochSeeded) else dataset
+
+
+def split_names(dataset):
+    """How the samples of a split the source built are named, as `sample_names` names them: by path where each has its
+    own (image files, videos), else by index in the split."""
+    inner = unwrapped_split(dataset)
+    if hasattr(inner, "rows"):  # ImageRows
+        return sample_names(inner.rows)
+    names = getattr(inner, "names", None)  # VideoClips: its files
+    return [str(name) for name in names] if names else [str(i) for i in range(len(inner))]
+
+
+def leaked_positions(folder, val):
+    """The places in the validation split `val` of the samples an audit's leaked.csv names (--audit); a name that
+    matches none is one line."""
+    path = os.path.join(folder, LEAKED)
+    _, rows, at = read_names(path, "audit")
+    names = split_names(val)
+    place = {name: i for i, name in enumerate(names)}
+    unknown = sorted({row[at] for row in rows if len(row) > at} - set(place))
+    if unknown:
+        _fail(f"audit: {len(unknown)} of the samples {path} names are not in the validation split, e.g. "
+              f"{unknown[0]!r}; audit this data (these options) again")
+    return frozenset(place[row[at]] for row in rows if len(row) > at)
+
+
 def read_names(path, option, column="sample"):
     """The `column` (default: the first) of a CSV file naming samples; with a header."""
     try:
@@ -93,6 +126,10 @@ def check_options(data, need):
     for key in ("exclude", "groups"):
         path = getattr(data, key)
         need(path is None or os.path.isfile(path), key, f"no file {path}")
+    need(data.audit is None or os.path.isfile(os.path.join(data.audit, LEAKED)), "audit",
+         f"no {LEAKED} in it (give a folder audit.py wrote)")
+    need(not (data.audit and data.folds), "audit", "names the split's own validation samples; with --folds a fold of "
+         "the training split is the validation: drop one")
 
 
 def exclude(train, names, path):

@@ -97,6 +97,7 @@ class DataOptions:
     group_column: str
     groups: str
     exclude: str  # a CSV of training samples to leave out
+    audit: str  # an audit.py folder: the validation figures also without the samples its leaked.csv names
     flip_labels: float  # a fraction of training labels flipped at random
     num_classes: int  # the synthetic data's sizes
     synthetic_train_samples: int
@@ -133,7 +134,7 @@ def no_remaking(kind):
     folds.py: map-style image data)."""
     why = (f"remakes the training split of map-style image data (the embedded digits, folders, CSV files, Hub and "
            f"save_to_disk datasets); this data ({kind}) is not remade")
-    return dict.fromkeys(("folds", "fold", "group_column", "groups", "exclude", "flip_labels"), why)
+    return dict.fromkeys(("folds", "fold", "group_column", "groups", "exclude", "flip_labels", "audit"), why)
 
 
 NO_COLUMNS = {"group_column": "names a column of --train_csv or of a Hub/save_to_disk dataset; this data has none: "
