@@ -184,12 +184,12 @@ def say(record, folder):
     across = ", ".join(f"{value['across']} {kind.replace('_', ' ')}" for kind, value in found.items()
                        if isinstance(value, dict))
     within = ", ".join(f"{value['within'] if isinstance(value, dict) else value} {kind.replace('_', ' ')}"
-                       for kind, value in found.items())
+                       for kind, value in found.items() if kind != "group" and (kind != "outlier" or record["model"]))
     print(f"audit of {record['samples']['train']} training and {record['samples']['val']} validation "
           f"{record['unit']}{' with ' + record['model'] + ' features' if record['model'] else ' (pixels only)'}")
     print(f"across the splits: {across}; {record['leaked_validation']} validation {record['unit']} "
           f"({100 * record['leaked_share']:.2f} %) leaked")
-    print(f"within them: {within}")
+    print(f"within them: {within}{'' if record['model'] else ' (outliers need a run: its features)'}")
     print(f"exclude.csv: {record['excluded_training']} training {record['unit']} to leave out -> {folder}/audit.html")
 
 

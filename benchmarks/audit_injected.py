@@ -3,7 +3,7 @@ its wall time, and a scale figure of the nearest-neighbour search (faiss) on 1M 
 
     python benchmarks/audit_injected.py                         # 40 of each kind of copy, pixels only
     python benchmarks/audit_injected.py --epochs 6              # also a run trained on the folders: its features
-    python benchmarks/audit_injected.py --per_kind 3 --scale 0  # a quick check (what the suite runs)
+    python benchmarks/audit_injected.py --per_kind 2 --max_samples 60 --scale 5000 --raw_steps 2  # the suite's
     python benchmarks/audit_injected.py --scale 1000000         # the 1M-vector figure alone is ~1 GB, ~3 min here
 
 The digits are written as PNG folders (train/<class>/, val/<class>/), then, for --per_kind samples each: near copies
@@ -33,6 +33,9 @@ NEAR_KINDS = ("resized", "jpeg", "cropped", "brightened")
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--per_kind", type=int, default=40, help="injected samples of each kind")
+    p.add_argument("--max_samples", type=int, default=None,
+                   help="the first N training digits and N / 4 validation ones (default: all 1,437 and 360)")
+    p.add_argument("--raw_steps", type=int, default=20, help="timed steps of the raw resnet18 training loop")
     p.add_argument("--epochs", type=int, default=0, help="train a run on the folders first and audit with its "
                    "features (0: pixels only)")
     p.add_argument("--scale", type=int, default=1_000_000, help="synthetic embeddings of the scale figure (0: none)")
@@ -66,7 +69,13 @@ def reencoded(image):
     return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
 
 
-def build(folder, per_kind, seed):
+def placed(path):
+    """`path`, its folder made (a class a split lacks, in a subset)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build(folder, per_kind, seed, max_samples=None):
     """The digits as folders with the problems injected; {kind: [(source path, copy path)]} and [(path, kind)] of the
     injected images (paths relative to `folder`, as the audit names samples: absolute)."""
     from PIL import Image
@@ -78,6 +87,8 @@ def build(folder, per_kind, seed):
     paths = {}
     for split in ("train", "val"):
         ds = splits["train" if split == "train" else "validation"]
+        if max_samples:
+            ds = ds.select(range(max_samples if split == "train" else max_samples // 4))
         paths[split] = []
         for i, (image, label) in enumerate(zip(ds["image"], ds["label"])):
             path = folder / split / str(label) / f"{i:05d}.png"
@@ -92,31 +103,31 @@ def build(folder, per_kind, seed):
             source_split, index = ("val", next(v)) if n % 2 == 0 else ("train", next(t))
             path, label, image = paths[source_split][index]
             target = folder / ("train" if source_split == "val" else "val") / str(label) / f"near_{kind}_{n}.png"
-            near_copy(image, kind, rng).save(target)
+            near_copy(image, kind, rng).save(placed(target))
             pairs["near"].append((path, target))
     for n in range(per_kind):
         path, label, image = paths["val"][next(v)]
         target = folder / "train" / str(label) / f"exact_{n}.bmp"  # other bytes, the same pixels
-        image.save(target)
+        image.save(placed(target))
         pairs["exact"].append((path, target))
     for n in range(per_kind):
         path, label, image = paths["train"][next(t)]
         other = (label + 1 + n % 9) % 10
         if n % 2 == 0:  # the same pixels in validation under another class
             target = folder / "val" / str(other) / f"relabelled_{n}.png"
-            image.save(target)
+            image.save(placed(target))
         else:  # a JPEG copy in training under another class
             target = folder / "train" / str(other) / f"relabelled_{n}.png"
-            reencoded(image).save(target)
+            reencoded(image).save(placed(target))
         pairs["conflict"].append((path, target))
     for n in range(per_kind):
         split = ("train", "val")[n % 2]
         for kind, value in (("blank", 0), ("constant", 128), ("white", 255)):
             target = folder / split / str(n % 10) / f"{kind}_{n}.png"
-            Image.new("RGB", (32, 32), (value,) * 3).save(target)
+            Image.new("RGB", (32, 32), (value,) * 3).save(placed(target))
             singles.append((target, "constant"))
         broken = folder / split / str(n % 10) / f"unreadable_{n}.png"
-        broken.write_bytes(paths[split][0][0].read_bytes()[:40])  # a truncated PNG
+        placed(broken).write_bytes(paths[split][0][0].read_bytes()[:40])  # a truncated PNG
         singles.append((broken, "unreadable"))
     return pairs, singles
 
@@ -147,7 +158,8 @@ def scored(audit_dir, pairs, singles):
 
 def scale_figure(count, dim, seed):
     """(seconds to build, to query 10,000 vectors, extrapolated to all, peak RSS GB) of faiss's exact inner-product
-    index over `count` random unit vectors, and of an IVF index (4,096 lists, 16 probed)."""
+    index over `count` random unit vectors, and of an IVF index (about 4 sqrt(count) lists, a power of 2, at most
+    4,096; 16 probed)."""
     import faiss
 
     rng = np.random.default_rng(seed)
@@ -160,7 +172,8 @@ def scale_figure(count, dim, seed):
         if name == "flat":
             index = faiss.IndexFlatIP(dim)
         else:
-            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, 4096, faiss.METRIC_INNER_PRODUCT)
+            lists = min(4096, 2 ** round(np.log2(4 * count ** 0.5)))  # faiss's rule of thumb: about 4 sqrt(n)
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists, faiss.METRIC_INNER_PRODUCT)
             index.train(vectors[rng.choice(count, min(count, 100_000), replace=False)])
             index.nprobe = 16
         index.add(vectors)
@@ -180,11 +193,11 @@ def main(argv=None):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from overhead import raw_loop
 
-    raw, _, _ = raw_loop("resnet18", 32, 64, 20, 3)
+    raw, _, _ = raw_loop("resnet18", 32, 64, args.raw_steps, 3)
     print(f"raw resnet18 training loop (batch 64, 32x32): {raw:.1f} img/s on this machine today")
     data = (args.workdir / "data").resolve()
     if not data.is_dir():
-        pairs, singles = build(data, args.per_kind, args.seed)
+        pairs, singles = build(data, args.per_kind, args.seed, args.max_samples)
         (args.workdir / "injected.json").write_text(json.dumps({k: [[str(a), str(b)] for a, b in v]
                                                                 for k, v in pairs.items()} |
                                                                {"singles": [[str(p), k] for p, k in singles]}))

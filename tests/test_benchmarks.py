@@ -286,3 +286,34 @@ def test_export_formats_benchmark_trains_once_and_prints_a_row_a_format(tmp_path
     trained = (tmp_path / "resnet18" / "model.safetensors").stat().st_mtime_ns
     assert module.trained("resnet18", tmp_path, 1) == tmp_path / "resnet18"
     assert (tmp_path / "resnet18" / "model.safetensors").stat().st_mtime_ns == trained
+
+
+def test_audit_benchmark_finds_what_it_injected_and_times_the_index(tmp_path, capsys):
+    """Two of each kind injected into 60 training and 15 validation digits (71 and 24 files then), audited by audit.py
+    as launched by a user: every injected pair and image found (recall 1), the precision recomputed from
+    findings.csv; the index rows on 5,000 vectors."""
+    out = benchmark_in_process("audit_injected.py", capsys, "--per_kind", 2, "--max_samples", 60, "--scale", 5000,
+                               "--raw_steps", 2, "--workdir", tmp_path)
+    figure(rf"^raw resnet18 training loop \(batch 64, 32x32\): {NUMBER} img/s", out)
+    (wall,) = figure(rf"^audit of 71 training and 24 validation images \(pixels only, 1 process\(es\)\): {NUMBER} s",
+                     out)
+    rows = dict(re.findall(r"^\| (near|exact|conflict|constant|unreadable) \| \d+ \| ([0-9.]+) \|", out, flags=re.M))
+    assert wall > 0 and rows == {"near": "1.000", "exact": "1.000", "conflict": "1.000", "constant": "1.000",
+                                 "unreadable": "1.000"}, out
+    found = read_csv_rows(tmp_path / "audit" / "findings.csv")
+    injected = json.loads((tmp_path / "injected.json").read_text())
+    near = {frozenset(pair) for pair in injected["near"]}
+    with_copy = [r for r in found if r["other_sample"] and {r["sample"], r["other_sample"]} & {b for _, b in
+                                                                                               injected["near"]}]
+    (precision,) = figure(r"^\| near \| 8 \| 1\.000 \| ([0-9.]+) \|$", out)
+    assert precision == pytest.approx(sum(frozenset((r["sample"], r["other_sample"])) in near for r in with_copy)
+                                      / len(with_copy), abs=5e-4)
+    index = re.findall(rf"^\| (flat|ivf) \| {NUMBER} \| {NUMBER} \| {NUMBER} \|$", out, flags=re.M)
+    assert [row[0] for row in index] == ["flat", "ivf"], out
+
+
+def read_csv_rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))

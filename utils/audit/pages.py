@@ -95,9 +95,19 @@ def png(pixels, pixel_max):
     return buffer.getvalue()
 
 
+def within(kind, value, model):
+    """The page's count of `kind` within a split: none for a group (it spans them), "no run" for outliers without
+    features."""
+    if kind == "group":
+        return ""
+    if kind == "outlier" and not model:
+        return "(needs a run)"
+    return value["within"] if isinstance(value, dict) else value
+
+
 def page(samples, found, record, classes, pictures, html_rows):
     counts = "".join(f"<tr><th>{kind.replace('_', ' ')}</th><td>{value['across'] if isinstance(value, dict) else ''}"
-                     f"</td><td>{value['within'] if isinstance(value, dict) else value}</td></tr>"
+                     f"</td><td>{within(kind, value, record['model'])}</td></tr>"
                      for kind, value in record["found"].items())
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Data audit</title>",
              f"<style>{STYLE}\n.pair img{{width:96px;image-rendering:pixelated;margin-right:.5em}}</style></head>",
