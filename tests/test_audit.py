@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL_MODEL, make_video, read_json, reset_accelerate_state, run_main
-from ranks import ranks_killed, ranks_ok
+from ranks import ranks_killed, ranks_ok, run_ranks
 
 pytestmark = pytest.mark.slow
 BATCH = ["--batch_size", "5", "--num_workers", "1"]  # cache files of 40: 48 training samples make two, the last odd
@@ -187,18 +187,28 @@ def test_two_processes_write_the_same_files_and_cache_as_one(injected, audited, 
         [(tmp_path / "two" / p.relative_to(audited)).read_bytes() for p in one]
 
 
-def test_an_audit_killed_during_its_pass_goes_on_from_the_files_it_cached(injected, audited, tmp_path, capsys):
+@pytest.mark.parametrize("signame", ["KILL", "TERM"])
+def test_an_audit_stopped_during_its_pass_goes_on_from_the_files_it_cached(injected, audited, tmp_path, capsys,
+                                                                           signame):
+    """SIGKILL (a crash, the OOM killer) or SIGTERM to the process group (as SLURM and torchrun send it: exit 75 and
+    a line) right after the first cache file: the same command goes on from it, untouched, to the same findings."""
     root, data, _, _ = injected
-    argv = ["--output", tmp_path / "killed", "--groups", root / "groups.csv", *BATCH, "--", *data]
-    ranks_killed(["audit.py", *argv], "chunk:train/00000")
-    kept = tmp_path / "killed" / "cache" / "train" / "chunk_00000.safetensors"
+    argv = ["--output", tmp_path / "stopped", "--groups", root / "groups.csv", *BATCH, "--", *data]
+    if signame == "KILL":
+        ranks_killed(["audit.py", *argv], "chunk:train/00000")
+    else:
+        job = run_ranks(["chunk:train/00000", "TERM", "group", "0", "audit.py", *argv], nproc=1,
+                        target="helpers.signal_at:main")
+        assert job.returncode == 75 and "interrupted by SIGTERM during the train looks: cached up to here; run the " \
+            "same command again to go on" in job.stderr, job.report()
+    kept = tmp_path / "stopped" / "cache" / "train" / "chunk_00000.safetensors"
     before = kept.stat().st_mtime_ns
-    assert not (tmp_path / "killed" / "findings.csv").exists()
+    assert not (tmp_path / "stopped" / "findings.csv").exists()
     audit_main(argv)
     assert "looks: 1 of 2 train files cached" in capsys.readouterr().out
     assert kept.stat().st_mtime_ns == before
     for name in ("findings.csv", "summary.json"):
-        assert (tmp_path / "killed" / name).read_bytes() == (audited / name).read_bytes()
+        assert (tmp_path / "stopped" / name).read_bytes() == (audited / name).read_bytes()
 
 
 @pytest.fixture(scope="module")

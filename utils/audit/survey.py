@@ -5,6 +5,7 @@ that was killed goes on from the chunks it wrote when the same command is run ag
 what the cache was made from (the data, the model's weights, its input, the batches): another audit's is refused."""
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -21,6 +22,9 @@ from utils.models.weights import tensors_sha256
 from utils.run import chunks
 
 CACHE = "cache"
+# The data options that do not change what a sample is: how it is loaded, and the training's own
+NOT_DATA = ("num_workers", "skip_bad_images", "decode_on_device", "epochs", "batch_size", "grad_accum_steps",
+            "steps_per_epoch", "eval_only", "ra_reps", "shuffle_buffer", "test_clips", "test_crops", "audit")
 SPLITS = ("train", "val")
 
 
@@ -37,11 +41,8 @@ def surveyed(dataset, val, pixel_max):
 def cache_key(data_name, data, inp, model, model_name, batch_size, lengths):
     """What the cache is made from: the data and the sizes of its splits, the model's weights and input, the
     batches."""
-    return {"data": data_name, "options": {k: getattr(data, k) for k in ("dataset", "train_dir", "val_dir", "data_dir",
-                                                                       "train_csv", "val_csv", "train_list",
-                                                                       "val_list", "max_train_samples",
-                                                                       "max_val_samples", "imbalance", "seed")},
-            "samples": list(lengths), "model": model_name,
+    options = {k: v for k, v in asdict(data).items() if k not in NOT_DATA}
+    return {"data": data_name, "options": options, "samples": list(lengths), "model": model_name,
             "weights_sha256": tensors_sha256(model.state_dict().items()) if model is not None else None,
             "input": [inp.val_crop_size, inp.val_resize_size, inp.interpolation, inp.mean_std, inp.channels,
                       inp.pixel_max, inp.frames], "batch_size": batch_size, "chunk_batches": chunks.CHUNK_BATCHES}
