@@ -153,6 +153,14 @@ def test_each_injected_problem_is_found_as_its_kind_and_the_pairs_across_the_spl
     summary = read_json(audited / "summary.json")
     assert summary["samples"] == {split: len(list((root / split).rglob("*.*"))) for split in ("train", "val")}
     assert summary["leaked_validation"] == len(leaked) and summary["excluded_training"] == len(excluded)
+    assert summary["leaked_share"] == round(len(leaked) / summary["samples"]["val"], 6)
+    # each listed sample with the kind and rank of the first finding that names it
+    first = {}
+    for r in rows:
+        for name in (r["sample"], r["other_sample"]):
+            first.setdefault(name, (r["kind"], r["rank"]))
+    for listed in ("leaked.csv", "exclude.csv"):
+        assert all((r["kind"], r["rank"]) == first[r["sample"]] for r in read_csv(audited / listed)), listed
     for kind, count in summary["found"].items():
         if isinstance(count, dict):
             assert count == {"across": sum(r["kind"] == kind and r["across"] == "1" for r in rows),
@@ -336,6 +344,15 @@ def test_bad_input_is_one_line_and_what_was_written_stays(injected, audited, tra
     # the features of a model in a cache of pixels only (another audit's): refused, the cache left as it was
     code, err = audit_fails([trained, "--output", audited, "--overwrite", *BATCH, "--", *data], capsys)
     assert code == 2 and len(err) == 1 and "holds what another audit computed" in err[0], err
+    # the same model with other weights (another seed's run) in the cache of the first: refused too
+    audit_main([trained, "--output", tmp_path / "features", *BATCH])
+    other = tmp_path / "other_run"
+    run_main([*data, "--model", SMALL_MODEL, "--epochs", "1", "--num_workers", "0", "--no_plots", "--seed", "1",
+              "--output_dir", other])
+    cached = {p: p.read_bytes() for p in (tmp_path / "features" / "cache").rglob("*") if p.is_file()}
+    code, err = audit_fails([other, "--output", tmp_path / "features", "--overwrite", *BATCH], capsys)
+    assert code == 2 and len(err) == 1 and "holds what another audit computed" in err[0], err
+    assert {p: p.read_bytes() for p in (tmp_path / "features" / "cache").rglob("*") if p.is_file()} == cached
     code, err = audit_fails(["--output", audited, *BATCH, "--", *data], capsys)
     assert code == 2 and err == [f"audit.py: error: {audited / 'findings.csv'} exists; pass --overwrite to replace "
                                  f"the audit's findings"]
