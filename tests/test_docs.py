@@ -8,7 +8,7 @@ What this file promises, in a few seconds, without starting a process or trainin
   value is real (no placeholder, no timm/ or hf/ model), the script's own parse_args accepts it, its
   checks across options included;
 - every `predict.py` command is accepted by predict.py's own parser and its checks, every `export.py` one by
-  export.py's;
+  export.py's, every `audit.py` one by audit.py's (and its options after `--` by the training parser);
 - every long flag of the training parser has a row (default, meaning) in docs/configuration.md's
   tables, and every flag those rows name is one the parser has;
 - docs/resuming.md names every option the parser marks as one a resume must keep;
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+import audit  # audit.get_args: audit.py's parser and its checks
 import export  # export.get_args: export.py's parser and its checks
 import predict  # predict.get_args: predict.py's parser and its checks
 from utils.config.options import get_args_parser, parse_args  # the training options
@@ -87,6 +88,9 @@ def command_lines(lines, start):
     return commands
 
 
+OTHER_SCRIPTS = {"predict.py", "export.py", "audit.py"}  # read by their own parsers
+
+
 def script_calls():
     """(where, script name, its argv) for every call of a project script in the docs' shell blocks."""
     calls = []
@@ -95,7 +99,7 @@ def script_calls():
             if info not in SHELL:
                 continue
             for number, line in command_lines(lines, start):
-                if not any(script in line for script in TRAIN_SCRIPTS | {"predict.py", "export.py"}):
+                if not any(script in line for script in TRAIN_SCRIPTS | OTHER_SCRIPTS):
                     continue  # other commands, or prose in an untagged block: not split
                 where = f"{page.relative_to(ROOT)}:{number}"
                 # A placeholder is one value, spaces and all: <hub name> -> <hub_name>.
@@ -120,7 +124,7 @@ def _script_call(words):
     """(script, argv) if these words run one of our scripts through a runner, else None."""
     for i, word in enumerate(words):
         name = Path(word).name
-        if name in TRAIN_SCRIPTS | {"predict.py", "export.py"} and any(Path(w).name in RUNNERS for w in words[:i]):
+        if name in TRAIN_SCRIPTS | OTHER_SCRIPTS and any(Path(w).name in RUNNERS for w in words[:i]):
             argv = [w for w in words[i + 1:] if w != "..."]
             if name == "slurm_multi_node.sbatch":
                 argv += ["--resume", "latest"]  # what the script adds to every node's command
@@ -191,6 +195,7 @@ def test_the_docs_hold_the_commands_they_are_read_for():
     assert scripts.count("train_classification.py") >= 40, scripts
     assert scripts.count("predict.py") >= 5, scripts
     assert scripts.count("export.py") >= 5, scripts
+    assert scripts.count("audit.py") >= 5, scripts
 
 
 @pytest.mark.parametrize("where,argv", [(w, a) for w, s, a in CALLS if s == "train_classification.py"],
@@ -305,3 +310,13 @@ def test_ci_runs_the_readmes_test_command_on_the_current_releases():
     assert lines[-1] == command
     exports = dict(word.split("=", 1) for line in lines if line.startswith("export ") for word in line.split()[1:])
     assert exports.get("PIP_UPGRADE") == "1" and exports.get("PIP_UPGRADE_STRATEGY") == "eager"
+
+
+@pytest.mark.parametrize("where,argv", [(w, a) for w, s, a in CALLS if s == "audit.py"],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_every_audit_command_in_the_docs_parses(where, argv):
+    """audit.py's own options by its parser, the data's after `--` by the training parser."""
+    problem = predict_problem(argv, audit)
+    if problem is None and "--" in argv:
+        problem = training_problem(argv[argv.index("--") + 1:])
+    assert problem is None, f"{where}: audit.py {shlex.join(argv)}: {problem}"
