@@ -92,7 +92,10 @@ def injected(tmp_path_factory):
     path, label, image = files["train"][7]
     image.save(root / "train" / str(label) / "again.png")  # a copy within training
     pairs["within"] = [(path, root / "train" / str(label) / "again.png")]
-    for split, name, value in (("train", "blank", 0), ("val", "grey", 128)):
+    path, label, image = files["train"][10]
+    image.save(root / "train" / str((label + 2) % 10) / "mislabelled.png")  # and one under another class
+    pairs["within_conflict"] = [(path, root / "train" / str((label + 2) % 10) / "mislabelled.png")]
+    for split, name, value in (("train", "blank", 0), ("val", "grey", 128), ("val", "blank", 0)):
         Image.new("RGB", (32, 32), (value,) * 3).save(root / split / "3" / f"{name}.png")
         singles[root / split / "3" / f"{name}.png"] = "constant"
     dark = (np.asarray(files["train"][8][2]) * 0.08).astype(np.uint8)  # a digit, barely lit
@@ -132,6 +135,10 @@ def test_each_injected_problem_is_found_as_its_kind_and_the_pairs_across_the_spl
             assert found[frozenset((a, b))]["kind"] == kind and found[frozenset((a, b))]["across"] == "1", (kind, a, b)
     a, b = pairs["within"][0]
     assert found[frozenset((a, b))]["kind"] == "exact_copy" and found[frozenset((a, b))]["across"] == "0"
+    a, b = pairs["within_conflict"][0]
+    assert found[frozenset((a, b))]["kind"] == "conflict" and found[frozenset((a, b))]["across"] == "0"
+    # blank images (one in each split, the same pixels) are constant, never a copy or a conflict
+    assert not [pair for pair in found if pair & {p for p, kind in singles.items() if kind == "constant"}]
     alone = {r["sample"]: r["kind"] for r in rows if not r["other_sample"]}
     assert {path: alone.get(path) for path in singles} == singles
     assert [(r["sample"], r["other_sample"]) for r in rows if r["kind"] == "group"] == pairs["group"]
@@ -148,8 +155,8 @@ def test_each_injected_problem_is_found_as_its_kind_and_the_pairs_across_the_spl
     excluded = {r["sample"] for r in read_csv(audited / "exclude.csv")}
     across = {p for kind in ("near_copy", "exact_copy", "conflict", "group") for pair in pairs[kind] for p in pair
               if "/train/" in p}
-    assert excluded == across | {pairs["within"][0][1], str(root / "train" / "3" / "blank.png"),
-                                 str(root / "train" / "5" / "broken.png")}
+    assert excluded == across | {pairs["within"][0][1], *pairs["within_conflict"][0],
+                                 str(root / "train" / "3" / "blank.png"), str(root / "train" / "5" / "broken.png")}
     summary = read_json(audited / "summary.json")
     assert summary["samples"] == {split: len(list((root / split).rglob("*.*"))) for split in ("train", "val")}
     assert summary["leaked_validation"] == len(leaked) and summary["excluded_training"] == len(excluded)
@@ -270,6 +277,10 @@ def test_leak_free_figures_are_those_of_the_split_without_the_named_samples(tmp_
     assert free["left_out"] == len(zeros) and free["val_samples"] == len(labels) - len(zeros)
     for c in range(1, 10):
         assert free[f"val_class_acc/{c}"] == pytest.approx(results["per_class_accuracy"][str(c)])
+    (folder / "leaked.csv").write_text("sample,kind,rank\n")  # an audit that found no leak
+    none = run_main(["--model", SMALL_MODEL, "--epochs", "1", "--num_workers", "0", "--no_plots",
+                     "--max_train_samples", "100", "--audit", folder, "--output_dir", tmp_path / "clean"])
+    assert none["leak_free"]["left_out"] == 0 and none["leak_free"]["val_top1"] == none["val_top1"]
     counts = np.bincount(labels, minlength=10)[1:]
     right = sum(free[f"val_class_acc/{c}"] * counts[c - 1] for c in range(1, 10))
     assert free["val_top1"] == pytest.approx(right / counts.sum())
@@ -360,6 +371,9 @@ def test_bad_input_is_one_line_and_what_was_written_stays(injected, audited, tra
     code, err = audit_fails(["--output", tmp_path / "a", "--", *data, "--exclude", audited / "exclude.csv"], capsys)
     assert code == 2 and err == ["audit.py: error: --exclude: the audit reads the splits as they are; the run that "
                                  "trains applies it (drop it after --)"]
+    code, err = audit_fails(["--output", tmp_path / "a", "--", *data, "--flip_labels", "0.1"], capsys)
+    assert code == 2 and err == ["audit.py: error: --flip_labels: the audit reads the splits as they are; the run "
+                                 "that trains applies it (drop it after --)"]
     code, err = audit_fails(["--output", tmp_path / "b", "--", "--train_dir", root / "train", "--val_dir",
                              root / "missing"], capsys)
     assert code == 2 and len(err) == 1 and "missing" in err[0], err
@@ -385,3 +399,59 @@ def test_the_summary_counts_parse_as_json_and_the_csv_as_csv(audited):
     rows = read_csv(audited / "findings.csv")
     assert rows and all(len(r) == 11 and None not in r.values() for r in rows)
     assert json.loads((audited / "summary.json").read_text())["findings"] == len(rows)
+
+
+def test_leak_free_figures_leave_out_samples_by_their_place_in_the_split_where_a_skipped_file_left_a_gap():
+    """Rows kept by validation skip an undecodable file: the samples left out are named by their place in the split
+    (positions), not by their row among those kept."""
+    import torch
+
+    from utils.evaluation.metrics import load_metrics
+    from utils.evaluation.scoring import without
+    from utils.evaluation.tasks import task_for
+
+    task = task_for(False, 3, metrics=load_metrics(()))
+    logits = torch.tensor([[5.0, 0, 0], [0, 5.0, 0], [0, 0, 5.0]])
+    fields = task.fields(logits, torch.tensor([0, 0, 2]))  # the second kept row is wrong
+    positions = torch.tensor([0, 2, 3])  # place 1 was a file that could not be decoded
+    figures = without(task, fields, positions, frozenset({2}), ["a", "b", "c"])
+    assert figures["left_out"] == 1 and figures["val_samples"] == 2 and figures["val_top1"] == 1.0
+
+
+def test_the_look_is_of_the_decoded_file_not_of_what_the_eval_transform_makes_of_it(injected):
+    """A sample's look (its digest, thumbnail, statistics) is that of the file as decoded, at its own size: a 48 px
+    copy is looked at at 48 px, whatever the transform's 32."""
+    from utils.audit.look import Look
+    from utils.audit.survey import surveyed
+    from utils.config.options import parse
+    from utils.data.decoding.images import decode_rgb
+    from utils.data.sources.folds import split_names
+
+    root, data, pairs, _ = injected
+    settings = parse([str(a) for a in data])
+    train, val, _, _ = settings.source.datasets(settings.data, settings.input)
+    resized = pairs["near_copy"][0][1]  # near_resized.png, 48 x 48
+    at = split_names(train).index(resized)
+    item = surveyed(train, val, None)[at]
+    assert item["pixel_values"].shape[-1] == 32
+    own = Look()(decode_rgb({"bytes": None, "path": resized}))
+    for key in ("digest", "phash", "thumb", "stats"):
+        assert torch_equal(item["look"][key], own[key]), key
+
+
+def torch_equal(a, b):
+    import torch
+
+    return torch.equal(a, b)
+
+
+def test_hash_candidates_are_every_pair_within_the_radius_and_no_other():
+    """Hashes 4, 5 and 6 bits from the first, 1 bit between the last two: at radius 4, the pairs 4 bits or less apart;
+    at 5, the 5 bits too."""
+    import torch
+
+    from utils.audit.copies import hash_neighbours
+
+    hashes = torch.tensor([0, 0b1111, 0b11111 << 10, (0b11111 << 10) | 1], dtype=torch.int64)
+    assert hash_neighbours(hashes, 4) == [(0, 1), (2, 3)]
+    assert hash_neighbours(hashes, 5) == [(0, 1), (0, 2), (2, 3)]
