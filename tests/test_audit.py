@@ -86,6 +86,8 @@ def injected(tmp_path_factory):
     path, label, image = files["val"][5]
     image.save(root / "train" / str(label) / "exact.bmp")  # other bytes, the same pixels
     pairs["exact_copy"].append((path, root / "train" / str(label) / "exact.bmp"))
+    jpeg(image).save(root / "train" / str(label) / "near_jpeg_too.png")  # a second copy of it: two findings name it
+    pairs["near_copy"].append((path, root / "train" / str(label) / "near_jpeg_too.png"))
     path, label, image = files["train"][6]
     image.save(root / "val" / str((label + 1) % 10) / "relabelled.png")  # the same image, another class
     pairs["conflict"].append((path, root / "val" / str((label + 1) % 10) / "relabelled.png"))
@@ -237,7 +239,7 @@ def trained(injected, tmp_path_factory):
 
 def test_a_runs_features_find_the_outlier_and_a_run_trains_without_the_leaks_and_scores_without_them(
         injected, trained, tmp_path):
-    """The run's own data, audited with its features (no options after --): the noise image is its class's outlier,
+    """The run's own data, audited with its features (no options after --): the noise image is the farthest outlier,
     the copies are found again. Trained with --exclude and --audit: the excluded samples are not trained on, and
     results.json's leak_free figures are those of the validation split without leaked.csv's samples."""
     root, data, pairs, _ = injected
@@ -245,7 +247,8 @@ def test_a_runs_features_find_the_outlier_and_a_run_trains_without_the_leaks_and
     summary = audit_main([trained, "--output", out, *BATCH])
     assert summary["model"] == SMALL_MODEL
     rows = read_csv(out / "findings.csv")
-    assert [r["sample"] for r in rows if r["kind"] == "outlier"] == [str(root / "train" / "2" / "noise.png")]
+    outliers = [r["sample"] for r in rows if r["kind"] == "outlier"]  # the farthest first
+    assert outliers[0] == str(root / "train" / "2" / "noise.png"), outliers
     found = {frozenset((r["sample"], r["other_sample"])) for r in rows}
     assert all(frozenset(pair) in found for kind in ("near_copy", "exact_copy", "conflict") for pair in pairs[kind])
     from safetensors.torch import load_file
@@ -355,11 +358,11 @@ def test_bad_input_is_one_line_and_what_was_written_stays(injected, audited, tra
     # the features of a model in a cache of pixels only (another audit's): refused, the cache left as it was
     code, err = audit_fails([trained, "--output", audited, "--overwrite", *BATCH, "--", *data], capsys)
     assert code == 2 and len(err) == 1 and "holds what another audit computed" in err[0], err
-    # the same model with other weights (another seed's run) in the cache of the first: refused too
+    # the same model and data, other weights (a longer run) in the cache of the first: refused too
     audit_main([trained, "--output", tmp_path / "features", *BATCH])
     other = tmp_path / "other_run"
-    run_main([*data, "--model", SMALL_MODEL, "--epochs", "1", "--num_workers", "0", "--no_plots", "--seed", "1",
-              "--output_dir", other])
+    run_main([*data, "--model", SMALL_MODEL, "--epochs", "2", "--num_workers", "0", "--no_plots", "--output_dir",
+              other])
     cached = {p: p.read_bytes() for p in (tmp_path / "features" / "cache").rglob("*") if p.is_file()}
     code, err = audit_fails([other, "--output", tmp_path / "features", "--overwrite", *BATCH], capsys)
     assert code == 2 and len(err) == 1 and "holds what another audit computed" in err[0], err
@@ -437,6 +440,33 @@ def test_the_look_is_of_the_decoded_file_not_of_what_the_eval_transform_makes_of
     own = Look()(decode_rgb({"bytes": None, "path": resized}))
     for key in ("digest", "phash", "thumb", "stats"):
         assert torch_equal(item["look"][key], own[key]), key
+
+
+def test_a_clips_look_is_of_its_decoded_frames(videos):
+    """A video's look is that of the frames of the clip validation reads (the centre clip), as decoded: not of the
+    clip the eval transform makes of them."""
+    from utils.audit.look import Look
+    from utils.audit.survey import surveyed
+    from utils.config.options import parse
+    from utils.data.datasets.clips import frame_indices
+    from utils.data.sources.folds import unwrapped_split
+
+    settings = parse(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--clip_len", "4"])
+    train, val, _, _ = settings.source.datasets(settings.data, settings.input)
+    clips = unwrapped_split(val)
+    frames = clips.frames.read(1, lambda count: frame_indices(count, clips.clip_len, clips.interval,
+                                                              [0.5] * clips.segments))
+    item = surveyed(val, val, None)[1]
+    assert item["pixel_values"].shape[-2:] != frames.shape[-2:]  # the transform resized them
+    own = Look()(torch_tensor(frames))
+    for key in ("digest", "phash", "thumb", "stats"):
+        assert torch_equal(item["look"][key], own[key]), key
+
+
+def torch_tensor(frames):
+    import torch
+
+    return torch.as_tensor(frames)
 
 
 def torch_equal(a, b):
