@@ -132,7 +132,7 @@ def audit(accelerator, opts, data, stop):
     """Survey both splits, find, and (main process) write the folder; its summary, or None on other processes."""
     from accelerate.utils import gather_object
 
-    from utils.audit import findings as found_
+    from utils.audit import findings
     from utils.audit.copies import near_pairs
     from utils.audit.pages import png, write_all
     from utils.audit.survey import AuditError, CACHE, cache_key, check_key, read_groups, survey, surveyed
@@ -160,18 +160,18 @@ def audit(accelerator, opts, data, stop):
     check_key(accelerator, folder / CACHE, key)
     samples = survey(accelerator, (train, val), inp, model, run.model if run else None,
                      folder / CACHE, opts.batch_size, opts.num_workers, stop)
-    thresholds = found_.Thresholds(opts.similarity, opts.neighbours, opts.hash_radius, opts.flat, opts.dark)
-    pairs, mine = found_.near_scores(samples, thresholds, accelerator.process_index, accelerator.num_processes)
+    thresholds = findings.Thresholds(opts.similarity, opts.neighbours, opts.hash_radius, opts.flat, opts.dark)
+    pairs, mine = findings.near_scores(samples, thresholds, accelerator.process_index, accelerator.num_processes)
     best = {pair: score for part in gather_object([mine]) for pair, score in part.items()}
     if not accelerator.is_main_process:
         return None
-    found = found_.find(samples, thresholds, near_pairs(best, pairs, opts.similarity), groups)
-    leaked, excluded = found_.leaked(samples, found), found_.excluded(samples, found)
+    found = findings.find(samples, thresholds, near_pairs(best, pairs, opts.similarity), groups)
+    leaked, excluded = findings.leaked(samples, found), findings.excluded(samples, found)
     readers = [surveyed(split, val, inp.pixel_max) for split in (train, val)]
-    offset = len(train)
 
-    def picture(i):
-        return png(readers[int(i >= offset)][i - offset * int(i >= offset)]["pixel_values"], inp.pixel_max)
+    def picture(i):  # sample i of both splits (train first): its eval pixels, read again for the page
+        split = int(samples.split[i])
+        return png(readers[split][i - len(train) * split]["pixel_values"], inp.pixel_max)
 
     record = write_all(folder, samples, found, leaked, excluded, thresholds, run.model if run else None,
                        settings.sample_unit, classes, picture, opts.html_rows)

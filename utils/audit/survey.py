@@ -4,17 +4,14 @@ and cached in <output>/cache/{train,val}/ (utils/run/chunks.py): the same bytes 
 that was killed goes on from the chunks it wrote when the same command is run again. <output>/cache/key.json says
 what the cache was made from (the data, the model's weights, its input, the batches): another audit's is refused."""
 
-import json
 from dataclasses import asdict
 
 import numpy as np
 import torch
-from accelerate.utils import gather_object
 
 from utils.audit.findings import Samples
 from utils.audit.look import Look
 from utils.core.errors import UserError
-from utils.core.io import write_json_atomic
 from utils.data.sources.folds import read_names, split_names, unwrapped_split
 from utils.export.graph import EvalGraph
 from utils.models.features import Features
@@ -50,14 +47,7 @@ def cache_key(data_name, data, inp, model, model_name, batch_size, lengths):
 
 def check_key(accelerator, folder, key):
     """<folder>/key.json written by the main process, or found equal to `key`: never another audit's cache mixed in."""
-    path, key = folder / "key.json", json.loads(json.dumps(key))  # as JSON gives it back
-    same = True
-    if accelerator.is_main_process:
-        if path.is_file():
-            same = json.loads(path.read_text()) == key
-        else:
-            write_json_atomic(path, key)
-    if not all(gather_object([same])):
+    if not chunks.same_key(accelerator, folder / "key.json", key):
         raise AuditError(f"{folder} holds what another audit computed (other data, model weights, input or "
                          f"--batch_size); give another --output, or remove the folder")
 
@@ -88,7 +78,7 @@ def measure(graph, model, model_name, device):
     reader = Features(model, model_name) if model is not None else None
 
     def of(batch):
-        out = {key: value for key, value in batch["look"].items()}
+        out = dict(batch["look"])
         if reader is not None:
             with reader:
                 graph(batch["pixel_values"].to(device))

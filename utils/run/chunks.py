@@ -10,11 +10,12 @@ import json
 import math
 
 import torch
+from accelerate.utils import gather_object
 from safetensors import safe_open
 from safetensors.torch import load, save
 from torch.utils.data import DataLoader
 
-from utils.core.io import write_bytes_atomic
+from utils.core.io import write_bytes_atomic, write_json_atomic
 from utils.core.preemption import Interrupted, worker_init_fn
 
 CHUNK_BATCHES = 8  # batches a cache file holds: what a killed pass recomputes at most, per process
@@ -43,6 +44,19 @@ def cached(accelerator, folder, dataset, batch_size, num_workers, measure, stop,
     found = {name: torch.cat([p[name] for p in parts]) for name in (parts[0] if parts else ())}
     bad = dict(pair for f in files for pair in undecodable(f)) if parts and not found["valid"].all() else {}
     return found, bad
+
+
+def same_key(accelerator, path, key):
+    """Whether the cache's `path` (its key.json: what it was made from) holds `key`, on every process alike; the main
+    process writes it where there is none. A cache made of other data or weights is never mixed in."""
+    key = json.loads(json.dumps(key))  # as JSON gives it back
+    same = True
+    if accelerator.is_main_process:
+        if path.is_file():
+            same = json.loads(path.read_text()) == key
+        else:
+            write_json_atomic(path, key)
+    return all(gather_object([same]))
 
 
 def chunk_file(folder, chunk):

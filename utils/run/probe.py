@@ -9,7 +9,6 @@ The same chunks and batches on any number of processes make the same bytes; a ru
 again with --resume latest computes only the chunks that are missing. features/key.json says what the cache was made
 from (weights, input, data, batches): another run's cache is refused, not mixed in."""
 
-import json
 import math
 import time
 
@@ -17,7 +16,7 @@ import torch
 from accelerate.utils import broadcast, gather_object
 from safetensors.torch import save
 
-from utils.core.io import write_bytes_atomic, write_json_atomic
+from utils.core.io import write_bytes_atomic
 from utils.data.datasets.images import evaluated
 from utils.data.errors import DataError
 from utils.evaluation.knn import KNN_FILE, knn_log_probs, normalised
@@ -103,16 +102,9 @@ def cache_key(job, model):
 
 def check_key(job, key):
     """features/key.json written by the main process, or found equal to `key`: never another run's cache mixed in."""
-    path, key = job.out / CACHE / "key.json", json.loads(json.dumps(key))  # as JSON gives it back
-    same = True
-    if job.accelerator.is_main_process:
-        if path.is_file():
-            same = json.loads(path.read_text()) == key
-        else:
-            write_json_atomic(path, key)
-    if not all(gather_object([same])):
-        raise FolderError(f"probe: {path.parent} holds features of other weights, input, data or --batch_size than "
-                          f"this run's; give another --output_dir")
+    if not chunks.same_key(job.accelerator, job.out / CACHE / "key.json", key):
+        raise FolderError(f"probe: {job.out / CACHE} holds features of other weights, input, data or --batch_size "
+                          f"than this run's; give another --output_dir")
 
 
 def cached(job, model, split, dataset, num_workers):
