@@ -97,6 +97,7 @@ def export(accelerator, opts):
 
     from utils.core.errors import UserError
     from utils.core.io import write_json_atomic
+    from utils.data.loading.loaders import stop_workers
     from utils.export.formats import FORMATS, MIN_AGREEMENT, export_metadata, one_line, thresholds_of
     from utils.export.graph import EvalGraph, example_pixels, refuse_knn, temperature_of
     from utils.export.parity import compared, figures, speeds
@@ -140,7 +141,10 @@ def export(accelerator, opts):
     if problem[0]:
         raise RunError(problem[0])
     runner = fmt.load(target)
-    (eager, exported, labels), samples = compared(accelerator, loader, graph, runner, task, bad_files)
+    try:
+        (eager, exported, labels), samples = compared(accelerator, loader, graph, runner, task, bad_files)
+    finally:  # the loader's kept workers end with the check: an export run in a process leaves none behind
+        stop_workers(loader)
     if not accelerator.is_main_process:
         return None
     found = figures(task, eager, exported, labels, thresholds)

@@ -595,3 +595,4 @@ def test_training_clips_are_read_as_validation_reads_its_own():
     for i in range(3):
         assert torch.equal(seen[i]["pixel_values"], val[i]["pixel_values"])
     assert not torch.equal(train[0]["pixel_values"], val[0]["pixel_values"])
+

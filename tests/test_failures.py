@@ -7,16 +7,17 @@ top losses, and they are the highest of a plain recomputation from the saved wei
 
 import csv
 import json
+import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import drawn, read_json, resume_job, run_main
+from conftest import ROOT, drawn, environment, read_json, resume_job, run_main
 from ranks import ranks_ok
 
-from helpers.browser import ISOLATED, chromium
+from helpers.browser import chromium
 
 
 def test_the_ece_is_the_usual_weighted_gap_of_equal_width_bins():
@@ -192,33 +193,25 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
 @pytest.mark.slow
 def test_the_html_report_renders_in_a_headless_browser_with_every_image(tmp_path):
     """A run's report.html, opened from a file in headless chromium: every embedded image decodes (the page's images,
-    counted in the browser after load), nothing is fetched, no console error, and its screenshot is not blank."""
+    counted in the browser after load), nothing is fetched, no console error, and its screenshot is not blank. The
+    run and the browser in a process of their own (tests/helpers/report_in_browser.py)."""
     import re
     import subprocess
 
     from PIL import Image
 
     browser = chromium()
-    out = tmp_path / "run"
-    run_main(["--dataset", "synthetic", "--image_size", "16", "--synthetic_train_samples", "24",
-              "--synthetic_val_samples", "9", "--batch_size", "8", "--epochs", "2", "--num_workers", "0",
-              "--top_losses", "6", "--output_dir", out])
-    page = (out / "report.html").read_text()
+    done = subprocess.run([sys.executable, ROOT / "tests" / "helpers" / "report_in_browser.py", browser, tmp_path],
+                          capture_output=True, text=True, timeout=600, env=environment(), cwd=ROOT)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stderr[-3000:]}"
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    page = (tmp_path / "run" / "report.html").read_text()
     assert "<script" not in page and "http" not in page.split("<h2>Settings")[0]  # nothing to run, nothing to fetch
     assert page.count("<img ") == 4  # curves, calibration, confusion matrix, top losses
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
-    probe = tmp_path / "probe.html"  # the page, and a check of its images run by the browser once it has loaded
-    probe.write_text(page.replace("</body>", "<script>addEventListener('load', () => {document.title = 'images ' + "
-                                  "document.images.length + ' broken ' + [...document.images].filter(i => !(i.complete "
-                                  "&& i.naturalWidth > 0)).length})</script></body>"))
-    dom = subprocess.run([browser, *flags, "--dump-dom", "--virtual-time-budget=10000", probe.as_uri()],
-                         **ISOLATED).stdout
-    assert re.search(r"<title>images 4 broken 0</title>", dom), dom[:300]
+    assert re.search(r"<title>images 4 broken 0</title>", seen["dom"]), seen["dom"][:300]
     shot = tmp_path / "report.png"
-    rendered = subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1200,2400",
-                               "--enable-logging=stderr", "--v=0", (out / "report.html").as_uri()], **ISOLATED)
-    assert shot.is_file(), rendered.stderr[-2000:]
-    assert not [line for line in rendered.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+    assert shot.is_file(), seen["log"][-2000:]
+    assert not [line for line in seen["log"].splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
     with Image.open(shot) as picture:
         low, high = picture.convert("L").getextrema()
     assert high - low > 100  # text and pictures, not a blank page
