@@ -61,12 +61,13 @@ class Samples:
 class Finding:
     kind: str
     across: bool  # its samples are in both splits
-    score: float  # the pair's similarity (1 for an exact copy), an image's statistic, an outlier's distance past the
-    first: int  # fence; a sample's place in Samples, and the other's for a pair (None otherwise)
-    second: int = None
+    score: float  # a pair's similarity (1: an exact copy), an image's statistic, an outlier's distance past its fence
+    first: int  # a sample's place in Samples
+    second: int = None  # the other's, for a pair
     detail: str = ""
 
     def order(self):
+        """Its sort key: across the splits first, then by kind (SEVERITY), the strongest first."""
         strongest = -self.score if self.kind not in ("constant", "dark") else self.score
         return (not self.across, SEVERITY.index(self.kind), strongest, self.first, self.second or -1)
 
