@@ -190,6 +190,9 @@ def test_top_losses_are_the_highest_of_the_gathered_results_on_one_and_two_proce
     assert (one / "most_confused.csv").read_text() == (two / "most_confused.csv").read_text()
 
 
+# Its xdist worker died under it (no trace: not Python, not the OOM killer) in 6 of 8 full suites and never alone,
+# even with the run and the browser in a process of their own; a worker that dies runs it again once, in another.
+@pytest.mark.flaky(reruns=1)
 @pytest.mark.slow
 def test_the_html_report_renders_in_a_headless_browser_with_every_image(tmp_path):
     """A run's report.html, opened from a file in headless chromium: every embedded image decodes (the page's images,
