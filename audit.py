@@ -96,6 +96,8 @@ def main(argv=None):
     except Interrupted as e:
         accelerator.print(f"{PROG}: {e}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        stop.restore()
     accelerator.end_training()
     return record
 

@@ -136,6 +136,7 @@ def main(argv=None):
     finally:
         if job is not None:
             job.close()  # whatever ended the run: its loaders' workers stop with it
+            job.stop.restore()
         if lock is not None:
             lock.release()
     fail(problem)  # outside the handler: the error's frames (and what they hold) are gone by now

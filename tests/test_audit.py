@@ -4,6 +4,7 @@ training, the same on 1 and 2 processes and after a kill, and what a run makes o
 import csv
 import io
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -221,7 +222,9 @@ def test_an_audit_stopped_during_its_pass_goes_on_from_the_files_it_cached(injec
     kept = tmp_path / "stopped" / "cache" / "train" / "chunk_00000.safetensors"
     before = kept.stat().st_mtime_ns
     assert not (tmp_path / "stopped" / "findings.csv").exists()
+    handler = signal.getsignal(signal.SIGTERM)
     audit_main(argv)
+    assert signal.getsignal(signal.SIGTERM) == handler  # given back once the audit ends
     assert "looks: 1 of 2 train files cached" in capsys.readouterr().out
     assert kept.stat().st_mtime_ns == before
     for name in ("findings.csv", "summary.json"):

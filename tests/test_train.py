@@ -228,11 +228,15 @@ def new_children(before):
 @pytest.mark.slow
 def test_a_run_in_this_process_leaves_no_worker_behind(tmp_path, capsys):
     """main() closes its loaders' workers (train, val, a resumed epoch's, the multi-view test's) when it returns,
-    and when it stops on bad input: nothing is left for a garbage collection to join later."""
+    and when it stops on bad input: nothing is left for a garbage collection to join later. It gives back the
+    SIGTERM and SIGINT handlers it took: Ctrl-C interrupts the calling process again."""
+    import signal
+
     import psutil
 
     from conftest import main_fails, make_folder
 
+    handlers = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     argv = [*TINY, "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0", "--output_dir", tmp_path / "r"]
     run_main([*argv, "--max_train_steps", "3"])  # stops mid-epoch: a checkpoint at step 3
@@ -247,6 +251,7 @@ def test_a_run_in_this_process_leaves_no_worker_behind(tmp_path, capsys):
                             tmp_path / "bad"], capsys)
     assert code == 2 and "cannot decode" in err
     assert not new_children(before)
+    assert [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers
 
 
 def test_save_every_n_checkpoints_after_every_nth_epoch(tmp_path):

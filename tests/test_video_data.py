@@ -131,6 +131,43 @@ def test_a_frame_the_stream_does_not_deliver_is_the_nearest_earlier_one(tmp_path
         assert grey_level(read_video_file(str(path), lambda n: [3, 40, 41], seek=seek)) == [3, 29, 29]
 
 
+def test_a_process_forked_after_threads_decoded_decodes_too(tmp_path):
+    """A DataLoader worker, the report's drawing child or a library's multiprocessing child is forked from a process
+    whose threads may have decoded videos (PyAV keeps a conversion context per thread): the child decodes the same
+    frames and ends, instead of waiting for ever on the parent's conversion threads, which a fork does not copy."""
+    import os
+    import threading
+    import time
+
+    path = str(make_video(tmp_path / "v.mp4", frames=12))
+    first = read_video_file(path, lambda n: [0, 5, 11])
+    leave = threading.Event()
+    decoded = threading.Event()
+    other = threading.Thread(target=lambda: (read_video_file(path, lambda n: [1]), decoded.set(), leave.wait(60)))
+    other.start()  # alive during the fork, its context with it
+    assert decoded.wait(60)
+    pid = os.fork()
+    if pid == 0:  # the child: one torch thread, as DataLoader workers and the drawing child set
+        code = 1
+        try:
+            torch.set_num_threads(1)
+            code = 0 if torch.equal(read_video_file(path, lambda n: [0, 5, 11]), first) else 2
+        finally:
+            os._exit(code)
+    try:
+        deadline = time.monotonic() + 60
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ended[0] == pid, "the forked child still decodes after 60 s: it hangs"
+        assert os.waitstatus_to_exitcode(ended[1]) == 0
+    finally:
+        leave.set()
+        other.join()
+        if not ended[0]:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+
+
 def test_video_folders_and_frame_folder_lists(videos, tmp_path):
     args = parse_args(["--train_dir", str(videos / "tr"), "--val_dir", str(videos / "va"), "--image_size", "16",
                        "--clip_len", "4", "--frame_interval", "2"])

@@ -86,10 +86,19 @@ class StopRequest:
 
     def __init__(self):
         self.signal_name = None
+        self._before = {}  # the handlers install replaced, put back by restore
 
     def install(self):
         for signum in STOP_SIGNALS:
-            signal.signal(signum, self._note)
+            self._before[signum] = signal.signal(signum, self._note)
+
+    def restore(self):
+        """The handlers from before install, once the run is over: a process that called main() (a notebook, a
+        test) is interrupted by Ctrl-C again, and what it forks later (a library's multiprocessing child) dies of
+        SIGTERM instead of noting it for a run that has ended."""
+        while self._before:
+            signum, handler = self._before.popitem()
+            signal.signal(signum, handler)
 
     def _note(self, signum, frame):
         # The first one names the stop: a Ctrl-C under `accelerate launch` >= 1.16 brings SIGINT from the terminal,

@@ -52,6 +52,10 @@ def read_video_file(path, choose, seek=True):
         stream = container.streams.video[0]
         # One decoding thread: the DataLoader's workers are the parallelism. FFmpeg's default (as many
         # threads as cores, for every file opened) oversubscribes the cores once there are several workers.
+        # The same for the conversion to RGB (to_ndarray's threads=1, the same bits): PyAV keeps one swscale
+        # context per Python thread, and by default its slice threads would not survive a fork. A process forked
+        # after decoding (a DataLoader worker, the report's drawing child, any library's multiprocessing child)
+        # then hangs for ever, converting its first frame or freeing another thread's context.
         stream.thread_count = 1
         rate = stream.average_rate or stream.guessed_rate
         if not rate:
@@ -68,11 +72,11 @@ def read_video_file(path, choose, seek=True):
             if i is None:
                 raise ValueError("frames without timestamps")
             if i in wanted:
-                decoded[i] = frame.to_ndarray(format="rgb24")
+                decoded[i] = frame.to_ndarray(format="rgb24", threads=1)
             if i >= last:
                 break
         if i is not None and i < last and i not in decoded:  # the stream ended early: its last frame stands in
-            decoded[i] = frame.to_ndarray(format="rgb24")
+            decoded[i] = frame.to_ndarray(format="rgb24", threads=1)
     if not decoded:
         raise ValueError("no frame could be decoded")
     known = sorted(decoded)
