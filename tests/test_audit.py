@@ -28,8 +28,10 @@ def audit_main(argv):
 
 
 def audit_fails(argv, capsys):
+    handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stopped:
         audit_main(argv)
+    assert signal.getsignal(signal.SIGTERM) == handler  # given back on the way out too
     return stopped.value.code, capsys.readouterr().err.strip().splitlines()
 
 
