@@ -236,22 +236,28 @@ def test_a_run_in_this_process_leaves_no_worker_behind(tmp_path, capsys):
 
     from conftest import main_fails, make_folder
 
-    handlers = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    argv = [*TINY, "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0", "--output_dir", tmp_path / "r"]
-    run_main([*argv, "--max_train_steps", "3"])  # stops mid-epoch: a checkpoint at step 3
-    assert not new_children(before)
-    run_main([*argv, "--resume", "latest"])  # the resumed epoch's loader skips its first batches
-    assert not new_children(before)
-    make_folder(tmp_path / "tr", {"cat": 4, "dog": 4})
-    make_folder(tmp_path / "va", {"cat": 2, "dog": 2})
-    (tmp_path / "tr" / "cat" / "zz_broken.png").write_bytes(b"not an image")
-    code, err = main_fails(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", "--image_size", "16",
-                            "--batch_size", "4", "--num_workers", "2", "--epochs", "1", "--output_dir",
-                            tmp_path / "bad"], capsys)
-    assert code == 2 and "cannot decode" in err
-    assert not new_children(before)
-    assert [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers
+    def caller(signum, frame):  # the calling process's own handlers: main() must give these back
+        pass
+
+    handlers = [signal.signal(s, caller) for s in (signal.SIGTERM, signal.SIGINT)]
+    try:
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        argv = [*TINY, "--num_workers", "2", "--epochs", "2", "--warmup_epochs", "0", "--output_dir", tmp_path / "r"]
+        run_main([*argv, "--max_train_steps", "3"])  # stops mid-epoch: a checkpoint at step 3
+        assert not new_children(before)
+        run_main([*argv, "--resume", "latest"])  # the resumed epoch's loader skips its first batches
+        assert not new_children(before)
+        make_folder(tmp_path / "tr", {"cat": 4, "dog": 4})
+        make_folder(tmp_path / "va", {"cat": 2, "dog": 2})
+        (tmp_path / "tr" / "cat" / "zz_broken.png").write_bytes(b"not an image")
+        code, err = main_fails(["--train_dir", tmp_path / "tr", "--val_dir", tmp_path / "va", "--image_size", "16",
+                                "--batch_size", "4", "--num_workers", "2", "--epochs", "1", "--output_dir",
+                                tmp_path / "bad"], capsys)
+        assert code == 2 and "cannot decode" in err
+        assert not new_children(before)
+    finally:
+        restored = [signal.signal(s, h) for s, h in zip((signal.SIGTERM, signal.SIGINT), handlers)]
+    assert restored == [caller, caller]
 
 
 def test_save_every_n_checkpoints_after_every_nth_epoch(tmp_path):
