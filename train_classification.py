@@ -136,9 +136,10 @@ def main(argv=None):
     finally:
         if job is not None:
             job.close()  # whatever ended the run: its loaders' workers stop with it
-            job.stop.restore()
         if lock is not None:
             lock.release()
+        if job is not None:
+            job.stop.restore()  # last: until the folder is released, a stop signal is only noted
     fail(problem)  # outside the handler: the error's frames (and what they hold) are gone by now
 
 
